@@ -1,0 +1,119 @@
+"""The stage-2 action space and how an action is checked and applied to a tree.
+
+| action | effect |
+| --- | --- |
+| Promote(node) | move the node up to be a child of its grandparent |
+| Demote(node, target) | move the node down under one of its sibling aspects |
+| Group(facts) | facts sharing one parent get a new aspect (child of that parent) as their parent |
+| Idle | do nothing (represented by the absence of an action) |
+
+Promote and Demote normally take facts; with aspect actions switched on (an option of the
+decoder and the teachers) they may take an aspect, moving its whole subtree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from .errors import InvalidOperationError
+from .tree import MembrainTree
+
+ACTION_TYPES: tuple[str, ...] = ("idle", "promote", "demote", "group")
+IDLE, PROMOTE, DEMOTE, GROUP = range(4)
+
+
+@dataclass(frozen=True)
+class Promote:
+    node_id: str
+
+
+@dataclass(frozen=True)
+class Demote:
+    node_id: str
+    target_id: str
+
+
+@dataclass(frozen=True)
+class Group:
+    node_ids: tuple[str, ...]
+    label: str | None = None  # None: named when applied
+
+
+Action = Union[Promote, Demote, Group]
+
+
+def validate_action(tree: MembrainTree, action: Action, *, allow_aspects: bool = False) -> None:
+    """Raise InvalidOperationError unless ``action`` can be applied to ``tree`` now."""
+    if isinstance(action, Promote):
+        kind = tree.node(action.node_id).kind
+        if kind != "fact" and not (allow_aspects and kind == "aspect"):
+            raise InvalidOperationError(f"cannot promote a {kind}")
+        parent = tree.parent(action.node_id)
+        if parent is None or tree.parent(parent) is None:
+            raise InvalidOperationError(f"{action.node_id!r} has no grandparent")
+    elif isinstance(action, Demote):
+        kind = tree.node(action.node_id).kind
+        if kind != "fact" and not (allow_aspects and kind == "aspect"):
+            raise InvalidOperationError(f"cannot demote a {kind}")
+        target = tree.node(action.target_id)
+        if target.kind != "aspect" or action.target_id == action.node_id:
+            raise InvalidOperationError(f"demote target {action.target_id!r} is not an aspect")
+        if tree.parent(action.target_id) != tree.parent(action.node_id):
+            raise InvalidOperationError(f"demote target {action.target_id!r} is not a sibling")
+    elif isinstance(action, Group):
+        ids = action.node_ids
+        if len(ids) < 2 or len(set(ids)) != len(ids):
+            raise InvalidOperationError("a group needs at least two distinct facts")
+        if any(tree.node(i).kind != "fact" for i in ids):
+            raise InvalidOperationError("only facts can be grouped")
+        if len({tree.parent(i) for i in ids}) != 1:
+            raise InvalidOperationError("grouped facts must share one parent")
+    else:
+        raise InvalidOperationError(f"unknown action {action!r}")
+
+
+def apply_action(
+    tree: MembrainTree,
+    action: Action,
+    *,
+    name_aspect: Callable[[list[str]], str] | None = None,
+    embed_label: Callable[[str], object] | None = None,
+    allow_aspects: bool = False,
+) -> str | None:
+    """Validate then apply one action; return the new aspect's id for a Group, else None.
+
+    A Group without a label is named by ``name_aspect(fact_texts)``; ``embed_label`` gives
+    the new aspect's label embedding.
+    """
+    validate_action(tree, action, allow_aspects=allow_aspects)
+    if isinstance(action, Promote):
+        tree.promote(action.node_id)
+    elif isinstance(action, Demote):
+        tree.demote(action.node_id, action.target_id)
+    else:
+        label = action.label
+        if not label:
+            texts = [tree.node(i).text for i in action.node_ids]
+            label = name_aspect(texts) if name_aspect else "group"
+        emb = embed_label(label) if embed_label else None
+        return tree.group(action.node_ids, label, embedding=emb)
+    return None
+
+
+def apply_actions(tree: MembrainTree, actions: list[Action], **kwargs) -> tuple[list[Action], list[tuple[Action, str]]]:
+    """Apply a series in order, re-validating each against the tree as it is then.
+
+    Returns (applied, skipped) where skipped pairs an action with the reason it no longer
+    applied; a skipped action changes nothing.
+    """
+    applied: list[Action] = []
+    skipped: list[tuple[Action, str]] = []
+    for action in actions:
+        try:
+            apply_action(tree, action, **kwargs)
+        except InvalidOperationError as exc:
+            skipped.append((action, str(exc)))
+        else:
+            applied.append(action)
+    return applied, skipped

@@ -1,0 +1,532 @@
+"""The membrain tree: one subject's memories as root, aspects and facts.
+
+Definitions (design, sections 2 to 4):
+
+- The **root** is the subject; **aspects** are inner nodes (sub-topics); **facts** are the
+  memories and are always leaves. Every non-root node has exactly one parent.
+- The **two-layer subtree** of a node ``n`` is ``n`` followed by its children.
+- The **closure** of a fact ``f`` is ``f``, its siblings, its parent, the parent's siblings
+  (the *uncles*) and the grandparent; when the parent is the root (no grandparent) it is
+  ``f``, its siblings and its parent.
+
+Every write checks its preconditions first and raises a :class:`~.errors.MembrainError`
+subclass before touching anything, so a failed write leaves the tree exactly as it was.
+Each node keeps the sum and count of the embeddings of the facts below it, updated along
+one root path per write, so an aspect's mean embedding costs O(depth) to keep current.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Sequence
+
+import networkx as nx
+import numpy as np
+
+from .errors import DimensionError, InvalidOperationError, InvariantError, NodeNotFoundError
+
+NodeKind = Literal["root", "aspect", "fact"]
+Role = Literal["self", "sibling", "parent", "uncle", "grandparent"]
+
+ROOT_ID = "root"
+SERIAL_VERSION = 1
+
+
+@dataclass
+class Node:
+    """One node of the tree. ``text`` is the fact text, the aspect label or the subject."""
+
+    id: str
+    kind: NodeKind
+    text: str
+    embedding: np.ndarray | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # Sum (float64, to avoid drift) and count of the embeddings of the facts at or below
+    # this node; a fact's own embedding is its sum. Maintained by MembrainTree only.
+    emb_sum: np.ndarray | None = field(default=None, repr=False)
+    emb_count: int = 0
+    n_facts: int = 0  # facts at or below this node, embedded or not
+
+    @property
+    def mean_embedding(self) -> np.ndarray | None:
+        """Mean embedding of the facts below (a fact: its own embedding); None if none."""
+        if self.emb_count == 0 or self.emb_sum is None:
+            return None
+        return (self.emb_sum / self.emb_count).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class ClosureMember:
+    node_id: str
+    role: Role
+
+
+@dataclass(frozen=True)
+class Closure:
+    """The closure of ``fact_id``: members in a stable order (self, siblings, parent,
+    uncles, grandparent), each tagged with its role."""
+
+    fact_id: str
+    parent_id: str
+    grandparent_id: str | None
+    members: tuple[ClosureMember, ...]
+
+    @property
+    def node_ids(self) -> list[str]:
+        return [m.node_id for m in self.members]
+
+    def role_of(self, node_id: str) -> Role | None:
+        for m in self.members:
+            if m.node_id == node_id:
+                return m.role
+        return None
+
+
+def _as_vector(embedding: Any, dim: int | None) -> np.ndarray | None:
+    if embedding is None:
+        return None
+    try:
+        vec = np.asarray(embedding, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise DimensionError(f"embedding is not a numeric vector: {exc}") from None
+    if vec.ndim != 1 or vec.size == 0:
+        raise DimensionError(f"embedding must be a non-empty 1-d vector, got shape {vec.shape}")
+    if dim is not None and vec.size != dim:
+        raise DimensionError(f"embedding has {vec.size} dimensions, the tree uses {dim}")
+    if not np.all(np.isfinite(vec)):
+        raise DimensionError("embedding contains NaN or infinity")
+    return vec.copy()
+
+
+def _check_text(text: Any, what: str) -> str:
+    if not isinstance(text, str):
+        raise InvalidOperationError(f"{what} must be a str, got {type(text).__name__}")
+    return text
+
+
+class MembrainTree:
+    """A tree of memories for one subject, backed by a :class:`networkx.DiGraph`.
+
+    Edges go parent -> child; children keep the order in which they were attached.
+    """
+
+    def __init__(self, subject: str = "", *, root_id: str = ROOT_ID, dim: int | None = None):
+        self.graph: nx.DiGraph = nx.DiGraph()
+        self.root_id = root_id
+        self.dim = dim
+        self.version = 0  # bumped by every successful write
+        now = time.time()
+        self.graph.add_node(root_id, node=Node(root_id, "root", _check_text(subject, "subject"), None, now, now))
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def subject(self) -> str:
+        return self.node(self.root_id).text
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self.graph
+
+    def __len__(self) -> int:
+        return self.graph.number_of_nodes()
+
+    def node(self, node_id: str) -> Node:
+        try:
+            return self.graph.nodes[node_id]["node"]
+        except (KeyError, TypeError):
+            raise NodeNotFoundError(f"no node {node_id!r} in the tree") from None
+
+    def parent(self, node_id: str) -> str | None:
+        self.node(node_id)
+        preds = list(self.graph.predecessors(node_id))
+        return preds[0] if preds else None
+
+    def children(self, node_id: str) -> list[str]:
+        self.node(node_id)
+        return list(self.graph.successors(node_id))
+
+    def child_aspects(self, node_id: str) -> list[str]:
+        return [c for c in self.children(node_id) if self.node(c).kind == "aspect"]
+
+    def child_facts(self, node_id: str) -> list[str]:
+        return [c for c in self.children(node_id) if self.node(c).kind == "fact"]
+
+    def path(self, node_id: str) -> list[str]:
+        """Ids from the root down to ``node_id``, both included."""
+        out = [node_id]
+        cur = self.parent(node_id)
+        while cur is not None:
+            out.append(cur)
+            cur = self.parent(cur)
+        return out[::-1]
+
+    def depth(self, node_id: str) -> int:
+        return len(self.path(node_id)) - 1
+
+    def height(self) -> int:
+        """Largest depth of any node (0 for a lone root)."""
+        lengths = nx.single_source_shortest_path_length(self.graph, self.root_id)
+        return max(lengths.values())
+
+    def facts(self) -> list[str]:
+        return [n for n, d in self.graph.nodes(data="node") if d.kind == "fact"]
+
+    def aspects(self) -> list[str]:
+        return [n for n, d in self.graph.nodes(data="node") if d.kind == "aspect"]
+
+    def descendants(self, node_id: str) -> list[str]:
+        self.node(node_id)
+        return list(nx.dfs_preorder_nodes(self.graph, node_id))[1:]
+
+    def facts_below(self, node_id: str) -> list[str]:
+        return [n for n in self.descendants(node_id) if self.node(n).kind == "fact"]
+
+    def fact_count(self, node_id: str) -> int:
+        """Number of facts at or below ``node_id`` (maintained incrementally)."""
+        return self.node(node_id).n_facts
+
+    def mean_embedding(self, node_id: str) -> np.ndarray | None:
+        return self.node(node_id).mean_embedding
+
+    def two_layer_subtree(self, node_id: str) -> list[str]:
+        """``node_id`` followed by its children, in attachment order."""
+        return [node_id, *self.children(node_id)]
+
+    def closure(self, fact_id: str) -> Closure:
+        node = self.node(fact_id)
+        if node.kind != "fact":
+            raise InvalidOperationError(f"a closure is built from a fact; {fact_id!r} is a {node.kind}")
+        parent = self.parent(fact_id)
+        assert parent is not None
+        grandparent = self.parent(parent)
+        members = [ClosureMember(fact_id, "self")]
+        members += [ClosureMember(s, "sibling") for s in self.children(parent) if s != fact_id]
+        members.append(ClosureMember(parent, "parent"))
+        if grandparent is not None:
+            members += [ClosureMember(u, "uncle") for u in self.children(grandparent) if u != parent]
+            members.append(ClosureMember(grandparent, "grandparent"))
+        return Closure(fact_id, parent, grandparent, tuple(members))
+
+    # ----------------------------------------------------------------- writes
+    def add_aspect(
+        self,
+        parent_id: str,
+        label: str,
+        *,
+        node_id: str | None = None,
+        embedding: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Add an (empty) aspect under a root or aspect; its ``embedding`` is its label's."""
+        self._require_container(parent_id)
+        label = _check_text(label, "aspect label")
+        vec = _as_vector(embedding, self.dim)
+        node_id = self._new_id(node_id, "a")
+        self._claim_dim(vec)
+        now = time.time()
+        node = Node(node_id, "aspect", label, vec, now, now, dict(metadata or {}))
+        self.graph.add_node(node_id, node=node)
+        self.graph.add_edge(parent_id, node_id)
+        self._touch()
+        return node_id
+
+    def add_fact(
+        self,
+        parent_id: str,
+        text: str,
+        *,
+        embedding: Any = None,
+        node_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_at: float | None = None,
+    ) -> str:
+        """Attach a new fact (a leaf) under a root or aspect."""
+        self._require_container(parent_id)
+        text = _check_text(text, "fact text")
+        vec = _as_vector(embedding, self.dim)
+        node_id = self._new_id(node_id, "f")
+        self._claim_dim(vec)
+        now = time.time()
+        created = now if created_at is None else float(created_at)
+        node = Node(node_id, "fact", text, vec, created, now, dict(metadata or {}), n_facts=1)
+        if vec is not None:
+            node.emb_sum, node.emb_count = vec.astype(np.float64), 1
+        self.graph.add_node(node_id, node=node)
+        self.graph.add_edge(parent_id, node_id)
+        self._add_to_ancestors(node_id, +1)
+        self._touch()
+        return node_id
+
+    def promote(self, node_id: str) -> None:
+        """Move a fact (or an aspect with its subtree) up to be a child of its grandparent."""
+        node = self.node(node_id)
+        if node.kind == "root":
+            raise InvalidOperationError("the root cannot be promoted")
+        parent = self.parent(node_id)
+        grandparent = self.parent(parent)
+        if grandparent is None:
+            raise InvalidOperationError(f"{node_id!r} has no grandparent to be promoted to")
+        self._move(node_id, grandparent)
+
+    def demote(self, node_id: str, aspect_id: str) -> None:
+        """Move a fact (or an aspect with its subtree) under one of its sibling aspects."""
+        node = self.node(node_id)
+        target = self.node(aspect_id)
+        if node.kind == "root":
+            raise InvalidOperationError("the root cannot be demoted")
+        if target.kind != "aspect":
+            raise InvalidOperationError(f"demote target {aspect_id!r} is a {target.kind}, not an aspect")
+        if aspect_id == node_id or self.parent(aspect_id) != self.parent(node_id):
+            raise InvalidOperationError(f"demote target {aspect_id!r} is not a sibling of {node_id!r}")
+        self._move(node_id, aspect_id)
+
+    def group(
+        self,
+        fact_ids: Sequence[str],
+        label: str,
+        *,
+        node_id: str | None = None,
+        embedding: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Put two or more facts sharing one parent under a new aspect of that parent."""
+        ids = list(fact_ids)
+        if len(ids) < 2 or len(set(ids)) != len(ids):
+            raise InvalidOperationError("group needs at least two distinct facts")
+        for fid in ids:
+            if self.node(fid).kind != "fact":
+                raise InvalidOperationError(f"group members must be facts; {fid!r} is not")
+        parents = {self.parent(fid) for fid in ids}
+        if len(parents) != 1:
+            raise InvalidOperationError("grouped facts must share one parent")
+        parent = parents.pop()
+        label = _check_text(label, "aspect label")
+        vec = _as_vector(embedding, self.dim)
+        if node_id is not None and node_id in self.graph:
+            raise InvalidOperationError(f"node id {node_id!r} is already used")
+        aspect = self.add_aspect(parent, label, node_id=node_id, embedding=vec, metadata=metadata)
+        for fid in ids:
+            self._move(fid, aspect, prune=False)
+        return aspect
+
+    def move(self, node_id: str, parent_id: str) -> None:
+        """Re-attach a fact or aspect (with its subtree) under any root or aspect that is
+        not inside it. Used to re-place a fact when the teacher disagrees later."""
+        node = self.node(node_id)
+        if node.kind == "root":
+            raise InvalidOperationError("the root cannot be moved")
+        self._require_container(parent_id)
+        if parent_id == node_id or node_id in self.path(parent_id):
+            raise InvalidOperationError(f"cannot move {node_id!r} under itself")
+        if self.parent(node_id) != parent_id:
+            self._move(node_id, parent_id)
+
+    def remove(self, node_id: str) -> None:
+        """Remove a fact; aspects it leaves empty are removed too (never the root)."""
+        node = self.node(node_id)
+        if node.kind != "fact":
+            raise InvalidOperationError(f"only facts can be removed; {node_id!r} is a {node.kind}")
+        parent = self.parent(node_id)
+        self._add_to_ancestors(node_id, -1)
+        self.graph.remove_node(node_id)
+        self._prune_empty(parent)
+        self._touch()
+
+    def update_fact(
+        self,
+        fact_id: str,
+        *,
+        text: str | None = None,
+        embedding: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """Change a fact's text, embedding and/or metadata (metadata is replaced whole)."""
+        node = self.node(fact_id)
+        if node.kind != "fact":
+            raise InvalidOperationError(f"{fact_id!r} is a {node.kind}, not a fact")
+        if text is not None:
+            _check_text(text, "fact text")
+        vec = _as_vector(embedding, self.dim)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidOperationError("metadata must be a dict")
+        if vec is not None:
+            self._claim_dim(vec)
+            self._add_to_ancestors(fact_id, -1)
+            node.embedding = vec
+            node.emb_sum, node.emb_count = vec.astype(np.float64), 1
+            self._add_to_ancestors(fact_id, +1)
+        if text is not None:
+            node.text = text
+        if metadata is not None:
+            node.metadata = dict(metadata)
+        node.updated_at = time.time()
+        self._touch()
+
+    def set_label(self, aspect_id: str, label: str, *, embedding: Any = None) -> None:
+        """Rename an aspect (and optionally replace its label embedding)."""
+        node = self.node(aspect_id)
+        if node.kind != "aspect":
+            raise InvalidOperationError(f"{aspect_id!r} is a {node.kind}, not an aspect")
+        label = _check_text(label, "aspect label")
+        vec = _as_vector(embedding, self.dim)
+        self._claim_dim(vec)
+        node.text = label
+        if vec is not None:
+            node.embedding = vec
+        node.updated_at = time.time()
+        self._touch()
+
+    # -------------------------------------------------------------- internals
+    def _touch(self) -> None:
+        self.version += 1
+
+    def _new_id(self, node_id: str | None, prefix: str) -> str:
+        if node_id is None:
+            return f"{prefix}-{uuid.uuid4().hex}"
+        if not isinstance(node_id, str) or not node_id:
+            raise InvalidOperationError("node ids must be non-empty strings")
+        if node_id in self.graph:
+            raise InvalidOperationError(f"node id {node_id!r} is already used")
+        return node_id
+
+    def _claim_dim(self, vec: np.ndarray | None) -> None:
+        if vec is not None and self.dim is None:
+            self.dim = int(vec.size)
+
+    def _require_container(self, node_id: str) -> None:
+        if self.node(node_id).kind == "fact":
+            raise InvalidOperationError(f"{node_id!r} is a fact; facts are always leaves")
+
+    def _add_to_ancestors(self, node_id: str, sign: int) -> None:
+        """Add (sign=+1) or subtract (sign=-1) the subtree of ``node_id`` (its fact count,
+        embedding sum and count) on every proper ancestor: O(depth)."""
+        node = self.node(node_id)
+        cur = self.parent(node_id)
+        while cur is not None:
+            anc = self.node(cur)
+            anc.n_facts += sign * node.n_facts
+            if node.emb_count:
+                if anc.emb_sum is None:
+                    anc.emb_sum = np.zeros(node.emb_sum.shape, dtype=np.float64)
+                anc.emb_sum = anc.emb_sum + sign * node.emb_sum
+                anc.emb_count += sign * node.emb_count
+                if anc.emb_count == 0:
+                    anc.emb_sum = None  # exact zero: no rounding residue left behind
+            cur = self.parent(cur)
+
+    def _move(self, node_id: str, new_parent: str, *, prune: bool = True) -> None:
+        node = self.node(node_id)
+        old_parent = self.parent(node_id)
+        self._add_to_ancestors(node_id, -1)
+        self.graph.remove_edge(old_parent, node_id)
+        self.graph.add_edge(new_parent, node_id)
+        self._add_to_ancestors(node_id, +1)
+        node.updated_at = time.time()
+        if prune:
+            self._prune_empty(old_parent)
+        self._touch()
+
+    def _prune_empty(self, node_id: str | None) -> None:
+        while node_id is not None and self.node(node_id).kind == "aspect" and not self.children(node_id):
+            up = self.parent(node_id)
+            self.graph.remove_node(node_id)
+            node_id = up
+
+    # ---------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-compatible snapshot (nodes in pre-order, children in order)."""
+        nodes = []
+        for nid in nx.dfs_preorder_nodes(self.graph, self.root_id):
+            n = self.node(nid)
+            nodes.append(
+                {
+                    "id": n.id,
+                    "kind": n.kind,
+                    "text": n.text,
+                    "parent": self.parent(nid),
+                    "embedding": None if n.embedding is None else n.embedding.tolist(),
+                    "created_at": n.created_at,
+                    "updated_at": n.updated_at,
+                    "metadata": n.metadata,
+                }
+            )
+        return {"format": SERIAL_VERSION, "root_id": self.root_id, "dim": self.dim, "nodes": nodes}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MembrainTree":
+        """Rebuild a tree written by :meth:`to_dict`; raises InvariantError if malformed."""
+        try:
+            if data.get("format") != SERIAL_VERSION:
+                raise InvariantError(f"unknown tree format {data.get('format')!r}")
+            rows = list(data["nodes"])
+            root = rows[0]
+            if root["kind"] != "root" or root["parent"] is not None:
+                raise InvariantError("the first serialised node must be the root")
+            tree = cls(root["text"], root_id=root["id"], dim=data.get("dim"))
+            tree.node(tree.root_id).created_at = root["created_at"]
+            tree.node(tree.root_id).updated_at = root["updated_at"]
+            tree.node(tree.root_id).metadata = dict(root["metadata"])
+            for row in rows[1:]:
+                tree._attach_row(row)
+        except InvariantError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise InvariantError(f"malformed tree data: {exc!r}") from None
+        tree.check_invariants()
+        tree.version = 0
+        return tree
+
+    def _attach_row(self, row: dict[str, Any]) -> None:
+        """Attach one serialised node with its own timestamps (storage backends use this)."""
+        kind = row["kind"]
+        if kind == "fact":
+            nid = self.add_fact(row["parent"], row["text"], embedding=row["embedding"], node_id=row["id"],
+                                metadata=row["metadata"], created_at=row["created_at"])
+        elif kind == "aspect":
+            nid = self.add_aspect(row["parent"], row["text"], embedding=row["embedding"], node_id=row["id"],
+                                  metadata=row["metadata"])
+            self.node(nid).created_at = row["created_at"]
+        else:
+            raise InvariantError(f"unexpected node kind {kind!r}")
+        self.node(nid).updated_at = row["updated_at"]
+
+    # ------------------------------------------------------------- invariants
+    def check_invariants(self, *, atol: float = 1e-5) -> None:
+        """Raise InvariantError on any violation of the tree's invariants:
+
+        one root with no parent; every other node has exactly one parent; it is a tree
+        (connected, acyclic) reached from the root; facts are leaves; embeddings share one
+        dimension; each node's embedding count is the number of embedded facts below it and
+        its mean is the mean of their embeddings (within ``atol``).
+        """
+        g = self.graph
+        if self.root_id not in g or self.node(self.root_id).kind != "root":
+            raise InvariantError("the root is missing")
+        if g.in_degree(self.root_id) != 0:
+            raise InvariantError("the root has a parent")
+        if not nx.is_arborescence(g):
+            raise InvariantError("the graph is not a tree rooted at the root")
+        for nid, node in g.nodes(data="node"):
+            if node is None or node.id != nid:
+                raise InvariantError(f"node record of {nid!r} is missing or mislabelled")
+            if node.kind == "root" and nid != self.root_id:
+                raise InvariantError(f"second root {nid!r}")
+            if node.kind == "fact" and g.out_degree(nid) != 0:
+                raise InvariantError(f"fact {nid!r} has children")
+            if node.embedding is not None and self.dim is not None and node.embedding.size != self.dim:
+                raise InvariantError(f"{nid!r} has an embedding of another dimension")
+        for nid, node in g.nodes(data="node"):
+            if node.kind == "fact":
+                continue
+            below = self.facts_below(nid)
+            if node.n_facts != len(below):
+                raise InvariantError(f"{nid!r} counts {node.n_facts} facts below, has {len(below)}")
+            vecs = [self.node(f).embedding for f in below if self.node(f).embedding is not None]
+            if node.emb_count != len(vecs):
+                raise InvariantError(f"{nid!r} counts {node.emb_count} embedded facts, has {len(vecs)}")
+            if vecs and not np.allclose(node.mean_embedding, np.mean(vecs, axis=0), atol=atol):
+                raise InvariantError(f"mean embedding of {nid!r} is stale")
+
