@@ -50,6 +50,7 @@ class Node:
     emb_sum: np.ndarray | None = field(default=None, repr=False)
     emb_count: int = 0
     n_facts: int = 0  # facts at or below this node, embedded or not
+    seq: int = 0  # order among siblings: set on every attach or move (persisted)
 
     @property
     def mean_embedding(self) -> np.ndarray | None:
@@ -119,6 +120,10 @@ class MembrainTree:
         self.root_id = root_id
         self.dim = dim
         self.version = 0  # bumped by every successful write
+        self._seq = 0
+        # Change journal for storage backends: ids written or removed since the last drain.
+        self._dirty: set[str] = {root_id}
+        self._removed: set[str] = set()
         now = time.time()
         self.graph.add_node(root_id, node=Node(root_id, "root", _check_text(subject, "subject"), None, now, now))
 
@@ -227,10 +232,10 @@ class MembrainTree:
         node_id = self._new_id(node_id, "a")
         self._claim_dim(vec)
         now = time.time()
-        node = Node(node_id, "aspect", label, vec, now, now, dict(metadata or {}))
+        node = Node(node_id, "aspect", label, vec, now, now, dict(metadata or {}), seq=self._next_seq())
         self.graph.add_node(node_id, node=node)
         self.graph.add_edge(parent_id, node_id)
-        self._touch()
+        self._touch(node_id)
         return node_id
 
     def add_fact(
@@ -251,13 +256,14 @@ class MembrainTree:
         self._claim_dim(vec)
         now = time.time()
         created = now if created_at is None else float(created_at)
-        node = Node(node_id, "fact", text, vec, created, now, dict(metadata or {}), n_facts=1)
+        node = Node(node_id, "fact", text, vec, created, now, dict(metadata or {}), n_facts=1,
+                    seq=self._next_seq())
         if vec is not None:
             node.emb_sum, node.emb_count = vec.astype(np.float64), 1
         self.graph.add_node(node_id, node=node)
         self.graph.add_edge(parent_id, node_id)
         self._add_to_ancestors(node_id, +1)
-        self._touch()
+        self._touch(node_id)
         return node_id
 
     def promote(self, node_id: str) -> None:
@@ -332,6 +338,7 @@ class MembrainTree:
         parent = self.parent(node_id)
         self._add_to_ancestors(node_id, -1)
         self.graph.remove_node(node_id)
+        self._forget(node_id)
         self._prune_empty(parent)
         self._touch()
 
@@ -363,7 +370,7 @@ class MembrainTree:
         if metadata is not None:
             node.metadata = dict(metadata)
         node.updated_at = time.time()
-        self._touch()
+        self._touch(fact_id)
 
     def set_label(self, aspect_id: str, label: str, *, embedding: Any = None) -> None:
         """Rename an aspect (and optionally replace its label embedding)."""
@@ -377,11 +384,47 @@ class MembrainTree:
         if vec is not None:
             node.embedding = vec
         node.updated_at = time.time()
-        self._touch()
+        self._touch(aspect_id)
 
     # -------------------------------------------------------------- internals
-    def _touch(self) -> None:
+    def _touch(self, node_id: str | None = None) -> None:
         self.version += 1
+        if node_id is not None:
+            self._dirty.add(node_id)
+            self._removed.discard(node_id)
+
+    def _forget(self, node_id: str) -> None:
+        self._dirty.discard(node_id)
+        self._removed.add(node_id)
+
+    def node_row(self, node_id: str) -> dict[str, Any]:
+        """One node as a JSON-compatible row (the unit that storage backends persist)."""
+        n = self.node(node_id)
+        return {
+            "id": n.id,
+            "kind": n.kind,
+            "text": n.text,
+            "parent": self.parent(node_id),
+            "seq": n.seq,
+            "embedding": None if n.embedding is None else n.embedding.tolist(),
+            "created_at": n.created_at,
+            "updated_at": n.updated_at,
+            "metadata": n.metadata,
+        }
+
+    def drain_changes(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """Rows written and ids removed since the last drain, then forget them.
+
+        A backend that persists both (in one transaction) keeps an exact copy of the tree.
+        """
+        rows = [self.node_row(i) for i in sorted(self._dirty) if i in self.graph]
+        removed = sorted(self._removed)
+        self._dirty, self._removed = set(), set()
+        return rows, removed
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
 
     def _new_id(self, node_id: str | None, prefix: str) -> str:
         if node_id is None:
@@ -425,73 +468,88 @@ class MembrainTree:
         self.graph.add_edge(new_parent, node_id)
         self._add_to_ancestors(node_id, +1)
         node.updated_at = time.time()
+        node.seq = self._next_seq()
         if prune:
             self._prune_empty(old_parent)
-        self._touch()
+        self._touch(node_id)
 
     def _prune_empty(self, node_id: str | None) -> None:
         while node_id is not None and self.node(node_id).kind == "aspect" and not self.children(node_id):
             up = self.parent(node_id)
             self.graph.remove_node(node_id)
+            self._forget(node_id)
             node_id = up
 
     # ---------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible snapshot (nodes in pre-order, children in order)."""
-        nodes = []
-        for nid in nx.dfs_preorder_nodes(self.graph, self.root_id):
-            n = self.node(nid)
-            nodes.append(
-                {
-                    "id": n.id,
-                    "kind": n.kind,
-                    "text": n.text,
-                    "parent": self.parent(nid),
-                    "embedding": None if n.embedding is None else n.embedding.tolist(),
-                    "created_at": n.created_at,
-                    "updated_at": n.updated_at,
-                    "metadata": n.metadata,
-                }
-            )
+        nodes = [self.node_row(nid) for nid in nx.dfs_preorder_nodes(self.graph, self.root_id)]
         return {"format": SERIAL_VERSION, "root_id": self.root_id, "dim": self.dim, "nodes": nodes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "MembrainTree":
         """Rebuild a tree written by :meth:`to_dict`; raises InvariantError if malformed."""
+        if not isinstance(data, dict) or data.get("format") != SERIAL_VERSION:
+            raise InvariantError(f"unknown tree format {getattr(data, 'get', lambda k: None)('format')!r}")
         try:
-            if data.get("format") != SERIAL_VERSION:
-                raise InvariantError(f"unknown tree format {data.get('format')!r}")
-            rows = list(data["nodes"])
-            root = rows[0]
-            if root["kind"] != "root" or root["parent"] is not None:
-                raise InvariantError("the first serialised node must be the root")
-            tree = cls(root["text"], root_id=root["id"], dim=data.get("dim"))
-            tree.node(tree.root_id).created_at = root["created_at"]
-            tree.node(tree.root_id).updated_at = root["updated_at"]
-            tree.node(tree.root_id).metadata = dict(root["metadata"])
-            for row in rows[1:]:
-                tree._attach_row(row)
+            return cls.from_rows(data["nodes"], dim=data.get("dim"))
+        except KeyError as exc:
+            raise InvariantError(f"malformed tree data: missing {exc}") from None
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[dict[str, Any]], *, dim: int | None = None) -> "MembrainTree":
+        """Rebuild a tree from :meth:`node_row` rows in any order (siblings ordered by
+        ``seq``). Raises InvariantError if the rows do not form a valid tree."""
+        try:
+            rows = list(rows)
+            roots = [r for r in rows if r["kind"] == "root"]
+            if len(roots) != 1 or roots[0]["parent"] is not None:
+                raise InvariantError("the rows must hold exactly one root, without a parent")
+            root = roots[0]
+            tree = cls(root["text"], root_id=root["id"], dim=dim)
+            rnode = tree.node(tree.root_id)
+            rnode.created_at, rnode.updated_at = root["created_at"], root["updated_at"]
+            rnode.metadata = dict(root["metadata"] or {})
+            by_parent: dict[str, list[dict[str, Any]]] = {}
+            for r in rows:
+                if r is not root:
+                    by_parent.setdefault(r["parent"], []).append(r)
+            stack = [tree.root_id]
+            attached = 0
+            while stack:
+                parent = stack.pop()
+                for row in sorted(by_parent.get(parent, ()), key=lambda r: r.get("seq", 0)):
+                    tree._attach_row(row)
+                    attached += 1
+                    stack.append(row["id"])
+            if attached != len(rows) - 1:
+                raise InvariantError(f"{len(rows) - 1 - attached} rows are not connected to the root")
         except InvariantError:
             raise
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise InvariantError(f"malformed tree data: {exc!r}") from None
         tree.check_invariants()
         tree.version = 0
+        tree._dirty, tree._removed = set(), set()
         return tree
 
     def _attach_row(self, row: dict[str, Any]) -> None:
-        """Attach one serialised node with its own timestamps (storage backends use this)."""
+        """Attach one serialised node, keeping its own timestamps and sibling order."""
         kind = row["kind"]
+        meta = dict(row["metadata"] or {})
         if kind == "fact":
             nid = self.add_fact(row["parent"], row["text"], embedding=row["embedding"], node_id=row["id"],
-                                metadata=row["metadata"], created_at=row["created_at"])
+                                metadata=meta, created_at=row["created_at"])
         elif kind == "aspect":
             nid = self.add_aspect(row["parent"], row["text"], embedding=row["embedding"], node_id=row["id"],
-                                  metadata=row["metadata"])
+                                  metadata=meta)
             self.node(nid).created_at = row["created_at"]
         else:
             raise InvariantError(f"unexpected node kind {kind!r}")
-        self.node(nid).updated_at = row["updated_at"]
+        node = self.node(nid)
+        node.updated_at = row["updated_at"]
+        node.seq = int(row.get("seq", node.seq))
+        self._seq = max(self._seq, node.seq)
 
     # ------------------------------------------------------------- invariants
     def check_invariants(self, *, atol: float = 1e-5) -> None:
