@@ -1,0 +1,38 @@
+"""Entry point: ``python -m langchain_membrain.bench {tree,learning,hierarchy,locomo,scale}``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+SUBCOMMANDS = {
+    "tree": "tree operations at scale (100k facts, four levels)",
+    "learning": "online imitation learning curve of the stage-1/stage-2 models",
+    "hierarchy": "dendrogram purity of the online tree against baselines",
+    "locomo": "retrieval on LoCoMo against flat baselines",
+    "scale": "add/search latency and recall against N",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="membrain bench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in SUBCOMMANDS.items():
+        if importlib.util.find_spec(f"langchain_membrain.bench.{name}") is None:
+            continue
+        module = importlib.import_module(f"langchain_membrain.bench.{name}")
+        p = sub.add_parser(name, help=help_text, description=module.__doc__)
+        module.configure(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
