@@ -1,0 +1,430 @@
+"""Retrieval on LoCoMo: membrain against flat baselines, in one run and one embedder.
+
+Each conversation is ingested turn by turn into its own namespace (metadata: ``dia_id``,
+``speaker``, ``session`` number, ``date`` of the session); a turn's text is
+``"speaker: text"`` plus ``" [shares image: caption]"`` when it has one. For each question
+of categories 1 to 4 every method returns its top k turns of that conversation:
+
+- **all@k**: every evidence turn is in the top k; **any@k**: at least one is.
+
+Methods: ``membrain`` (:class:`~langchain_membrain.retrieval.FactIndex` with the tree built
+online), ``bm25`` (bm25s, no stemming), ``dense`` (cosine), ``flat_pipeline`` (FactIndex
+without a tree: the strong flat pipeline of issue 7), ``inmemorystore`` (LangGraph's
+``InMemoryStore`` with an index config, its own search). Evidence ids are normalised first
+(:func:`normalize_evidence`); questions left without a valid id are skipped.
+
+Data: LoCoMo (Maharana et al., ACL 2024), CC BY-NC 4.0, evaluation only, never shipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..retrieval import FactIndex, RetrievalConfig
+
+CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
+CATEGORY_ORDER = ["overall", "multi_hop", "temporal", "single_hop", "open_domain"]
+METHODS = ["membrain", "flat_pipeline", "bm25", "dense", "inmemorystore"]
+_EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
+
+
+# ----------------------------------------------------------------------------- data
+def normalize_evidence(evidence: Any, valid: set[str] | None = None) -> list[str]:
+    """Canonical evidence ids (``D<session>:<turn>``, no leading zeros), in order, deduplicated.
+
+    Handles LoCoMo's malformed entries: several ids in one string (``"D8:6; D9:17"``, space or
+    comma separated), an extra colon (``"D:11:26"``), leading zeros (``"D30:05"``), and drops
+    what is not an id (``"D"``) and, when ``valid`` is given, ids that name no turn.
+    """
+    items = [evidence] if isinstance(evidence, str) else list(evidence or [])
+    out: list[str] = []
+    for item in items:
+        for m in _EVIDENCE.finditer(str(item)):
+            did = f"D{int(m.group(1))}:{int(m.group(2))}"
+            if (valid is None or did in valid) and did not in out:
+                out.append(did)
+    return out
+
+
+@dataclass
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str  # as indexed: "speaker: text [shares image: caption]"
+    session: int
+    date: str
+
+
+@dataclass
+class Question:
+    question: str
+    category: str
+    evidence: list[str]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    speakers: list[str]
+    turns: list[Turn]
+    questions: list[Question] = field(default_factory=list)
+    skipped: int = 0  # questions of categories 1-4 without a valid evidence id
+
+
+def turn_text(turn: dict[str, Any]) -> str:
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [shares image: {turn['blip_caption']}]"
+    return text
+
+
+def load_locomo(path: str | Path, conversations: int | None = None) -> list[Conversation]:
+    """LoCoMo samples as :class:`Conversation` (sessions in numeric order, turns in order)."""
+    data = json.loads(Path(path).read_text())
+    out = []
+    for sample in data[:conversations] if conversations else data:
+        conv = sample["conversation"]
+        nums = sorted(int(m.group(1)) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)))
+        turns = [Turn(t["dia_id"], t["speaker"], turn_text(t), n, conv.get(f"session_{n}_date_time", ""))
+                 for n in nums for t in conv[f"session_{n}"]]
+        c = Conversation(sample["sample_id"], [conv["speaker_a"], conv["speaker_b"]], turns)
+        valid = {t.dia_id for t in turns}
+        for qa in sample["qa"]:
+            cat = CATEGORIES.get(qa.get("category"))
+            if cat is None:
+                continue
+            ev = normalize_evidence(qa.get("evidence"), valid)
+            if not ev:
+                c.skipped += 1
+                continue
+            c.questions.append(Question(str(qa["question"]), cat, ev))
+        out.append(c)
+    return out
+
+
+class EmbeddingCache:
+    """Embeds lists of texts in one batch and keeps them in ``cache_dir`` (one ``.npy`` per
+    list, named by a hash of the embedder name and the texts), so reruns do not embed."""
+
+    def __init__(self, embedder: Any, cache_dir: str | Path, name: str = "all-MiniLM-L6-v2"):
+        self.embedder, self.dir, self.name = embedder, Path(cache_dir), name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.seconds = 0.0  # time spent embedding (cache misses only)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        h = hashlib.sha256(self.name.encode())
+        for t in texts:
+            h.update(t.encode())
+            h.update(b"\0")
+        path = self.dir / f"{h.hexdigest()[:24]}.npy"
+        if path.exists():
+            return np.load(path)
+        from ..embeddings import embed_texts
+
+        t0 = time.perf_counter()
+        vecs = np.asarray(embed_texts(self.embedder, list(texts)), dtype=np.float32)
+        self.seconds += time.perf_counter() - t0
+        np.save(path, vecs)
+        return vecs
+
+
+# -------------------------------------------------------------------------- methods
+class Retriever:
+    """One method on one conversation: ``search(question, k) -> [dia_id]``."""
+
+    def search(self, q: str, k: int) -> list[str]:
+        raise NotImplementedError
+
+
+class BM25Retriever(Retriever):
+    """bm25s (Lucene BM25, k1 = 1.5, b = 0.75), English stop words, no stemming."""
+
+    def __init__(self, conv: Conversation):
+        import bm25s
+
+        self.ids = [t.dia_id for t in conv.turns]
+        self.model = bm25s.BM25()
+        self.model.index(bm25s.tokenize([t.text for t in conv.turns], stopwords="en", show_progress=False),
+                         show_progress=False)
+
+    def search(self, q: str, k: int) -> list[str]:
+        import bm25s
+
+        toks = bm25s.tokenize([q], stopwords="en", show_progress=False)
+        if not toks.vocab:
+            return []
+        docs, _ = self.model.retrieve(toks, k=min(k, len(self.ids)), show_progress=False)
+        return [self.ids[i] for i in docs[0]]
+
+
+class DenseRetriever(Retriever):
+    def __init__(self, conv: Conversation, embs: np.ndarray, qvecs: dict[str, np.ndarray]):
+        self.ids, self.embs, self.qvecs = [t.dia_id for t in conv.turns], embs, qvecs
+
+    def search(self, q: str, k: int) -> list[str]:
+        sims = self.embs @ self.qvecs[q]
+        return [self.ids[i] for i in np.argsort(-sims, kind="stable")[:k]]
+
+
+class InMemoryStoreRetriever(Retriever):
+    """LangGraph's ``InMemoryStore`` with an index config; embeddings served from the cache."""
+
+    def __init__(self, conv: Conversation, embs: np.ndarray, lookup: Callable[[list[str]], list[list[float]]]):
+        from langgraph.store.memory import InMemoryStore
+
+        self.ns = ("locomo", conv.sample_id)
+        self.store = InMemoryStore(index={"dims": embs.shape[1], "embed": lookup, "fields": ["text"]})
+        for t in conv.turns:
+            self.store.put(self.ns, t.dia_id, {"text": t.text, "speaker": t.speaker})
+
+    def search(self, q: str, k: int) -> list[str]:
+        return [item.key for item in self.store.search(self.ns, query=q, limit=k)]
+
+
+@dataclass
+class MembrainNamespace(Retriever):
+    """A namespace as membrain holds it: the tree and the FactIndex (``tree=None`` for the
+    flat pipeline). ``qvec`` maps the dense query text to its embedding."""
+
+    index: FactIndex
+    tree: Any
+    qvec: Callable[[str], np.ndarray]
+    mode: str = "exact"
+
+    def search(self, q: str, k: int) -> list[str]:
+        emb = self.qvec(self.index.dense_query_text(q))
+        return [str(f) for f, _ in self.index.search(q, emb, k, tree=self.tree, mode=self.mode)]
+
+
+def build_membrain(conv: Conversation, embs: np.ndarray, *, config: RetrievalConfig | None = None,
+                   with_tree: bool = True, embed_label: Callable[[str], Any] | None = None,
+                   stats: dict[str, Any] | None = None) -> tuple[FactIndex, Any]:
+    """Ingest a conversation turn by turn into a tree and a FactIndex (the one place to switch
+    to ``MembrainMemory`` once it owns both). Fact ids are the ``dia_id``s.
+
+    The tree is built online by ``pipeline.insert_with_teacher`` with the ``HeuristicTeacher``
+    when that teacher exists, else every fact goes under the root. ``stats`` receives the
+    ingest time per turn (embedding excluded: embeddings are precomputed) and teacher calls.
+    """
+    from ..tree import MembrainTree
+
+    index = FactIndex(config)
+    tree = MembrainTree(conv.sample_id) if with_tree else None
+    teacher = _heuristic_teacher() if with_tree else None
+    calls = {"n": 0}
+    if teacher is not None:
+        teacher = _CountingTeacher(teacher, calls)
+    t0 = time.perf_counter()
+    for turn, emb in zip(conv.turns, embs):
+        meta = {"dia_id": turn.dia_id, "speaker": turn.speaker, "session": turn.session, "date": turn.date}
+        if tree is not None:
+            if teacher is not None:
+                from ..pipeline import insert_with_teacher
+                from ..teachers.base import NewFact
+
+                insert_with_teacher(tree, NewFact(turn.text, emb, meta), teacher, node_id=turn.dia_id,
+                                    embed_label=embed_label)
+            else:
+                tree.add_fact(tree.root_id, turn.text, embedding=emb, node_id=turn.dia_id, metadata=meta)
+        index.add(turn.dia_id, turn.text, emb, meta)
+    if stats is not None:
+        stats.setdefault("ingest_s", []).append(time.perf_counter() - t0)
+        stats.setdefault("turns", []).append(len(conv.turns))
+        stats.setdefault("teacher_calls", []).append(calls["n"])
+        stats["teacher"] = type(teacher.inner).__name__ if teacher is not None else None
+    return index, tree
+
+
+def _heuristic_teacher() -> Any:
+    try:
+        from ..teachers.heuristic import HeuristicTeacher
+    except ImportError:
+        return None
+    return HeuristicTeacher()
+
+
+class _CountingTeacher:
+    """Wraps a teacher to count its decisions (teacher calls per turn)."""
+
+    def __init__(self, inner: Any, counter: dict[str, int]):
+        self.inner, self.counter = inner, counter
+
+    def choose_stage1(self, *a: Any) -> int:
+        self.counter["n"] += 1
+        return self.inner.choose_stage1(*a)
+
+    def choose_stage2(self, *a: Any) -> Any:
+        self.counter["n"] += 1
+        return self.inner.choose_stage2(*a)
+
+    def name_aspect(self, *a: Any) -> str:
+        return self.inner.name_aspect(*a)
+
+
+# ------------------------------------------------------------------------ scoring
+def score(ranked: dict[str, list[list[str]]], conv_questions: list[Question], ks: Sequence[int]) -> dict:
+    """``{method: {category: {metric: value, "n": count}}}`` from ranked dia ids."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for method, lists in ranked.items():
+        acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for q, top in zip(conv_questions, lists):
+            ev = set(q.evidence)
+            for k in ks:
+                got = set(top[:k]) & ev
+                for cat in ("overall", q.category):
+                    acc[cat][f"all@{k}"].append(float(got == ev))
+                    acc[cat][f"any@{k}"].append(float(bool(got)))
+        out[method] = {cat: {**{m: float(np.mean(v)) for m, v in acc[cat].items()},
+                             "n": len(next(iter(acc[cat].values())))}
+                       for cat in CATEGORY_ORDER if cat in acc}
+    return out
+
+
+def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int] = (5, 10),
+               methods: Sequence[str] = METHODS, cache_dir: str | None = None,
+               config: RetrievalConfig | None = None, flat_config: RetrievalConfig | None = None,
+               mode: str = "exact", embedder: Any = None, log: Callable[[str], None] = print) -> dict:
+    """Run every method on every conversation; returns ``{"results", "timing", "tree", ...}``."""
+    convs = load_locomo(data, conversations)
+    if embedder is None:
+        from ..embeddings import MiniLMEmbeddings
+
+        embedder = MiniLMEmbeddings()
+    cache = EmbeddingCache(embedder, cache_dir or Path(tempfile.gettempdir()) / "membrain-locomo-cache")
+    kmax = max(ks)
+    ranked: dict[str, list[list[str]]] = {m: [] for m in methods}
+    latency: dict[str, list[float]] = {m: [] for m in methods}
+    ingest: dict[str, Any] = {}
+    shapes = []
+    questions: list[Question] = []
+    for conv in convs:
+        embs = cache.embed([t.text for t in conv.turns])
+        by_text = {t.text: e for t, e in zip(conv.turns, embs)}
+        qs = [q.question for q in conv.questions]
+        qfull = dict(zip(qs, cache.embed(qs)))
+        retrievers: dict[str, Retriever] = {}
+        index = tree = None
+        if "membrain" in methods or "flat_pipeline" in methods:
+            index, tree = build_membrain(conv, embs, config=config, stats=ingest,
+                                         embed_label=lambda s: cache.embed([s])[0])
+            flat, _ = build_membrain(conv, embs, config=flat_config or config, with_tree=False)
+            stripped = sorted({index.dense_query_text(q) for q in qs})
+            qstrip = dict(zip(stripped, cache.embed(stripped)))
+            lookup = {**qfull, **qstrip}.__getitem__
+            if "membrain" in methods:
+                retrievers["membrain"] = MembrainNamespace(index, tree, lookup, mode)
+            if "flat_pipeline" in methods:
+                retrievers["flat_pipeline"] = MembrainNamespace(flat, None, lookup, "exact")
+            shapes.append(_tree_shape(tree))
+        if "bm25" in methods:
+            retrievers["bm25"] = BM25Retriever(conv)
+        if "dense" in methods:
+            retrievers["dense"] = DenseRetriever(conv, embs, qfull)
+        if "inmemorystore" in methods:
+            known = {**by_text, **qfull}
+
+            def lookup_many(texts: list[str], known: dict = known) -> list[list[float]]:
+                return [(known[t] if t in known else cache.embed([t])[0]).tolist() for t in texts]
+
+            retrievers["inmemorystore"] = InMemoryStoreRetriever(conv, embs, lookup_many)
+        for m in methods:
+            r = retrievers[m]
+            for q in qs:
+                t0 = time.perf_counter()
+                ranked[m].append(r.search(q, kmax))
+                latency[m].append(time.perf_counter() - t0)
+        questions += conv.questions
+        log(f"{conv.sample_id}: {len(conv.turns)} turns, {len(conv.questions)} questions"
+            f" ({conv.skipped} skipped: no valid evidence id)")
+    results = score(ranked, questions, ks)
+    n_turns = sum(ingest.get("turns", [])) or 1
+    timing = {m: {"search_p50_ms": 1e3 * float(np.percentile(v, 50)),
+                  "search_p95_ms": 1e3 * float(np.percentile(v, 95))} for m, v in latency.items() if v}
+    if ingest:
+        timing.setdefault("membrain", {})["ingest_ms_per_turn"] = 1e3 * sum(ingest["ingest_s"]) / n_turns
+        timing["membrain"]["teacher_calls_per_turn"] = sum(ingest["teacher_calls"]) / n_turns
+        timing["membrain"]["teacher"] = ingest.get("teacher")
+    return {"results": results, "timing": timing, "tree": shapes,
+            "questions": len(questions), "embedding_s": cache.seconds,
+            "ranked": ranked, "question_list": questions}
+
+
+def _tree_shape(tree: Any) -> dict[str, Any]:
+    if tree is None:
+        return {}
+    try:
+        from ..evaluation import tree_shape
+
+        return tree_shape(tree)
+    except ImportError:
+        return {"facts": tree.fact_count(tree.root_id), "aspects": len(tree.aspects()), "height": tree.height()}
+
+
+# --------------------------------------------------------------------------- CLI
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="path to locomo JSON (list of samples)")
+    parser.add_argument("--conversations", type=int, default=None, help="use the first N conversations")
+    parser.add_argument("--k", default="5,10", help="comma-separated cut-offs (default 5,10)")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of methods")
+    parser.add_argument("--mode", choices=["fast", "exact"], default="fast", help="membrain search mode")
+    parser.add_argument("--cache-dir", default=None, help="embedding cache (default: a temp dir)")
+    parser.add_argument("--json", default=None, help="write {method: {category: {metric: value}}} here")
+
+
+def run(args: argparse.Namespace) -> int:
+    ks = [int(x) for x in args.k.split(",") if x]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    out = run_locomo(args.data, conversations=args.conversations, ks=ks, methods=methods,
+                     cache_dir=args.cache_dir, mode=args.mode)
+    print_table(out, ks)
+    if args.json:
+        payload = {m: {c: {k: v for k, v in r.items() if k != "n"} for c, r in cats.items()}
+                   for m, cats in out["results"].items()}
+        Path(args.json).write_text(json.dumps(payload, indent=2))
+        side = Path(args.json).with_suffix(".details.json")
+        side.write_text(json.dumps({"timing": out["timing"], "tree": out["tree"],
+                                    "questions": out["questions"], "results_with_n": out["results"]}, indent=2))
+        print(f"wrote {args.json} and {side}")
+    return 0
+
+
+def print_table(out: dict, ks: Sequence[int]) -> None:
+    metrics = [f"{m}@{k}" for m in ("all", "any") for k in ks]
+    res = out["results"]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover
+        Console = None
+    rows = []
+    for m, cats in res.items():
+        for c in CATEGORY_ORDER:
+            if c in cats:
+                rows.append([m, c, str(cats[c]["n"])] + [f"{cats[c][x]:.3f}" for x in metrics])
+    head = ["method", "category", "n", *metrics]
+    if Console is not None:
+        t = Table(title=f"LoCoMo retrieval ({out['questions']} questions)")
+        for h in head:
+            t.add_column(h)
+        for r in rows:
+            t.add_row(*r)
+        Console().print(t)
+    else:
+        print("\t".join(head))
+        for r in rows:
+            print("\t".join(r))
+    for m, t in out["timing"].items():
+        print(m, {k: (round(v, 3) if isinstance(v, float) else v) for k, v in t.items()})
+    if out["tree"]:
+        print("tree shape per conversation:", out["tree"])

@@ -1,0 +1,652 @@
+"""The ``membrain`` command line.
+
+::
+
+    membrain demo                        # offline tour on a bundled sample conversation
+    membrain add "I am allergic to peanuts" --ns users/maya
+    membrain import notes.jsonl          # JSON lines ({"text": ..., "metadata": {...}}) or plain text
+    membrain search "what can't I eat?" -k 3
+    membrain show --depth 2
+    membrain export --format html -o memory.html
+    membrain stats
+    membrain bench tree ...              # the benchmarks (python -m langchain_membrain.bench)
+
+Every command takes ``--db PATH_OR_URL`` (default ``$MEMBRAIN_DB`` or ``./membrain.db``;
+``:memory:`` keeps nothing) and ``--ns a/b``. The teacher comes from the environment
+(``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` / ``MEMBRAIN_TEACHER_MODEL``), else the offline
+heuristic teacher is used; ``--offline`` forces the latter. A mistake (a missing file, a bad
+namespace, a database that cannot be opened) prints one red line and exits with status 1;
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from importlib import resources
+from itertools import groupby
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from .errors import MembrainError
+
+DEFAULT_DB = "./membrain.db"
+IN_MEMORY = ":memory:"
+DEMO_NAMESPACE = "demo/maya"
+EXPORT_FORMATS = ("json", "mermaid", "html")
+
+
+class UserError(Exception):
+    """A mistake of the person at the keyboard: reported in one line, no traceback."""
+
+
+# --------------------------------------------------------------------- helpers
+def _namespace(ns: str | None) -> tuple[str, ...] | None:
+    """Validate ``--ns`` early, so a bad one fails before any model is loaded."""
+    if ns is None:
+        return None
+    from .memory import as_namespace
+
+    return as_namespace(ns)
+
+
+def _ns_str(ns: Sequence[str]) -> str:
+    return "/".join(ns)
+
+
+def _storage(db: str | None) -> str | None:
+    """``--db`` as MembrainMemory's ``storage`` argument (None: in memory only)."""
+    if db is None or db == IN_MEMORY:
+        return None
+    if "://" not in db:
+        parent = Path(db).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise UserError(f"cannot create the database {db!r}: directory {str(parent)!r} does not exist")
+        if Path(db).is_dir():
+            raise UserError(f"--db {db!r} is a directory; give a file name such as {db.rstrip('/')}/membrain.db")
+    return db
+
+
+def teacher_from_env(offline: bool = False) -> tuple[Any, str]:
+    """The teacher the environment asks for, and a one-line description of it.
+
+    With ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` set (and the OpenAI teacher available),
+    an :class:`~langchain_membrain.teachers.openai_teacher.OpenAITeacher` built by its
+    ``from_env()``; otherwise ``None``, which MembrainMemory reads as its offline default.
+    """
+    wants_llm = bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
+    if offline or not wants_llm:
+        return None, "offline heuristic teacher"
+    if importlib.util.find_spec("langchain_membrain.teachers.openai_teacher") is None:
+        return None, "offline heuristic teacher (this build has no OpenAI teacher)"
+    from .teachers.openai_teacher import OpenAITeacher
+
+    teacher = OpenAITeacher.from_env()
+    model = getattr(teacher, "model", None) or os.environ.get("MEMBRAIN_TEACHER_MODEL") or "LLM"
+    where = os.environ.get("OPENAI_BASE_URL") or "OpenAI"
+    return teacher, f"LLM teacher {model} at {where}"
+
+
+@contextmanager
+def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB) -> Iterator[Any]:
+    """Open the MembrainMemory that ``--db`` names, with the environment's teacher."""
+    from .memory import MembrainMemory
+
+    db = args.db if args.db is not None else (os.environ.get("MEMBRAIN_DB") or default_db)
+    storage = _storage(db)
+    teacher, args.teacher_label = teacher_from_env(args.offline)
+    try:
+        memory = MembrainMemory(storage, teacher=teacher)
+    except (MembrainError, OSError):
+        raise
+    except Exception as exc:  # a driver's own error (sqlite3, psycopg...): the user's database
+        if args.debug:
+            raise
+        raise UserError(f"cannot open the memory at {db!r}: {type(exc).__name__}: {exc}") from None
+    with memory:
+        yield memory
+
+
+def _stats(memory: Any) -> dict[str, Any]:
+    try:
+        stats = memory.stats()
+    except Exception:  # stats are informative only
+        return {}
+    return stats if isinstance(stats, dict) else {}
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def teacher_calls(stats: dict[str, Any]) -> int | None:
+    """Total teacher calls reported by ``MembrainMemory.stats()``, or None if not reported."""
+    flat = _flatten(stats)
+    for key in ("teacher_calls", "teacher.calls", "teacher_queries"):
+        if isinstance(flat.get(key), (int, float)):
+            return int(flat[key])
+    for key, value in flat.items():
+        if "teacher" in key and "call" in key and "rate" not in key and isinstance(value, (int, float)):
+            return int(value)
+    return None
+
+
+def agreement(stats: dict[str, Any]) -> float | None:
+    """The model/teacher agreement rate reported by ``stats()``, or None."""
+    for key, value in _flatten(stats).items():
+        if "agree" in key and isinstance(value, (int, float)) and 0.0 <= value <= 1.0:
+            return float(value)
+    return None
+
+
+def shorten(text: str, width: int = 72) -> str:
+    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+
+
+def rich_tree(tree: Any, *, depth: int | None = None, max_facts: int | None = 5, width: int = 72,
+              title: str | None = None) -> Tree:
+    """A :class:`rich.tree.Tree` of a MembrainTree: aspects with their fact counts, facts
+    shortened to ``width`` characters, at most ``max_facts`` facts per node (None: all),
+    aspects down to ``depth`` levels (None: all)."""
+    root_id = tree.root_id
+    n = tree.fact_count(root_id)
+    label = title or (tree.subject or "memories")
+    top = Tree(Text.assemble((label, "bold"), (f"  {n} fact{'s' if n != 1 else ''}", "dim")),
+               guide_style="grey50")
+
+    def fill(branch: Tree, node_id: str, level: int) -> None:
+        children = tree.children(node_id)
+        aspects = [c for c in children if tree.node(c).kind == "aspect"]
+        facts = [c for c in children if tree.node(c).kind == "fact"]
+        if depth is not None and level >= depth:
+            if aspects or facts:
+                branch.add(Text("…", style="dim"))
+            return
+        for a in aspects:
+            count = tree.fact_count(a)
+            sub = branch.add(Text.assemble((tree.node(a).text or "(unnamed)", "bold cyan"),
+                                           (f" ({count})", "dim")))
+            fill(sub, a, level + 1)
+        shown = facts if max_facts is None else facts[:max_facts]
+        for f in shown:
+            branch.add(Text(shorten(tree.node(f).text, width)))
+        if len(facts) > len(shown):
+            more = len(facts) - len(shown)
+            branch.add(Text(f"… and {more} more fact{'s' if more != 1 else ''}", style="dim italic"))
+
+    fill(top, root_id, 0)
+    return top
+
+
+def _pick_namespaces(memory: Any, ns: tuple[str, ...] | None) -> list[tuple[str, ...]]:
+    """The namespaces a read command covers: ``--ns`` and those below it, or all of them."""
+    spaces = [tuple(s) for s in memory.namespaces()]
+    spaces = [s for s in spaces if memory.tree(s).fact_count(memory.tree(s).root_id) > 0]
+    if ns is None:
+        return spaces
+    chosen = [s for s in spaces if s[: len(ns)] == ns]
+    if not chosen:
+        known = ", ".join(_ns_str(s) for s in spaces) or "none yet"
+        raise UserError(f"no memories in namespace {_ns_str(ns)!r} (namespaces: {known})")
+    return chosen
+
+
+def _one_namespace(memory: Any, ns: tuple[str, ...] | None) -> tuple[str, ...]:
+    spaces = _pick_namespaces(memory, ns)
+    if ns is not None and ns in spaces:
+        return ns
+    if len(spaces) == 1:
+        return spaces[0]
+    if not spaces:
+        raise UserError("the memory is empty: add something first (membrain add TEXT)")
+    raise UserError("several namespaces hold memories; choose one with --ns "
+                    f"({', '.join(_ns_str(s) for s in spaces)})")
+
+
+# ---------------------------------------------------------------- read files
+def read_records(path: str) -> list[dict[str, Any]]:
+    """Records to import from a file (``-`` is standard input).
+
+    Each non-blank line is either a JSON object with ``text`` (or ``content``) and optional
+    ``metadata`` (a dict) and ``key``; other fields join the metadata. A line that is not
+    JSON is a memory of its own. Raises UserError naming the line of a bad record.
+    """
+    if path == "-":
+        lines = sys.stdin.read().splitlines()
+    else:
+        p = Path(path)
+        if not p.exists():
+            raise UserError(f"file not found: {path}")
+        if p.is_dir():
+            raise UserError(f"{path} is a directory, not a file")
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise UserError(f"{path} is not UTF-8 text") from None
+    records = []
+    for i, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        if not line.startswith("{"):
+            records.append({"text": line, "metadata": None, "key": None})
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"line {i} of {path} is not valid JSON: {exc.msg}") from None
+        text = obj.get("text", obj.get("content"))
+        if not isinstance(text, str) or not text.strip():
+            raise UserError(f"line {i} of {path} has no \"text\" string")
+        meta = obj.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise UserError(f"line {i} of {path}: \"metadata\" must be an object")
+        extra = {k: v for k, v in obj.items() if k not in ("text", "content", "metadata", "key")}
+        meta = {**extra, **(meta or {})} or None
+        key = obj.get("key")
+        if key is not None and not isinstance(key, str):
+            raise UserError(f"line {i} of {path}: \"key\" must be a string")
+        records.append({"text": text, "metadata": meta, "key": key})
+    return records
+
+
+class _RateColumn(ProgressColumn):
+    """Facts per second, as rich measures it."""
+
+    def render(self, task: Any) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("     ? facts/s" if speed is None else f"{speed:8.1f} facts/s", style="green")
+
+
+# ------------------------------------------------------------------ commands
+def cmd_add(args: argparse.Namespace, console: Console) -> int:
+    """``membrain add TEXT``: store one memory and say where it went."""
+    ns = _namespace(args.ns)
+    meta = _parse_meta(args.meta)
+    with open_memory(args) as memory:
+        key = memory.add(args.text, namespace=ns, metadata=meta, key=args.key)
+        memory.flush()
+        record = memory.get(key, namespace=ns)
+        path = " › ".join(record.path) if record is not None and record.path else "(top level)"
+        console.print(f"[green]✓[/] stored [bold]{escape(key)}[/] in [bold]{escape(_ns_str(record.namespace))}[/]"
+                      f" under {escape(path)}")
+    return 0
+
+
+def _parse_meta(items: list[str] | None) -> dict[str, Any] | None:
+    if not items:
+        return None
+    meta: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise UserError(f"--meta expects KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        try:
+            meta[k] = json.loads(v)
+        except json.JSONDecodeError:
+            meta[k] = v
+    return meta
+
+
+def cmd_import(args: argparse.Namespace, console: Console) -> int:
+    """``membrain import FILE``: bulk-load JSON lines or text lines, with a progress bar."""
+    ns = _namespace(args.ns)
+    records = read_records(args.file)
+    if not records:
+        console.print(f"[yellow]{escape(args.file)} holds no memories; nothing imported[/]")
+        return 0
+    batch = max(1, args.batch_size)
+    with open_memory(args) as memory:
+        console.print(f"[dim]{args.teacher_label}[/]")
+        columns = (TextColumn("[bold]importing[/]"), BarColumn(), MofNCompleteColumn(), _RateColumn(),
+                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+        start = time.perf_counter()
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("import", total=len(records))
+            for i in range(0, len(records), batch):
+                chunk = records[i: i + batch]
+                memory.add_many([r["text"] for r in chunk], namespace=ns,
+                                metadatas=[r["metadata"] for r in chunk], keys=[r["key"] for r in chunk])
+                progress.advance(task, len(chunk))
+        memory.flush()
+        took = time.perf_counter() - start
+        target = _ns_str(ns) if ns else "memories"
+        console.print(f"[green]✓[/] imported {len(records)} memories into [bold]{escape(target)}[/] "
+                      f"in {took:.1f} s ({len(records) / max(took, 1e-9):.1f} facts/s)")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace, console: Console) -> int:
+    """``membrain search QUERY``: the best matches with their paths in the tree."""
+    ns = _namespace(args.ns)
+    if args.k < 1:
+        raise UserError("-k must be at least 1")
+    with open_memory(args) as memory:
+        if ns is not None:
+            _pick_namespaces(memory, ns)
+            hits = memory.search(args.query, namespace=ns, limit=args.k)
+        else:  # every namespace: one search per top-level label, merged by score
+            hits = []
+            for top in sorted({s[:1] for s in memory.namespaces()}):
+                hits += memory.search(args.query, namespace=top, limit=args.k)
+            hits.sort(key=lambda r: -(r.score or 0.0))
+            hits = hits[: args.k]
+        if not hits:
+            console.print("[yellow]no memories found[/] (add some with [bold]membrain add TEXT[/])")
+            return 0
+        table = Table(title=f"search: {args.query}", title_justify="left", show_lines=False)
+        table.add_column("score", justify="right", style="green", no_wrap=True)
+        table.add_column("memory")
+        table.add_column("path", style="cyan")
+        show_ns = len({r.namespace for r in hits}) > 1 or ns is None
+        if show_ns:
+            table.add_column("namespace", style="dim")
+        for r in hits:
+            row = [f"{r.score:.3f}" if r.score is not None else "", escape(r.text),
+                   escape(" › ".join(r.path) or "·")]
+            if show_ns:
+                row.append(escape(_ns_str(r.namespace)))
+            table.add_row(*row)
+        console.print(table)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> int:
+    """``membrain show``: the tree of each namespace as a rich tree."""
+    ns = _namespace(args.ns)
+    if args.depth is not None and args.depth < 0:
+        raise UserError("--depth must be 0 or more")
+    with open_memory(args) as memory:
+        spaces = _pick_namespaces(memory, ns)
+        if not spaces:
+            console.print("[yellow]the memory is empty[/]: add something with [bold]membrain add TEXT[/]")
+            return 0
+        for s in spaces:
+            tree = memory.tree(s)
+            console.print(rich_tree(tree, depth=args.depth, max_facts=None if args.facts < 0 else args.facts,
+                                    width=args.width, title=_ns_str(s)))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    """``membrain export``: one namespace's tree as JSON, Mermaid or HTML."""
+    from .export import tree_to_html, tree_to_json, tree_to_mermaid
+
+    ns = _namespace(args.ns)
+    if args.output and Path(args.output).parent != Path("") and not Path(args.output).parent.is_dir():
+        raise UserError(f"directory {str(Path(args.output).parent)!r} does not exist")
+    with open_memory(args) as memory:
+        chosen = _one_namespace(memory, ns)
+        tree = memory.tree(chosen)
+        if args.format == "json":
+            text = json.dumps(tree_to_json(tree, embeddings=not args.no_embeddings), ensure_ascii=False) + "\n"
+        elif args.format == "mermaid":
+            text = tree_to_mermaid(tree, args.max_label)
+        else:
+            text = tree_to_html(tree, title=args.title or f"membrain: {_ns_str(chosen)}")
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        n = tree.fact_count(tree.root_id)
+        console.print(f"[green]✓[/] wrote {escape(args.output)} ({args.format}, {n} facts from "
+                      f"{escape(_ns_str(chosen))})")
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace, console: Console) -> int:
+    """``membrain stats``: facts, aspects and depth per namespace, and the memory's counters."""
+    ns = _namespace(args.ns)
+    with open_memory(args) as memory:
+        spaces = _pick_namespaces(memory, ns)
+        per_ns = []
+        for s in spaces:
+            t = memory.tree(s)
+            per_ns.append({"namespace": _ns_str(s), "facts": t.fact_count(t.root_id),
+                           "aspects": len(t.aspects()), "depth": t.height()})
+        stats = _stats(memory)
+        if args.json:
+            print(json.dumps({"namespaces": per_ns, "stats": stats, "teacher": args.teacher_label},
+                             default=str, indent=2))
+            return 0
+        if per_ns:
+            table = Table(title="trees", title_justify="left")
+            for col, justify in (("namespace", "left"), ("facts", "right"), ("aspects", "right"), ("depth", "right")):
+                table.add_column(col, justify=justify)
+            for row in per_ns:
+                table.add_row(escape(row["namespace"]), str(row["facts"]), str(row["aspects"]), str(row["depth"]))
+            console.print(table)
+        else:
+            console.print("[yellow]the memory is empty[/]")
+        kv = Table(title="memory", title_justify="left", show_header=False)
+        kv.add_column("what", style="bold")
+        kv.add_column("value", justify="right")
+        kv.add_row("teacher", escape(args.teacher_label))
+        calls, agree = teacher_calls(stats), agreement(stats)
+        kv.add_row("teacher calls", "not reported" if calls is None else str(calls))
+        kv.add_row("agreement with teacher", "not reported" if agree is None else f"{agree:.1%}")
+        for key, value in _flatten(stats).items():
+            if isinstance(value, float):
+                value = f"{value:.4g}"
+            kv.add_row(escape(key.replace("_", " ")), escape(str(value)))
+        console.print(kv)
+    return 0
+
+
+def cmd_bench(argv: list[str]) -> int:
+    """``membrain bench ...``: the benchmark dispatcher."""
+    from .bench.__main__ import main as bench_main
+
+    return bench_main(argv)
+
+
+# ---------------------------------------------------------------------- demo
+def load_sample_conversation() -> list[dict[str, Any]]:
+    """The bundled sample conversation: dicts with ``text``, ``speaker``, ``session``, ``date``."""
+    raw = resources.files("langchain_membrain").joinpath("data/sample_conversation.jsonl").read_text("utf-8")
+    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+
+DEMO_QUERIES = (
+    "What food should I avoid cooking for Maya?",
+    "How is her knee doing?",
+    "Where did the family travel?",
+    "What is Maya working on at her job?",
+    "What music does she play?",
+)
+
+
+def cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    """``membrain demo``: ingest the sample conversation session by session, show the tree
+    growing and the teacher being asked less, then search it."""
+    ns = _namespace(args.ns) or _namespace(DEMO_NAMESPACE)
+    turns = [t for t in load_sample_conversation() if t["speaker"] == "user"]
+    sessions = [(s, list(g)) for s, g in groupby(turns, key=lambda t: t["session"])]
+    console.rule("[bold]membrain demo")
+    console.print(f"Maya told her assistant {len(turns)} things over {len(sessions)} sessions. "
+                  f"membrain files each one into a tree for [bold]{escape(_ns_str(ns))}[/].")
+    with open_memory(args, default_db=None) as memory:
+        console.print(f"[dim]{escape(args.teacher_label)}; loading the embedder…[/]")
+        memory.search("warm up", namespace=ns, limit=1)  # loads MiniLM before the clock starts
+        rates: list[tuple[int, int, int | None]] = []
+        start = time.perf_counter()
+        for idx, (session, group) in enumerate(sessions):
+            before = teacher_calls(_stats(memory))
+            memory.add_many([t["text"] for t in group], namespace=ns,
+                            metadatas=[{"speaker": t["speaker"], "session": t["session"], "date": t["date"]}
+                                       for t in group])
+            memory.flush()
+            after = teacher_calls(_stats(memory))
+            calls = None if before is None or after is None else after - before
+            rates.append((session, len(group), calls))
+            tree = memory.tree(ns)
+            asked = ("" if calls is None else
+                     f" · teacher asked [bold]{calls}[/] times ({calls / len(group):.1f} per fact)")
+            console.print(f"\n[bold]session {session}[/] [dim]({group[0]['date']})[/]: +{len(group)} facts → "
+                          f"{tree.fact_count(tree.root_id)} facts, {len(tree.aspects())} aspects, "
+                          f"depth {tree.height()}{asked}")
+            if idx in (0, len(sessions) // 2):
+                console.print(rich_tree(tree, depth=2, max_facts=2, width=60, title=_ns_str(ns)))
+        took = time.perf_counter() - start
+        console.print()
+        console.rule(f"[bold]the tree after {len(turns)} facts[/] [dim]({took:.1f} s)")
+        console.print(rich_tree(memory.tree(ns), depth=None, max_facts=3, width=64, title=_ns_str(ns)))
+        console.print()
+        _print_teacher_rates(console, rates, _stats(memory))
+        console.rule("[bold]searches")
+        for query in DEMO_QUERIES:
+            hits = memory.search(query, namespace=ns, limit=2)
+            console.print(f"\n[bold]? {escape(query)}[/]")
+            for r in hits:
+                path = " › ".join(r.path) or "·"
+                console.print(f"  [green]{r.score:.2f}[/] {escape(shorten(r.text, 70))}  [cyan]{escape(path)}[/]")
+    console.print()
+    console.rule()
+    console.print("Next: [bold]membrain import FILE[/], [bold]membrain show[/], "
+                  "[bold]membrain export --format html -o memory.html[/]")
+    return 0
+
+
+def _print_teacher_rates(console: Console, rates: list[tuple[int, int, int | None]], stats: dict[str, Any]) -> None:
+    if any(calls is None for _, _, calls in rates):
+        console.print("[dim]teacher-call rate: not reported by this build's MembrainMemory.stats()[/]")
+        return
+    console.print("[bold]teacher calls per new fact[/] (the small models take over as they learn)")
+    peak = max((calls / n for _, n, calls in rates), default=0.0) or 1.0
+    for session, n, calls in rates:
+        per = calls / n
+        bar = "█" * max(int(round(30 * per / peak)), 0)
+        console.print(f"  session {session}  [magenta]{bar:<30}[/] {per:4.1f}")
+    agree = agreement(stats)
+    if agree is not None:
+        console.print(f"  agreement with the teacher: [bold]{agree:.0%}[/]")
+
+
+# -------------------------------------------------------------------- parser
+def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--db", metavar="PATH_OR_URL", default=default,
+                        help=f"SQLite file or postgresql:// URL (default $MEMBRAIN_DB or {DEFAULT_DB}; "
+                             f"'{IN_MEMORY}' keeps nothing; demo: in memory)")
+    parser.add_argument("--ns", metavar="A/B", default=default, help="namespace, e.g. users/maya")
+    parser.add_argument("--offline", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                        help="use the offline heuristic teacher even if OPENAI_* is set")
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                        help="show tracebacks")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``membrain`` (options may come before or after the command)."""
+    parser = argparse.ArgumentParser(prog="membrain", description="Tree-shaped long-term memory for agents.",
+                                     epilog="Run 'membrain demo' for a two-minute tour.")
+    _common(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _common(p, suppress=True)
+        return p
+
+    add("demo", "offline tour: ingest a sample conversation, watch the tree grow, search it")
+    p = add("add", "store one memory")
+    p.add_argument("text")
+    p.add_argument("--meta", action="append", metavar="KEY=VALUE", help="metadata (repeatable; JSON values)")
+    p.add_argument("--key", help="key of the memory (default: generated)")
+    p = add("import", "bulk-load a file of JSON lines ({\"text\": ..., \"metadata\": {...}}) or text lines")
+    p.add_argument("file", help="the file ('-' for standard input)")
+    p.add_argument("--batch-size", type=int, default=64, help="memories per add_many call (default 64)")
+    p = add("search", "find memories by meaning")
+    p.add_argument("query")
+    p.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    p = add("show", "print the tree: aspects with fact counts, facts shortened")
+    p.add_argument("--depth", type=int, default=None, help="aspect levels to show (default all)")
+    p.add_argument("--facts", type=int, default=5, help="facts shown per aspect (default 5, -1 for all)")
+    p.add_argument("--width", type=int, default=72, help="characters per fact (default 72)")
+    p = add("export", "write one namespace's tree as JSON, Mermaid or a self-contained HTML page")
+    p.add_argument("--format", "-f", choices=EXPORT_FORMATS, default="json")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default standard output)")
+    p.add_argument("--title", help="HTML page title")
+    p.add_argument("--max-label", type=int, default=40, help="Mermaid label length (default 40)")
+    p.add_argument("--no-embeddings", action="store_true", help="JSON without the embedding vectors")
+    p = add("stats", "facts, aspects, depth, teacher calls and agreement")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser("bench", help="benchmarks (membrain bench --help)", add_help=False)
+    return parser
+
+
+COMMANDS = {"demo": cmd_demo, "add": cmd_add, "import": cmd_import, "search": cmd_search,
+            "show": cmd_show, "export": cmd_export, "stats": cmd_stats}
+
+
+def _bench_args(argv: list[str]) -> list[str] | None:
+    """The arguments after ``bench`` when it is the command, else None."""
+    takes_value = {"--db", "--ns"}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "bench":
+            return argv[i + 1:]
+        if a in takes_value:
+            i += 2
+            continue
+        if not a.startswith("-"):
+            return None
+        i += 1
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``membrain`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    bench = _bench_args(argv)
+    if bench is not None:
+        return cmd_bench(bench)
+    args = build_parser().parse_args(argv)
+    console = Console(highlight=False)
+    errors = Console(stderr=True, highlight=False)
+    try:
+        return COMMANDS[args.command](args, console)
+    except KeyboardInterrupt:
+        errors.print("[red]membrain: interrupted[/]", soft_wrap=True)
+        return 130
+    except (UserError, MembrainError, OSError) as exc:
+        if args.debug:
+            raise
+        message = str(exc) if not isinstance(exc, OSError) or not exc.filename else \
+            f"{exc.strerror or exc}: {exc.filename}"
+        errors.print(f"[bold red]membrain: error:[/] [red]{escape(' '.join(message.split()))}[/]", soft_wrap=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Export a :class:`~.tree.MembrainTree` to JSON, Mermaid or one self-contained HTML page.
+
+All three are pure functions of the tree; they never modify it.
+
+- :func:`tree_to_json`: the tree's own snapshot format, readable back with
+  :meth:`MembrainTree.from_dict <langchain_membrain.tree.MembrainTree.from_dict>`.
+- :func:`tree_to_mermaid`: a Mermaid ``flowchart`` (paste it into a Markdown file on GitHub,
+  or any Mermaid viewer).
+- :func:`tree_to_html`: one HTML file with inline CSS and JavaScript (no CDN, no web fonts, so
+  it opens offline): collapsible aspects with their fact counts and a search box that filters
+  the facts and opens the aspects above each match.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from typing import Any
+
+from .tree import MembrainTree
+
+__all__ = ["tree_to_html", "tree_to_json", "tree_to_mermaid"]
+
+
+# ---------------------------------------------------------------------- JSON
+def tree_to_json(tree: MembrainTree, *, embeddings: bool = True) -> dict[str, Any]:
+    """The tree as a JSON-compatible dict (``json.dumps`` it to write a file).
+
+    The format is :meth:`MembrainTree.to_dict`, so
+    ``MembrainTree.from_dict(tree_to_json(tree))`` rebuilds the same tree. With
+    ``embeddings=False`` the vectors are left out (a file a person can read; a tree rebuilt
+    from it has no embeddings).
+    """
+    data = tree.to_dict()
+    if not embeddings:
+        for row in data["nodes"]:
+            row["embedding"] = None
+        data["dim"] = None
+    return data
+
+
+# ------------------------------------------------------------------- Mermaid
+# Characters that would end a quoted Mermaid label or be read as markup, as Mermaid's own
+# entity codes (``#quot;``) or numeric codes (``#91;``).
+_MERMAID_ESCAPES = {
+    '"': "#quot;",
+    "#": "#35;",
+    "<": "#lt;",
+    ">": "#gt;",
+    "[": "#91;",
+    "]": "#93;",
+    "{": "#123;",
+    "}": "#125;",
+    "(": "#40;",
+    ")": "#41;",
+    "|": "#124;",
+    "`": "#96;",
+    "&": "#38;",
+}
+_MERMAID_RE = re.compile("[" + re.escape("".join(_MERMAID_ESCAPES)) + "]")
+
+
+def _shorten(text: str, limit: int) -> str:
+    """One line of at most ``limit`` characters (an ellipsis marks a cut)."""
+    text = " ".join(str(text).split())
+    if limit > 0 and len(text) > limit:
+        return text[: max(limit - 1, 0)].rstrip() + "…"
+    return text
+
+
+def mermaid_label(text: str, max_label: int = 40) -> str:
+    """``text`` shortened and escaped so that it is safe inside a quoted Mermaid label."""
+    return _MERMAID_RE.sub(lambda m: _MERMAID_ESCAPES[m.group(0)], _shorten(text, max_label))
+
+
+def tree_to_mermaid(tree: MembrainTree, max_label: int = 40, *, max_facts: int | None = None) -> str:
+    """The tree as a Mermaid flowchart (top-down).
+
+    The root is a stadium, aspects are rounded boxes labelled with their fact count, facts
+    are plain boxes. Labels are cut to ``max_label`` characters and escaped (quotes,
+    brackets, ``<``, ``>``, ``#``...), and node ids are generated (``n0``, ``n1``...), so any
+    text is safe. ``max_facts`` shows at most that many facts per node and one
+    "… N more facts" box for the rest (Mermaid renderers slow down past a few hundred
+    nodes).
+    """
+    lines = ["flowchart TD"]
+    ids: dict[str, str] = {}
+
+    def mid(node_id: str) -> str:
+        if node_id not in ids:
+            ids[node_id] = f"n{len(ids)}"
+        return ids[node_id]
+
+    root = tree.root_id
+    subject = tree.subject or "memories"
+    lines.append(f'    {mid(root)}(["{mermaid_label(subject, max_label)} · {tree.fact_count(root)}"]):::root')
+    stack = [root]
+    more = 0
+    while stack:
+        parent = stack.pop()
+        facts_shown = 0
+        hidden = 0
+        children = tree.children(parent)
+        for child in children:
+            node = tree.node(child)
+            if node.kind == "aspect":
+                label = f"{mermaid_label(node.text, max_label)} · {tree.fact_count(child)}"
+                lines.append(f'    {mid(parent)} --> {mid(child)}("{label}"):::aspect')
+                stack.append(child)
+            else:
+                if max_facts is not None and facts_shown >= max_facts:
+                    hidden += 1
+                    continue
+                facts_shown += 1
+                lines.append(f'    {mid(parent)} --> {mid(child)}["{mermaid_label(node.text, max_label)}"]:::fact')
+        if hidden:
+            more += 1
+            lines.append(f'    {mid(parent)} --> more{more}["… {hidden} more facts"]:::more')
+    lines += [
+        "    classDef root fill:#1f3b57,color:#ffffff,stroke:#1f3b57",
+        "    classDef aspect fill:#e3eefa,stroke:#4a78a8,color:#10263b",
+        "    classDef fact fill:#ffffff,stroke:#b8c2cc,color:#333333",
+        "    classDef more fill:#f4f4f4,stroke:#cccccc,color:#777777,stroke-dasharray:3 3",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------- HTML
+_CSS = """
+:root { --fg:#1d2733; --muted:#6b7785; --line:#d9e0e7; --accent:#2f6fad; --hit:#fff2a8;
+        --aspect:#eef4fb; --bg:#ffffff; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial,
+       sans-serif; color: var(--fg); background: var(--bg); }
+header { position: sticky; top: 0; z-index: 2; background: #f7f9fb; border-bottom: 1px solid var(--line);
+         padding: 12px 20px; display: flex; flex-wrap: wrap; gap: 10px 18px; align-items: center; }
+header h1 { font-size: 18px; margin: 0; }
+header .meta { color: var(--muted); font-size: 13px; }
+#q { flex: 1 1 260px; max-width: 460px; padding: 7px 10px; font-size: 15px; border: 1px solid #b9c4cf;
+     border-radius: 6px; }
+button { font: inherit; font-size: 13px; padding: 5px 10px; border: 1px solid #b9c4cf; background: #fff;
+         border-radius: 6px; cursor: pointer; }
+button:hover { border-color: var(--accent); }
+#status { color: var(--muted); font-size: 13px; min-width: 8em; }
+main { padding: 14px 20px 40px; }
+details { margin: 2px 0 2px 0; }
+details > ul, .root > ul { list-style: none; margin: 2px 0 4px 9px; padding: 0 0 0 14px;
+                           border-left: 1px solid var(--line); }
+summary { cursor: pointer; padding: 3px 6px; border-radius: 5px; list-style-position: outside; }
+summary:hover { background: var(--aspect); }
+.aspect > summary .label { font-weight: 600; }
+.root > summary .label { font-weight: 700; font-size: 16px; }
+.count { display: inline-block; margin-left: 6px; padding: 0 7px; border-radius: 10px; font-size: 12px;
+         background: var(--aspect); color: var(--accent); border: 1px solid #c9dbef; }
+li.fact { padding: 2px 6px; margin: 1px 0; border-radius: 4px; }
+li.fact:hover { background: #f5f7f9; }
+li.fact .when { color: var(--muted); font-size: 12px; margin-left: 8px; }
+li.hit { background: var(--hit); }
+li.hit:hover { background: var(--hit); }
+.hidden { display: none !important; }
+#empty { color: var(--muted); padding: 10px 6px; }
+"""
+
+_JS = """
+(function () {
+  var q = document.getElementById('q');
+  var status = document.getElementById('status');
+  var empty = document.getElementById('empty');
+  var facts = Array.prototype.slice.call(document.querySelectorAll('li.fact'));
+  var aspects = Array.prototype.slice.call(document.querySelectorAll('li.aspect'));
+  var total = facts.length;
+  var timer = null;
+  facts.forEach(function (li) { li._text = (li.getAttribute('data-text') || '').toLowerCase(); });
+
+  function setAll(open) {
+    document.querySelectorAll('details').forEach(function (d) { d.open = open; });
+  }
+
+  function openAncestors(el) {
+    for (var p = el.parentElement; p; p = p.parentElement) {
+      if (p.tagName === 'DETAILS') { p.open = true; }
+    }
+  }
+
+  function apply() {
+    var terms = q.value.toLowerCase().split(/\\s+/).filter(Boolean);
+    var shown = 0;
+    aspects.forEach(function (a) { a.classList.remove('hidden'); });
+    facts.forEach(function (li) {
+      var ok = terms.every(function (t) { return li._text.indexOf(t) !== -1; });
+      li.classList.toggle('hidden', terms.length > 0 && !ok);
+      li.classList.toggle('hit', terms.length > 0 && ok);
+      if (ok) { shown += 1; }
+    });
+    if (terms.length) {
+      // Hide aspects without a visible fact, then open the ancestors of every match.
+      aspects.slice().reverse().forEach(function (a) {
+        if (!a.querySelector('li.fact:not(.hidden)')) { a.classList.add('hidden'); }
+      });
+      facts.forEach(function (li) { if (!li.classList.contains('hidden')) { openAncestors(li); } });
+      status.textContent = shown + ' of ' + total + ' facts match';
+    } else {
+      status.textContent = total + ' facts';
+    }
+    empty.classList.toggle('hidden', !(terms.length && shown === 0));
+    if (history.replaceState) {
+      history.replaceState(null, '', terms.length ? '#q=' + encodeURIComponent(q.value) : '#');
+    }
+  }
+
+  q.addEventListener('input', function () { clearTimeout(timer); timer = setTimeout(apply, 80); });
+  q.addEventListener('keydown', function (e) { if (e.key === 'Escape') { q.value = ''; apply(); } });
+  document.getElementById('expand').addEventListener('click', function () { setAll(true); });
+  document.getElementById('collapse').addEventListener('click', function () {
+    setAll(false);
+    var root = document.querySelector('details.root');
+    if (root) { root.open = true; }
+  });
+  var m = /^#q=(.*)$/.exec(location.hash);
+  if (m) { q.value = decodeURIComponent(m[1]); }
+  apply();
+  window.membrain = { search: function (text) { q.value = text; apply(); }, expandAll: function () { setAll(true); } };
+})();
+"""
+
+
+def _fmt_time(ts: float | None) -> str:
+    if not ts:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: int = 1) -> str:
+    """One self-contained HTML page showing the tree.
+
+    Aspects are ``<details>`` elements (collapsible without JavaScript) labelled with their
+    fact count; aspects down to ``open_depth`` levels start open. The search box filters
+    the facts (every word must appear, case-insensitive), hides aspects left empty and opens
+    the aspects above each match; ``page.html#q=words`` opens with a search filled in.
+    All text is HTML-escaped and nothing is loaded from the network, so the file can be
+    mailed or opened offline. A few thousand facts render in well under a second.
+    """
+    subject = tree.subject or "memories"
+    title = title if title is not None else f"membrain: {subject}"
+    n_facts = tree.fact_count(tree.root_id)
+    n_aspects = len(tree.aspects())
+    esc = html.escape
+    out: list[str] = []
+
+    def fact_li(node_id: str) -> str:
+        node = tree.node(node_id)
+        when = _fmt_time(node.created_at)
+        when_html = f'<span class="when">{esc(when)}</span>' if when else ""
+        return (f'<li class="fact" id="{esc(node_id)}" data-text="{esc(node.text)}" '
+                f'title="{esc(node_id)}">{esc(node.text)}{when_html}</li>')
+
+    def container(node_id: str, depth: int) -> None:
+        # Iterative over siblings, recursive over depth (trees are shallow: tens of levels).
+        node = tree.node(node_id)
+        kind = "root" if node.kind == "root" else "aspect"
+        label = subject if node.kind == "root" else node.text
+        is_open = " open" if depth < max(open_depth, 1) or node.kind == "root" else ""
+        count = tree.fact_count(node_id)
+        unit = "fact" if count == 1 else "facts"
+        out.append(f'<li class="{kind}" data-id="{esc(node_id)}"><details class="{kind}"{is_open}>'
+                   f'<summary><span class="label">{esc(label)}</span>'
+                   f'<span class="count" title="{count} {unit} below">{count}</span></summary><ul>')
+        children = tree.children(node_id)
+        # Aspects first (the structure), then the facts attached directly here.
+        for child in children:
+            if tree.node(child).kind == "aspect":
+                container(child, depth + 1)
+        for child in children:
+            if tree.node(child).kind == "fact":
+                out.append(fact_li(child))
+        out.append("</ul></details></li>")
+
+    container(tree.root_id, 0)
+    body = "\n".join(out)
+    meta = (f"{n_facts} fact{'s' if n_facts != 1 else ''} · {n_aspects} aspect{'s' if n_aspects != 1 else ''}"
+            f" · depth {tree.height()}")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="langchain-membrain">
+<title>{esc(title)}</title>
+<style>{_CSS}</style>
+</head>
+<body>
+<header>
+  <h1>{esc(title)}</h1>
+  <span class="meta">{esc(meta)}</span>
+  <input id="q" type="search" placeholder="Search facts…" autocomplete="off" aria-label="Search facts">
+  <span id="status" aria-live="polite"></span>
+  <button id="expand" type="button">Expand all</button>
+  <button id="collapse" type="button">Collapse</button>
+</header>
+<main>
+<ul class="tree" style="list-style:none;margin:0;padding:0">
+{body}
+</ul>
+<div id="empty" class="hidden">No fact matches this search.</div>
+</main>
+<script>{_JS}</script>
+</body>
+</html>
+"""

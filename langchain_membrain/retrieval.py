@@ -1,0 +1,604 @@
+"""Fact retrieval for one namespace: an incrementally maintained hybrid index.
+
+:class:`FactIndex` holds the facts of one namespace (one tree) and answers
+``search(query, query_embedding, k)`` with ``[(fact_id, score), ...]``, best first. It is
+the "strong flat pipeline" of issue 7, every part switchable in :class:`RetrievalConfig`
+so that each can be measured, plus the parts that use the tree.
+
+Definitions (``s`` is a fact, ``q`` the query):
+
+- **Lexical field** of a fact: the bag of its own terms (weight 1 per occurrence), plus
+  each term of the previous and of the next fact of the same *session* with weight
+  ``neighbour_weight`` (default 0.5), plus the session's month and year as terms (weight 1).
+  Terms are lower-cased word tokens of two or more characters, stop words removed,
+  Snowball-stemmed (PyStemmer; no stemming when it is not installed). The session of a
+  fact is ``metadata["session"]``; the order within a session is insertion order; the
+  date is ``metadata["date"]`` (a ``datetime``/``date`` or a string such as
+  ``"1:56 pm on 8 May, 2023"`` or ``"2023-05-08"``).
+- **BM25** (Lucene variant): ``sum_t idf(t) * f(t,s) (k1 + 1) / (f(t,s) + k1 (1 - b + b |s| / avgdl))``
+  over the distinct query terms, ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))``, ``f`` the
+  (fractional) weight of ``t`` in the field, ``|s|`` the field's total weight, ``k1 = 1.5``,
+  ``b = 0.3`` (short chat turns: length normalisation mostly hurts).
+- **Dense score**: cosine of the fact embedding with the query embedding, turned into a
+  z-score ``(cos - mean) / std`` with mean and standard deviation over *all* facts of the
+  index. Both come from running first and second moments of the stored embeddings
+  (``mean = q . mu``, ``var = q^T E[x x^T] q - mean^2``), so no scan is needed.
+- **Fused score**: ``bm25 / max(bm25) + dense_weight * z`` (``max`` over the scored set;
+  linear fusion beat reciprocal-rank fusion on LoCoMo).
+- **Speaker boost**: when the query names exactly one of the speakers seen
+  (``metadata["speaker"]``), facts of that speaker get ``+ speaker_boost``.
+- **Session prior**: ``+ session_prior * max(score of the facts in the same session)``.
+- The dense query drops the speakers' names (they carry no topic, and pull the query
+  toward every turn of that speaker): with ``embed_query`` configured the index embeds the
+  stripped text itself, otherwise the caller may pass the embedding of
+  :meth:`FactIndex.dense_query_text`.
+
+Every metadata-driven part degrades to a no-op when its key is absent: plain facts with no
+metadata get BM25 over their own terms fused with the dense score.
+
+Modes: ``mode="exact"`` scores every fact. ``mode="fast"`` scores only candidates: the
+facts on the posting lists of the query terms (BM25 is exactly zero elsewhere) united
+with the ``ann_candidates`` nearest neighbours from an HNSW index (hnswlib), when the index
+holds at least ``ann_min_facts`` facts (below that a matrix-vector product is cheaper and
+exact). The cost of a fast search is that of the posting lists touched plus a logarithmic
+ANN search, not a scan of all facts.
+
+Tree (``search(..., tree=MembrainTree)``): see :class:`RetrievalConfig` fields prefixed
+``tree_``; fact ids must be the tree's fact node ids.
+
+Thread-safety: a ``FactIndex`` is **not** thread-safe. Every method that reads or writes
+must be called with the owner's lock held (``MembrainMemory`` already serialises writes to a
+namespace's tree; it must take the same lock around ``search``). Distinct indexes share
+nothing and can be used from distinct threads.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime
+from typing import Any, Callable, Hashable, Iterable, Literal, Sequence
+
+import numpy as np
+
+try:  # optional: Snowball stemmer (extra "bench"); without it terms are not stemmed
+    import Stemmer as _PyStemmer
+except ImportError:  # pragma: no cover - exercised only where PyStemmer is missing
+    _PyStemmer = None
+
+try:  # optional: HNSW for the fast mode; without it the dense part is exact
+    import hnswlib as _hnswlib
+except ImportError:  # pragma: no cover
+    _hnswlib = None
+
+__all__ = ["FactIndex", "RetrievalConfig", "tokenize", "date_tokens", "STOPWORDS"]
+
+Mode = Literal["fast", "exact"]
+
+# English stop words (a common short list, plus chat fillers); question words stay out of
+# facts and queries alike so that "when did X" does not match every "when" in a chat.
+STOPWORDS = frozenset("""
+a about above after again against all also am an and any are as at be because been before
+being below between both but by can could did do does doing down during each few for from
+further had has have having he her here hers herself him himself his how i if in into is it
+its itself just me more most my myself no nor not now of off on once only or other our ours
+ourselves out over own same she should so some such than that the their theirs them
+themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself yourselves
+yeah yes oh hey hi wow ok okay really thanks thank
+""".split())
+
+_TOKEN = re.compile(r"\b\w\w+\b")
+_MONTHS = ("january february march april may june july august september october november "
+           "december").split()
+_MONTH_RE = re.compile(r"\b(" + "|".join(m[:3] for m in _MONTHS) + r")[a-z]*\b", re.I)
+_YEAR_RE = re.compile(r"\b(1[89]\d\d|2\d\d\d)\b")
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Switches and weights of the pipeline (defaults: the strong flat pipeline plus the
+    tree parts that measured as gains). Setting a weight to 0 turns its part off."""
+
+    stem: bool = True
+    k1: float = 1.5
+    b: float = 0.3
+    neighbour_weight: float = 0.5  # weight of the previous/next fact's terms in a field
+    date_terms: bool = True  # the session's month and year as terms
+    dense_weight: float = 0.2  # fused = bm25 / max(bm25) + dense_weight * z(cos)
+    strip_names: bool = True  # drop speaker names from the dense query
+    speaker_boost: float = 0.3  # + to facts of the one speaker the query names
+    session_prior: float = 0.5  # + session_prior * best score in the fact's session
+    # Fast mode.
+    ann_min_facts: int = 2000
+    ann_candidates: int = 200
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 100
+    hnsw_ef_search: int = 200
+    # Tree (used only when search() gets a tree).
+    tree_aspect_prior: float = 0.0  # + w * best score among the facts of the fact's aspect
+
+
+def tokenize(text: str, stemmer: Any = None) -> list[str]:
+    """Lower-case word tokens of 2+ characters, stop words removed, stemmed if a stemmer
+    (PyStemmer ``Stemmer``) is given."""
+    toks = [t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
+    if stemmer is not None and toks:
+        toks = stemmer.stemWords(toks)
+    return toks
+
+
+def date_tokens(value: Any) -> list[str]:
+    """The month name and year of a date as terms (``["may", "2023"]``); [] if none found.
+
+    Accepts ``datetime``/``date``, ISO strings (``2023-05-08``) and free text such as
+    LoCoMo's ``"1:56 pm on 8 May, 2023"``.
+    """
+    if value is None:
+        return []
+    if isinstance(value, (datetime, date)):
+        return [_MONTHS[value.month - 1], str(value.year)]
+    text = str(value)
+    try:
+        d = datetime.fromisoformat(text.strip())
+        return [_MONTHS[d.month - 1], str(d.year)]
+    except ValueError:
+        pass
+    out = []
+    m = _MONTH_RE.search(text)
+    if m:
+        prefix = m.group(1).lower()
+        out.append(next(name for name in _MONTHS if name.startswith(prefix)))
+    y = _YEAR_RE.search(text)
+    if y:
+        out.append(y.group(1))
+    return out
+
+
+def _name_words(name: str) -> list[str]:
+    return [w for w in re.findall(r"\w+", name.lower()) if len(w) >= 2]
+
+
+class FactIndex:
+    """Hybrid lexical + dense index of one namespace's facts, kept up to date per write.
+
+    Args:
+        config: weights and switches (:class:`RetrievalConfig`).
+        embed_query: optional ``text -> vector``; used by :meth:`search` when no query
+            embedding is passed (the text embedded is :meth:`dense_query_text`).
+        dim: embedding dimension; taken from the first embedding when None.
+
+    Fact ids are any hashable (``MembrainMemory``: the tree's fact node ids). Internally each
+    fact gets a *slot* (row of the embedding matrix, HNSW label); slots are not reused.
+    """
+
+    def __init__(self, config: RetrievalConfig | None = None, *,
+                 embed_query: Callable[[str], Any] | None = None, dim: int | None = None):
+        self.config = config or RetrievalConfig()
+        self.embed_query = embed_query
+        self.dim = dim
+        self._stemmer = _PyStemmer.Stemmer("english") if (self.config.stem and _PyStemmer) else None
+        self._slot: dict[Hashable, int] = {}  # fact id -> slot
+        self._ids: list[Hashable | None] = []  # slot -> fact id (None once removed)
+        self._text: list[str] = []
+        self._meta: list[dict[str, Any]] = []
+        self._own: list[Counter] = []  # slot -> own terms
+        self._date: list[list[str]] = []  # slot -> date terms
+        self._field: list[dict[str, float]] = []  # slot -> full lexical field
+        self._len = np.zeros(0, dtype=np.float64)  # slot -> field weight
+        self._postings: dict[str, dict[int, float]] = {}
+        self._posting_arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # cache
+        self._total_len = 0.0
+        self._sessions: dict[str, list[int]] = {}  # session key -> slots in insertion order
+        self._sess_key: list[str | None] = []
+        self._sess_num: dict[str, int] = {}  # session key -> small int (for array ops)
+        self._sess_arr = np.zeros(0, dtype=np.int64)  # slot -> session number, -1 none
+        self._speaker: list[str | None] = []
+        self._speaker_count: Counter = Counter()  # display name -> facts
+        self._emb = np.zeros((0, dim or 0), dtype=np.float32)
+        self._alive = np.zeros(0, dtype=bool)
+        self._has_emb = np.zeros(0, dtype=bool)
+        self._m1: np.ndarray | None = None  # sum of embeddings (float64)
+        self._m2: np.ndarray | None = None  # sum of outer products (float64)
+        self._n_emb = 0
+        self._hnsw: Any = None
+
+    # ------------------------------------------------------------------ reads
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, fact_id: object) -> bool:
+        return fact_id in self._slot
+
+    def ids(self) -> list[Hashable]:
+        return list(self._slot)
+
+    def speakers(self) -> list[str]:
+        """Distinct ``metadata["speaker"]`` values of the facts held."""
+        return sorted(self._speaker_count)
+
+    def terms(self, text: str) -> list[str]:
+        """The lexical terms of ``text`` as this index sees them."""
+        return tokenize(text, self._stemmer)
+
+    def field_of(self, fact_id: Hashable) -> dict[str, float]:
+        """The lexical field of a fact (term -> weight), see the module docstring."""
+        return dict(self._field[self._slot[fact_id]])
+
+    # ----------------------------------------------------------------- writes
+    def add(self, fact_id: Hashable, text: str, embedding: Any = None,
+            metadata: dict[str, Any] | None = None) -> None:
+        """Index a new fact; it becomes the last fact of its session. Raises ValueError if
+        the id is already held or the embedding has the wrong shape."""
+        if fact_id in self._slot:
+            raise ValueError(f"fact {fact_id!r} is already indexed")
+        vec = self._check_vec(embedding)
+        meta = dict(metadata or {})
+        slot = len(self._ids)
+        self._slot[fact_id] = slot
+        self._ids.append(fact_id)
+        self._text.append(text)
+        self._meta.append(meta)
+        self._own.append(Counter(self.terms(text)))
+        self._date.append(date_tokens(meta.get("date")) if self.config.date_terms else [])
+        self._date[-1] = self._stem_list(self._date[-1])
+        self._field.append({})
+        self._grow(slot + 1)
+        self._alive[slot] = True
+        spk = meta.get("speaker")
+        spk = str(spk) if spk not in (None, "") else None
+        self._speaker.append(spk)
+        if spk:
+            self._speaker_count[spk] += 1
+        key = self._session_key(meta)
+        self._sess_key.append(key)
+        self._sess_arr[slot] = -1
+        touched = [slot]
+        if key is not None:
+            order = self._sessions.setdefault(key, [])
+            if order:
+                touched.append(order[-1])  # the previous fact gains this one as "next"
+            order.append(slot)
+            self._sess_arr[slot] = self._sess_num.setdefault(key, len(self._sess_num))
+        for s in touched:
+            self._refresh_field(s)
+        if vec is not None:
+            self._set_vec(slot, vec)
+
+    def update(self, fact_id: Hashable, *, text: str | None = None, embedding: Any = None,
+               metadata: dict[str, Any] | None = None) -> None:
+        """Change a fact's text, embedding and/or metadata (metadata replaced whole). The fact
+        keeps its place in its session unless its session changes (then it goes last)."""
+        slot = self._slot[fact_id]
+        vec = self._check_vec(embedding)
+        if metadata is not None and self._session_key(metadata) != self._sess_key[slot]:
+            old_text, old_emb = self._text[slot], self._emb[slot].copy() if self._has_emb[slot] else None
+            self.remove(fact_id)
+            self.add(fact_id, old_text if text is None else text,
+                     old_emb if vec is None else vec, metadata)
+            return
+        if metadata is not None:
+            meta = dict(metadata)
+            old = self._speaker[slot]
+            if old:
+                self._speaker_count[old] -= 1
+                if not self._speaker_count[old]:
+                    del self._speaker_count[old]
+            spk = meta.get("speaker")
+            spk = str(spk) if spk not in (None, "") else None
+            self._speaker[slot] = spk
+            if spk:
+                self._speaker_count[spk] += 1
+            self._meta[slot] = meta
+            self._date[slot] = self._stem_list(
+                date_tokens(meta.get("date")) if self.config.date_terms else [])
+        if text is not None:
+            self._text[slot] = text
+            self._own[slot] = Counter(self.terms(text))
+        if text is not None or metadata is not None:
+            for s in (slot, *self._neighbours(slot)):
+                self._refresh_field(s)
+        if vec is not None:
+            if self._has_emb[slot]:
+                self._moments(self._emb[slot], -1)
+            self._set_vec(slot, vec)
+
+    def remove(self, fact_id: Hashable) -> None:
+        """Drop a fact; its session neighbours' fields are recomputed. KeyError if absent."""
+        slot = self._slot.pop(fact_id)
+        prev_next = self._neighbours(slot)
+        key = self._sess_key[slot]
+        if key is not None:
+            self._sessions[key].remove(slot)
+        self._set_field(slot, {})
+        for s in prev_next:
+            self._refresh_field(s)
+        spk = self._speaker[slot]
+        if spk:
+            self._speaker_count[spk] -= 1
+            if not self._speaker_count[spk]:
+                del self._speaker_count[spk]
+        if self._has_emb[slot]:
+            self._moments(self._emb[slot], -1)
+            self._has_emb[slot] = False
+            if self._hnsw is not None:
+                self._hnsw.mark_deleted(slot)
+        self._alive[slot] = False
+        self._ids[slot] = None
+        self._own[slot] = Counter()
+        self._text[slot] = ""
+        self._meta[slot] = {}
+
+    # ----------------------------------------------------------------- search
+    def dense_query_text(self, query: str) -> str:
+        """``query`` without the speaker names this index has seen (when ``strip_names``)."""
+        if not self.config.strip_names or not self._speaker_count:
+            return query
+        words = {w for name in self._speaker_count for w in _name_words(name)}
+        if not words:
+            return query
+        pat = re.compile(r"\b(" + "|".join(map(re.escape, sorted(words, key=len, reverse=True)))
+                         + r")(?:'s|s')?\b", re.I)
+        out = re.sub(r"\s+", " ", pat.sub(" ", query)).strip()
+        return out or query
+
+    def named_speaker(self, query: str) -> str | None:
+        """The one speaker whose name (any word of it) the query contains; None if zero or
+        several are named."""
+        qwords = set(re.findall(r"\w+", query.lower()))
+        hits = [name for name in self._speaker_count if qwords & set(_name_words(name))]
+        return hits[0] if len(hits) == 1 else None
+
+    def search(self, query: str, query_embedding: Any = None, k: int = 10, *,
+               tree: Any = None, mode: Mode = "fast",
+               filter_ids: Iterable[Hashable] | None = None) -> list[tuple[Hashable, float]]:
+        """The ``k`` best facts for ``query`` as ``[(fact_id, score)]``, best first.
+
+        Args:
+            query: the query text (lexical part, speaker detection).
+            query_embedding: embedding of :meth:`dense_query_text` (or of ``query``); when
+                None, ``embed_query`` is used if configured, else the search is lexical only.
+            k: number of results.
+            tree: the namespace's :class:`~langchain_membrain.tree.MembrainTree` for the tree
+                parts of the score (ignored when None).
+            mode: ``"fast"`` (candidates from posting lists and HNSW) or ``"exact"`` (all).
+            filter_ids: only these fact ids may be returned.
+        """
+        if k <= 0 or not self._slot:
+            return []
+        cfg = self.config
+        qvec = self._query_vec(query, query_embedding)
+        allowed = None
+        if filter_ids is not None:
+            allowed = np.array([self._slot[f] for f in filter_ids if f in self._slot], dtype=np.int64)
+            if allowed.size == 0:
+                return []
+        # 1. lexical: only the posting lists of the query terms
+        lex_slots, lex_scores = self._bm25(query)
+        # 2. candidate set
+        n_slots = len(self._ids)
+        use_ann = (mode == "fast" and qvec is not None and self._hnsw is not None
+                   and self._n_emb >= cfg.ann_min_facts and allowed is None)
+        if mode == "exact" or not use_ann:
+            cand = np.flatnonzero(self._alive[:n_slots]) if allowed is None else allowed
+        else:
+            n_ann = min(max(cfg.ann_candidates, 4 * k), self._n_emb)
+            self._hnsw.set_ef(max(cfg.hnsw_ef_search, n_ann))
+            labels, _ = self._hnsw.knn_query(qvec.reshape(1, -1), k=n_ann)
+            top_lex = lex_slots
+            if lex_slots.size > cfg.ann_candidates:
+                part = np.argpartition(-lex_scores, cfg.ann_candidates)[: cfg.ann_candidates]
+                top_lex = lex_slots[part]
+            cand = np.union1d(labels[0].astype(np.int64), top_lex)
+        if cand.size == 0:
+            return []
+        # 3. fused score on the candidates
+        lex = np.zeros(n_slots, dtype=np.float64)
+        lex[lex_slots] = lex_scores
+        c_lex = lex[cand]
+        mx = c_lex.max() if c_lex.size else 0.0
+        score = c_lex / mx if mx > 0 else np.zeros(cand.size)
+        if qvec is not None and cfg.dense_weight and self._n_emb:
+            score = score + cfg.dense_weight * self._dense_z(qvec, cand)
+        # 4. speaker boost
+        spk = self.named_speaker(query) if cfg.speaker_boost else None
+        if spk is not None:
+            score = score + cfg.speaker_boost * np.array(
+                [self._speaker[s] == spk for s in cand], dtype=np.float64)
+        # 5. session prior (time structure) and aspect prior (tree)
+        base = score
+        if cfg.session_prior:
+            score = score + cfg.session_prior * _group_max(self._sess_arr[cand], base)
+        if tree is not None and cfg.tree_aspect_prior:
+            groups = self._aspect_groups(tree, cand)
+            score = score + cfg.tree_aspect_prior * _group_max(groups, base)
+        order = np.argsort(-score, kind="stable")[:k]
+        return [(self._ids[cand[i]], float(score[i])) for i in order]
+
+    # -------------------------------------------------------------- internals
+    def _stem_list(self, toks: list[str]) -> list[str]:
+        return self._stemmer.stemWords(toks) if (self._stemmer is not None and toks) else toks
+
+    @staticmethod
+    def _session_key(meta: dict[str, Any]) -> str | None:
+        s = meta.get("session")
+        return None if s is None or s == "" else str(s)
+
+    def _neighbours(self, slot: int) -> list[int]:
+        """The previous and next slots of ``slot`` in its session (0 to 2 slots)."""
+        key = self._sess_key[slot]
+        if key is None:
+            return []
+        order = self._sessions[key]
+        try:
+            i = order.index(slot)
+        except ValueError:
+            return []
+        return [order[j] for j in (i - 1, i + 1) if 0 <= j < len(order)]
+
+    def _refresh_field(self, slot: int) -> None:
+        """Recompute one fact's lexical field from its own terms, neighbours and date."""
+        fld: dict[str, float] = dict(self._own[slot])
+        w = self.config.neighbour_weight
+        if w:
+            for nb in self._neighbours(slot):
+                for t, c in self._own[nb].items():
+                    fld[t] = fld.get(t, 0.0) + w * c
+        for t in self._date[slot]:
+            fld[t] = fld.get(t, 0.0) + 1.0
+        self._set_field(slot, fld)
+
+    def _set_field(self, slot: int, fld: dict[str, float]) -> None:
+        """Replace a field, touching only the posting lists of terms that changed."""
+        old = self._field[slot]
+        for t in old.keys() - fld.keys():
+            plist = self._postings[t]
+            del plist[slot]
+            if not plist:
+                del self._postings[t]
+            self._posting_arrays.pop(t, None)
+        for t, wt in fld.items():
+            if old.get(t) != wt:
+                self._postings.setdefault(t, {})[slot] = wt
+                self._posting_arrays.pop(t, None)
+        total = float(sum(fld.values()))
+        self._total_len += total - self._len[slot]
+        self._len[slot] = total
+        self._field[slot] = fld
+
+    def _bm25(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, scores) of the facts with a non-zero BM25 score for ``query``."""
+        n = len(self._slot)
+        terms = [t for t in dict.fromkeys(self.terms(query)) if t in self._postings]
+        if not terms or n == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        k1, b = self.config.k1, self.config.b
+        avgdl = max(self._total_len / n, 1e-9)
+        lens = self._len
+        parts_s, parts_v = [], []
+        for t in terms:
+            slots, tf = self._posting(t)
+            df = slots.size
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            denom = tf + k1 * (1.0 - b + b * lens[slots] / avgdl)
+            parts_s.append(slots)
+            parts_v.append(idf * tf * (k1 + 1.0) / denom)
+        slots = np.concatenate(parts_s)
+        vals = np.concatenate(parts_v)
+        uniq, inv = np.unique(slots, return_inverse=True)
+        return uniq, np.bincount(inv, weights=vals, minlength=uniq.size)
+
+    def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        arr = self._posting_arrays.get(term)
+        if arr is None:
+            plist = self._postings[term]
+            arr = (np.fromiter(plist.keys(), dtype=np.int64, count=len(plist)),
+                   np.fromiter(plist.values(), dtype=np.float64, count=len(plist)))
+            self._posting_arrays[term] = arr
+        return arr
+
+    def _check_vec(self, embedding: Any) -> np.ndarray | None:
+        if embedding is None:
+            return None
+        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        if self.dim is None:
+            self.dim = vec.size
+            self._emb = np.zeros((self._emb.shape[0], self.dim), dtype=np.float32)
+        if vec.size != self.dim:
+            raise ValueError(f"embedding has {vec.size} dimensions, the index uses {self.dim}")
+        norm = float(np.linalg.norm(vec))
+        if not np.isfinite(norm):
+            raise ValueError("embedding contains NaN or infinity")
+        return vec / norm if norm > 0 else vec  # cosine: store unit vectors
+
+    def _grow(self, n: int) -> None:
+        cap = self._alive.size
+        if n <= cap:
+            return
+        new = max(n, 2 * cap, 64)
+        emb = np.zeros((new, self.dim or 0), dtype=np.float32)
+        emb[:cap] = self._emb[:cap]
+        self._emb = emb
+        self._alive = np.concatenate([self._alive, np.zeros(new - cap, dtype=bool)])
+        self._has_emb = np.concatenate([self._has_emb, np.zeros(new - cap, dtype=bool)])
+        self._sess_arr = np.concatenate([self._sess_arr, np.full(new - cap, -1, dtype=np.int64)])
+        self._len = np.concatenate([self._len, np.zeros(new - cap)])
+
+    def _moments(self, vec: np.ndarray, sign: int) -> None:
+        v = vec.astype(np.float64)
+        if self._m1 is None:
+            self._m1 = np.zeros(v.size)
+            self._m2 = np.zeros((v.size, v.size))
+        self._m1 += sign * v
+        self._m2 += sign * np.outer(v, v)
+        self._n_emb += sign
+
+    def _set_vec(self, slot: int, vec: np.ndarray) -> None:
+        self._emb[slot] = vec
+        self._has_emb[slot] = True
+        self._moments(vec, +1)
+        if _hnswlib is None:
+            return
+        cfg = self.config
+        if self._hnsw is None:
+            if self._n_emb < cfg.ann_min_facts:
+                return  # built lazily once the index is large enough to need it
+            self._hnsw = _hnswlib.Index(space="ip", dim=self.dim)
+            self._hnsw.init_index(max_elements=max(2 * self._emb.shape[0], 1024),
+                                  ef_construction=cfg.hnsw_ef_construction, M=cfg.hnsw_m)
+            self._hnsw.set_num_threads(1)
+            live = np.flatnonzero(self._has_emb[: len(self._ids)])
+            self._hnsw.add_items(self._emb[live], live)
+            return
+        if slot >= self._hnsw.get_max_elements():
+            self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), slot + 1))
+        self._hnsw.add_items(vec.reshape(1, -1), np.array([slot]))
+
+    def _query_vec(self, query: str, query_embedding: Any) -> np.ndarray | None:
+        if query_embedding is None and self.embed_query is not None:
+            query_embedding = self.embed_query(self.dense_query_text(query))
+        if query_embedding is None or self.dim is None:
+            return None
+        vec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
+        if vec.size != self.dim:
+            raise ValueError(f"query embedding has {vec.size} dimensions, the index uses {self.dim}")
+        norm = float(np.linalg.norm(vec))
+        return vec / norm if norm > 0 else None
+
+    def _dense_z(self, qvec: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        """z-scored cosine of the candidates (0 for facts without an embedding)."""
+        cos = self._emb[cand] @ qvec
+        q = qvec.astype(np.float64)
+        mean = float(q @ self._m1) / self._n_emb
+        var = float(q @ self._m2 @ q) / self._n_emb - mean * mean
+        z = (cos - mean) / math.sqrt(var) if var > 1e-12 else cos - mean
+        return np.where(self._has_emb[cand], z, 0.0)
+
+    def _aspect_groups(self, tree: Any, cand: np.ndarray) -> np.ndarray:
+        """Group number of each candidate's parent aspect; -1 when under the root."""
+        nums: dict[str, int] = {}
+        out = np.full(cand.size, -1, dtype=np.int64)
+        for i, s in enumerate(cand):
+            fid = self._ids[s]
+            if fid in tree:
+                p = tree.parent(fid)
+                if p is not None and p != tree.root_id:
+                    out[i] = nums.setdefault(p, len(nums))
+        return out
+
+
+def _group_max(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each element, the max of ``values`` over the elements of its group; 0 where the
+    group is -1 (no group)."""
+    out = np.zeros(values.size)
+    mask = groups >= 0
+    if not mask.any():
+        return out
+    g = groups[mask]
+    uniq, inv = np.unique(g, return_inverse=True)
+    best = np.full(uniq.size, -np.inf)
+    np.maximum.at(best, inv, values[mask])
+    out[mask] = best[inv]
+    return out

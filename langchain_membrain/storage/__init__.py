@@ -1,0 +1,82 @@
+"""Persistence of membrain trees and model checkpoints.
+
+``open_storage(target)`` picks the backend from its argument:
+
+- ``"postgresql://..."`` or ``"postgres://..."``: :class:`~.postgres.PostgresStorage`
+  (needs the ``[postgres]`` extra: psycopg 3 and psycopg_pool), to share one memory
+  between processes on several machines;
+- any other string or path (``"membrain.db"``): :class:`~.sqlite.SQLiteStorage`, a file
+  shared safely by the processes of one machine;
+- ``None`` or ``":memory:"``: a private in-process SQLite database (nothing persists).
+
+See :mod:`.base` for the interface and its concurrency model.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import SchemaVersionError, StorageError
+from .base import (
+    SCHEMA_VERSION,
+    STORE_VALUE_KEY,
+    Namespace,
+    NotADatabaseError,
+    Storage,
+    StorageClosedError,
+    StorageUnavailableError,
+    VersionConflictError,
+)
+from .sqlite import SQLiteStorage
+
+
+def is_postgres_url(target: Any) -> bool:
+    return isinstance(target, str) and target.split("://", 1)[0].lower() in ("postgresql", "postgres")
+
+
+def open_storage(target: str | os.PathLike[str] | None = None, **options: Any) -> Storage:
+    """Open (creating if needed) the storage named by ``target``.
+
+    ``options`` go to the backend: ``busy_timeout``/``synchronous`` for SQLite;
+    ``schema``, ``connect_timeout``, ``min_size``/``max_size`` (pool) for PostgreSQL.
+    Raises :class:`NotADatabaseError`, :class:`StorageUnavailableError` or
+    :class:`~langchain_membrain.errors.SchemaVersionError` (all StorageError) when it cannot.
+    """
+    if target is None:
+        return SQLiteStorage(":memory:", **options)
+    if is_postgres_url(target):
+        from .postgres import PostgresStorage  # imported lazily: psycopg is an optional extra
+
+        return PostgresStorage(str(target), **options)
+    if not isinstance(target, (str, os.PathLike)):
+        raise StorageError(f"a storage target is a path, a postgresql:// URL or None, got {target!r}")
+    return SQLiteStorage(target, **options)
+
+
+def __getattr__(name: str) -> Any:
+    # ``from langchain_membrain.storage import PostgresStorage`` without importing psycopg
+    # for everyone else.
+    if name == "PostgresStorage":
+        from .postgres import PostgresStorage
+
+        return PostgresStorage
+    raise AttributeError(name)
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STORE_VALUE_KEY",
+    "Namespace",
+    "NotADatabaseError",
+    "PostgresStorage",
+    "SQLiteStorage",
+    "SchemaVersionError",
+    "Storage",
+    "StorageClosedError",
+    "StorageError",
+    "StorageUnavailableError",
+    "VersionConflictError",
+    "is_postgres_url",
+    "open_storage",
+]

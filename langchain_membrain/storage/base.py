@@ -1,0 +1,343 @@
+"""The storage interface every membrain backend implements, and the helpers they share.
+
+A :class:`Storage` persists a forest of :class:`~langchain_membrain.tree.MembrainTree`
+(one tree per namespace, a tuple of strings) plus named model checkpoints. It stores
+*rows* (:meth:`MembrainTree.node_row`), never trees: the memory drains a tree's changes
+after each write and hands them to :meth:`Storage.write`, which commits them in one
+transaction together with a bump of the namespace's version.
+
+Concurrency model (the same for every backend):
+
+- ``with storage.namespace_lock(ns):`` opens one transaction that holds the namespace's
+  cross-process writer lock. Inside it, :meth:`~Storage.namespace_version`,
+  :meth:`~Storage.load_tree` and :meth:`~Storage.write` run in that transaction, so the
+  "reload if stale, modify, write" sequence is atomic and serialised against every other
+  writer of that namespace. It commits when the outermost block exits normally and rolls
+  back (nothing stored) when it raises.
+- Outside a lock, each call is its own transaction (a write still takes the namespace
+  lock for its own duration, so it serialises with lock holders).
+- :meth:`~Storage.namespace_version` is one indexed lookup: the cheap way for a process
+  to notice that another one wrote a namespace it holds in memory.
+- A trainer lock (:meth:`~Storage.try_acquire_trainer`) lets one process at a time train
+  a model; it is released when the holder releases it, closes the storage or dies.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+import math
+from contextlib import AbstractContextManager
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import StorageError
+from ..tree import MembrainTree
+
+#: Version of the database layout written by this code. A database whose recorded version
+#: is higher was written by a newer membrain and is refused (SchemaVersionError); a lower
+#: one would be migrated (there is no older layout yet).
+SCHEMA_VERSION = 1
+
+#: The key of a fact's ``metadata`` under which the memory keeps the LangGraph BaseStore
+#: value (a JSON object) of that fact; the fact's node id is the BaseStore key. Storage does
+#: not interpret it: it is part of the metadata JSON like any other key.
+STORE_VALUE_KEY = "store_value"
+
+NODE_KINDS = ("root", "aspect", "fact")
+
+Namespace = tuple[str, ...]
+
+
+# --------------------------------------------------------------------------- errors
+class NotADatabaseError(StorageError):
+    """The path names a file that is not a membrain (SQLite) database; it was not touched."""
+
+
+class StorageUnavailableError(StorageError):
+    """The database cannot be reached or opened: an unwritable or missing location, a server
+    that does not answer, refused credentials, an unknown database, or a busy timeout."""
+
+
+class VersionConflictError(StorageError):
+    """A write whose ``expected_version`` is not the namespace's stored version: another
+    process wrote it since this one loaded it (nothing was written; reload and retry)."""
+
+
+class StorageClosedError(StorageError):
+    """The storage was closed."""
+
+
+# ------------------------------------------------------------------------ helpers
+def encode_namespace(ns: Any) -> str:
+    """A namespace (non-empty tuple of non-empty strings) as its stored key: a JSON array.
+
+    JSON keeps the encoding unambiguous whatever characters the labels hold.
+    """
+    if isinstance(ns, str) or not isinstance(ns, (tuple, list)) or not ns:
+        raise StorageError(f"a namespace is a non-empty tuple of strings, got {ns!r}")
+    for label in ns:
+        if not isinstance(label, str) or not label:
+            raise StorageError(f"namespace labels must be non-empty strings, got {ns!r}")
+    return json.dumps(list(ns), ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_namespace(key: str) -> Namespace:
+    return tuple(json.loads(key))
+
+
+def lock_key(*parts: str) -> int:
+    """A stable signed 64-bit integer for a lock name (PostgreSQL advisory lock key)."""
+    digest = hashlib.blake2b("\x1f".join(parts).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def embedding_to_bytes(embedding: Any) -> bytes | None:
+    """A 1-d finite vector as little-endian float32 bytes (what the tree holds: float32)."""
+    if embedding is None:
+        return None
+    try:
+        vec = np.asarray(embedding, dtype="<f4")
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"embedding is not a numeric vector: {exc}") from None
+    if vec.ndim != 1 or vec.size == 0 or not np.all(np.isfinite(vec)):
+        raise StorageError("an embedding must be a non-empty 1-d vector of finite numbers")
+    return vec.tobytes()
+
+
+def embedding_from_bytes(data: bytes | memoryview | None) -> np.ndarray | None:
+    if data is None:
+        return None
+    return np.frombuffer(bytes(data), dtype="<f4")
+
+
+def encode_rows(rows: Iterable[dict[str, Any]], removed: Iterable[str]) -> tuple[list[tuple], list[str], int | None]:
+    """Validate and serialise a write's rows and removed ids *before* any transaction starts,
+    so a bad row raises StorageError with nothing stored touched.
+
+    Returns (encoded rows, removed ids, the embedding dimension the rows use or None).
+    """
+    out: list[tuple] = []
+    dim: int | None = None
+    ids: set[str] = set()
+    for row in rows:
+        if not isinstance(row, dict):
+            raise StorageError(f"a row is a dict (MembrainTree.node_row), got {type(row).__name__}")
+        try:
+            nid, kind, text, parent = row["id"], row["kind"], row["text"], row["parent"]
+            seq, emb, created, updated = row["seq"], row["embedding"], row["created_at"], row["updated_at"]
+            metadata = row["metadata"]
+        except KeyError as exc:
+            raise StorageError(f"row {row.get('id')!r} lacks the field {exc}") from None
+        if not isinstance(nid, str) or not nid:
+            raise StorageError(f"a node id is a non-empty string, got {nid!r}")
+        if nid in ids:
+            raise StorageError(f"node {nid!r} appears twice in one write")
+        ids.add(nid)
+        if kind not in NODE_KINDS:
+            raise StorageError(f"node {nid!r} has unknown kind {kind!r}")
+        if not isinstance(text, str):
+            raise StorageError(f"node {nid!r}: text must be a str")
+        if (parent is None) != (kind == "root") or (parent is not None and not isinstance(parent, str)):
+            raise StorageError(f"node {nid!r}: only the root (and every root) has no parent")
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            raise StorageError(f"node {nid!r}: seq must be an int")
+        for name, value in (("created_at", created), ("updated_at", updated)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise StorageError(f"node {nid!r}: {name} must be a finite number")
+        blob = embedding_to_bytes(emb)
+        if blob is not None:
+            size = len(blob) // 4
+            if dim is not None and size != dim:
+                raise StorageError(f"node {nid!r}: embedding of {size} dimensions, others have {dim}")
+            dim = size
+        if metadata is None:
+            metadata = {}
+        if not isinstance(metadata, dict):
+            raise StorageError(f"node {nid!r}: metadata must be a dict")
+        try:
+            meta_json = json.dumps(metadata, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise StorageError(f"node {nid!r}: metadata is not JSON-serialisable: {exc}") from None
+        out.append((nid, parent, kind, text, int(seq), blob, float(created), float(updated), meta_json))
+    removed_ids = list(removed)
+    for rid in removed_ids:
+        if not isinstance(rid, str) or not rid:
+            raise StorageError(f"a removed id is a non-empty string, got {rid!r}")
+        if rid in ids:
+            raise StorageError(f"node {rid!r} is both written and removed in one write")
+    return out, removed_ids, dim
+
+
+def decode_row(nid: str, parent: str | None, kind: str, text: str, seq: int, blob: Any,
+               created: float, updated: float, metadata: Any) -> dict[str, Any]:
+    """A stored row back into the :meth:`MembrainTree.node_row` shape (embedding as an array)."""
+    if isinstance(metadata, (str, bytes)):
+        metadata = json.loads(metadata)
+    return {
+        "id": nid,
+        "kind": kind,
+        "text": text,
+        "parent": parent,
+        "seq": int(seq),
+        "embedding": embedding_from_bytes(blob),
+        "created_at": float(created),
+        "updated_at": float(updated),
+        "metadata": metadata if metadata is not None else {},
+    }
+
+
+def redact_url(url: str) -> str:
+    """A connection URL with its password replaced, for error messages."""
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        if ":" in creds:
+            creds = creds.split(":", 1)[0] + ":***"
+        return f"{scheme}://{creds}@{host}"
+    return url
+
+
+# ---------------------------------------------------------------------- interface
+class Storage(abc.ABC):
+    """Persistent home of a forest of membrain trees and of model checkpoints.
+
+    Thread-safe; safe to share one database between processes (SQLite: on one machine;
+    PostgreSQL: across machines). Use as a context manager or call :meth:`close`.
+    """
+
+    #: Where the data lives (a file path, ``:memory:`` or a URL with its password hidden).
+    location: str
+
+    # ----------------------------------------------------------------- namespaces
+    @abc.abstractmethod
+    def list_namespaces(self) -> list[Namespace]:
+        """Every namespace with a stored tree, sorted. Loads no node."""
+
+    @abc.abstractmethod
+    def namespace_versions(self) -> dict[Namespace, int]:
+        """The stored version of every namespace, in one query (a refresh check for all)."""
+
+    @abc.abstractmethod
+    def namespace_version(self, ns: Sequence[str]) -> int:
+        """The namespace's stored version (0 when it does not exist). One indexed lookup:
+        compare it with the version returned by your last :meth:`write`/:meth:`load_tree`
+        to know whether another process changed the namespace."""
+
+    @abc.abstractmethod
+    def load_rows(self, ns: Sequence[str]) -> tuple[list[dict[str, Any]], int | None, int] | None:
+        """(rows, embedding dimension or None, version) of one namespace, read in one
+        consistent snapshot; None when the namespace does not exist. Rows are in the
+        :meth:`MembrainTree.node_row` shape, embeddings as float32 arrays."""
+
+    def load_tree(self, ns: Sequence[str]) -> tuple[MembrainTree, int] | None:
+        """(tree, version) of one namespace, or None when it does not exist.
+
+        Only this namespace's rows are read (trees load lazily, one namespace at a time).
+        Raises :class:`~langchain_membrain.errors.InvariantError` if the stored rows do not
+        form a valid tree (they always do when written by :meth:`write` from drained changes).
+        The tree's change journal is empty: its next drain holds only later changes.
+        """
+        loaded = self.load_rows(ns)
+        if loaded is None:
+            return None
+        rows, dim, version = loaded
+        return MembrainTree.from_rows(rows, dim=dim), version
+
+    @abc.abstractmethod
+    def write(
+        self,
+        ns: Sequence[str],
+        rows: Iterable[dict[str, Any]],
+        removed: Iterable[str] = (),
+        *,
+        expected_version: int | None = None,
+    ) -> int:
+        """Upsert ``rows``, delete the ``removed`` node ids (unknown ids are ignored) and bump
+        the namespace's version by one, all in one transaction; return the new version.
+
+        ``rows``/``removed`` are what :meth:`MembrainTree.drain_changes` returns. With
+        ``expected_version``, raise :class:`VersionConflictError` (writing nothing) unless
+        the stored version equals it (0 for a namespace that does not exist yet). Bad rows
+        raise :class:`StorageError` before anything is written. Outside a
+        :meth:`namespace_lock` the write is durable when this returns; inside one it is
+        durable when the outermost lock block exits.
+        """
+
+    @abc.abstractmethod
+    def namespace_lock(self, ns: Sequence[str]) -> AbstractContextManager[None]:
+        """Hold the namespace's cross-process writer lock for the ``with`` block, in one
+        transaction that commits when the block exits normally and rolls back when it
+        raises. Re-entrant within a thread. Do not take locks of several namespaces in
+        different orders in different processes (deadlock: PostgreSQL detects and raises,
+        SQLite serialises all writers of a file anyway)."""
+
+    @abc.abstractmethod
+    def delete_namespace(self, ns: Sequence[str]) -> bool:
+        """Delete a namespace's tree and version in one transaction; True if it existed."""
+
+    # ---------------------------------------------------------------- checkpoints
+    @abc.abstractmethod
+    def save_checkpoint(self, name: str, data: bytes, counters: dict[str, Any] | None = None) -> None:
+        """Store (replacing) the checkpoint ``name``: opaque bytes (model and optimiser
+        state) plus JSON counters, atomically."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, name: str) -> tuple[bytes, dict[str, Any]] | None:
+        """(bytes, counters) of the checkpoint ``name``, or None when there is none."""
+
+    @abc.abstractmethod
+    def delete_checkpoint(self, name: str) -> bool:
+        """Delete the checkpoint ``name``; True if it existed."""
+
+    @abc.abstractmethod
+    def try_acquire_trainer(self, name: str) -> bool:
+        """Try (without waiting) to become the one process that trains model ``name``.
+
+        True if this storage object now holds (or already held) the trainer lock. The lock
+        is released by :meth:`release_trainer`, :meth:`close`, or the death of the process.
+        """
+
+    @abc.abstractmethod
+    def release_trainer(self, name: str) -> None:
+        """Release the trainer lock ``name`` if this storage object holds it."""
+
+    # ------------------------------------------------------------------- lifetime
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release every lock held and close every connection. Idempotent."""
+
+    def __enter__(self) -> "Storage":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location!r})"
+
+
+def check_name(name: Any, what: str = "checkpoint name") -> str:
+    if not isinstance(name, str) or not name:
+        raise StorageError(f"a {what} is a non-empty string, got {name!r}")
+    return name
+
+
+def check_checkpoint(data: Any, counters: Any) -> str:
+    """Validate a checkpoint's bytes and counters; return the counters as JSON text."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise StorageError(f"checkpoint data must be bytes, got {type(data).__name__}")
+    counters = {} if counters is None else counters
+    if not isinstance(counters, dict):
+        raise StorageError("checkpoint counters must be a dict")
+    try:
+        return json.dumps(counters, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"checkpoint counters are not JSON-serialisable: {exc}") from None
+
+
+def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

@@ -1,0 +1,412 @@
+"""PostgreSQL backend (psycopg 3 + psycopg_pool, the ``[postgres]`` extra): one memory shared
+by processes on several machines.
+
+- Connections come from a pool (autocommit connections; transactions are explicit).
+- :meth:`namespace_lock` is one transaction holding ``pg_advisory_xact_lock`` on a 64-bit
+  hash of (schema, namespace): writers of one namespace are serialised across machines,
+  writers of different namespaces run in parallel, and the lock can never outlive its
+  transaction (a crashed client's transaction is rolled back and its lock freed). Waiting
+  for it is bounded by ``lock_timeout`` (then :class:`StorageUnavailableError`).
+- The trainer lock is a session-level ``pg_try_advisory_lock`` held on a dedicated
+  connection: the server frees it when the holder releases it, closes, or dies (its
+  connection drops).
+- Durability is PostgreSQL's: with the default ``synchronous_commit = on`` a write that
+  returned is flushed to the server's WAL.
+- Every value is passed as a query parameter; the only identifier ever composed into SQL
+  is the schema name, validated and quoted with :class:`psycopg.sql.Identifier`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Sequence
+
+from ..errors import SchemaVersionError, StorageError
+from .base import (
+    SCHEMA_VERSION,
+    Namespace,
+    Storage,
+    StorageClosedError,
+    StorageUnavailableError,
+    VersionConflictError,
+    check_checkpoint,
+    check_name,
+    decode_namespace,
+    decode_row,
+    encode_namespace,
+    encode_rows,
+    lock_key,
+    redact_url,
+)
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError:  # the optional extra is not installed: PostgresStorage() says how to get it
+    psycopg = None  # type: ignore[assignment]
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_NODE_COLUMNS = "id, parent, kind, text, seq, embedding, created_at, updated_at, metadata"
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS {s}.membrain_schema (
+        id integer PRIMARY KEY CHECK (id = 1),
+        version integer NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS {s}.membrain_namespaces (
+        ns text PRIMARY KEY,
+        version bigint NOT NULL,
+        dim integer,
+        updated_at double precision NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS {s}.membrain_nodes (
+        ns text NOT NULL,
+        id text NOT NULL,
+        parent text,
+        kind text NOT NULL,
+        text text NOT NULL,
+        seq bigint NOT NULL,
+        embedding bytea,
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        metadata jsonb NOT NULL,
+        PRIMARY KEY (ns, id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS {s}.membrain_checkpoints (
+        name text PRIMARY KEY,
+        data bytea NOT NULL,
+        counters jsonb NOT NULL,
+        updated_at double precision NOT NULL
+    )""",
+)
+
+
+def _no_nul(*values: Any) -> None:
+    """PostgreSQL text and jsonb cannot hold U+0000: refuse it before any transaction."""
+    for value in values:
+        if isinstance(value, str) and ("\x00" in value or "\\u0000" in value):
+            raise StorageError("PostgreSQL cannot store the character U+0000 (in an id, text or metadata)")
+
+
+class PostgresStorage(Storage):
+    """Membrain storage in a PostgreSQL database.
+
+    :param url: a libpq URL or conninfo string (``postgresql://user:pw@host:5432/db``).
+    :param schema: the PostgreSQL schema holding the ``membrain_*`` tables (created if
+        missing); several independent memories can share one database under different schemas.
+    :param connect_timeout: seconds to wait for the server before failing (at least 2: libpq's floor).
+    :param lock_timeout: seconds a writer waits for a namespace lock held elsewhere.
+    :param min_size, max_size: connection pool bounds.
+    """
+
+    def __init__(self, url: str, *, schema: str = "public", connect_timeout: float = 5.0,
+                 lock_timeout: float = 30.0, min_size: int = 1, max_size: int = 8):
+        if psycopg is None:
+            raise StorageUnavailableError(
+                "PostgreSQL storage needs psycopg 3 and psycopg_pool: pip install 'langchain-membrain[postgres]'"
+            )
+        if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+            raise StorageError(f"schema must be a plain SQL identifier (letters, digits, _), got {schema!r}")
+        self.location = redact_url(url)
+        self._url = url
+        self._schema = schema
+        self._s = sql.Identifier(schema)
+        self._connect_timeout = max(2, int(math.ceil(connect_timeout)))
+        self._lock_timeout_ms = int(lock_timeout * 1000)
+        self._closed = False
+        self._local = threading.local()
+        self._trainers: dict[str, Any] = {}
+        self._trainers_lock = threading.Lock()
+        self._init_database()
+        self._pool = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs=self._connect_kwargs(),
+            open=False,
+            check=ConnectionPool.check_connection,  # a connection dropped by the server is replaced
+            name=f"membrain-{schema}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=self._connect_timeout + 5)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StorageUnavailableError(f"cannot fill the connection pool for {self.location}: {exc}") from None
+
+    # ------------------------------------------------------------------ opening
+    def _connect_kwargs(self) -> dict[str, Any]:
+        return {
+            "autocommit": True,
+            "connect_timeout": self._connect_timeout,
+            "options": f"-c lock_timeout={self._lock_timeout_ms}",
+        }
+
+    def _q(self, text: str) -> sql.Composed:
+        """A statement with ``{s}`` replaced by the quoted schema (the only composed identifier)."""
+        return sql.SQL(text).format(s=self._s)
+
+    def _connect(self) -> "psycopg.Connection":
+        try:
+            return psycopg.connect(self._url, **self._connect_kwargs())
+        except psycopg.OperationalError as exc:
+            # Unreachable server, refused password, unknown role or database: libpq's reason.
+            reason = " ".join(str(exc).split())
+            raise StorageUnavailableError(f"cannot connect to {self.location}: {reason}") from None
+        except psycopg.Error as exc:  # e.g. a malformed conninfo
+            raise StorageError(f"cannot connect to {self.location}: {exc}") from None
+
+    def _init_database(self) -> None:
+        """Refuse a schema from the future before writing anything; else create the tables
+        (under an advisory lock, so two processes opening a new database do not race)."""
+        with self._connect() as conn, self._errors():
+            self._check_schema(conn)
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self._schema, "init"),))
+                exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self._schema,)).fetchone()
+                if not exists:
+                    conn.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
+                for statement in _TABLES:
+                    conn.execute(self._q(statement))
+                if self._check_schema(conn) is None:
+                    conn.execute(self._q("INSERT INTO {s}.membrain_schema (id, version) VALUES (1, %s)"),
+                                 (SCHEMA_VERSION,))
+
+    def _check_schema(self, conn: "psycopg.Connection") -> int | None:
+        table = sql.Identifier(self._schema, "membrain_schema").as_string(conn)
+        if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+            return None
+        row = conn.execute(self._q("SELECT version FROM {s}.membrain_schema WHERE id = 1")).fetchone()
+        if row is None:
+            return None
+        if int(row[0]) > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"schema {self._schema!r} of {self.location} was written by a newer membrain (schema "
+                f"{row[0]}; this one reads up to {SCHEMA_VERSION}); upgrade langchain-membrain to open it"
+            )
+        return int(row[0])
+
+    # ------------------------------------------------------------- transactions
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """psycopg errors as typed membrain errors."""
+        try:
+            yield
+        except PoolTimeout as exc:
+            raise StorageUnavailableError(f"no connection to {self.location} available: {exc}") from None
+        except psycopg.OperationalError as exc:  # connection lost, lock timeout, server shutting down
+            raise StorageUnavailableError(f"{self.location}: {' '.join(str(exc).split())}") from None
+        except psycopg.Error as exc:
+            raise StorageError(f"{self.location}: {' '.join(str(exc).split())}") from None
+
+    @contextmanager
+    def _pooled(self) -> Iterator["psycopg.Connection"]:
+        if self._closed:
+            raise StorageClosedError(f"{self!r} is closed")
+        with self._errors(), self._pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator["psycopg.Connection"]:
+        """A transaction, or a savepoint inside the one this thread already holds, so that
+        every write is atomic on its own even inside a namespace lock."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            with self._errors(), conn.transaction():
+                yield conn
+            return
+        with self._pooled() as conn, conn.transaction():
+            self._local.conn = conn
+            try:
+                yield conn
+            finally:
+                self._local.conn = None
+
+    @contextmanager
+    def _read(self, snapshot: bool = False) -> Iterator["psycopg.Connection"]:
+        """A connection for reading: this thread's open transaction if any, else a pooled
+        one, in a repeatable-read transaction when several statements must agree."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            with self._errors():
+                yield conn
+            return
+        with self._pooled() as conn:
+            if not snapshot:
+                yield conn
+                return
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield conn
+
+    def _lock_namespace(self, conn: "psycopg.Connection", key: str) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self._schema, "ns", key),))
+
+    # --------------------------------------------------------------- namespaces
+    def list_namespaces(self) -> list[Namespace]:
+        with self._read() as conn:
+            rows = conn.execute(self._q("SELECT ns FROM {s}.membrain_namespaces")).fetchall()
+        return sorted(decode_namespace(r[0]) for r in rows)
+
+    def namespace_versions(self) -> dict[Namespace, int]:
+        with self._read() as conn:
+            rows = conn.execute(self._q("SELECT ns, version FROM {s}.membrain_namespaces")).fetchall()
+        return {decode_namespace(ns): int(v) for ns, v in rows}
+
+    def namespace_version(self, ns: Sequence[str]) -> int:
+        key = encode_namespace(ns)
+        with self._read() as conn:
+            row = conn.execute(self._q("SELECT version FROM {s}.membrain_namespaces WHERE ns = %s"), (key,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def load_rows(self, ns: Sequence[str]) -> tuple[list[dict[str, Any]], int | None, int] | None:
+        key = encode_namespace(ns)
+        with self._read(snapshot=True) as conn:
+            head = conn.execute(self._q("SELECT version, dim FROM {s}.membrain_namespaces WHERE ns = %s"),
+                                (key,)).fetchone()
+            if head is None:
+                return None
+            # Binary transfer: bytea and jsonb arrive without hex/text parsing.
+            with conn.cursor(binary=True) as cur:
+                cur.execute(self._q(f"SELECT {_NODE_COLUMNS} FROM {{s}}.membrain_nodes WHERE ns = %s"), (key,))
+                stored = cur.fetchall()
+        rows = [decode_row(*r) for r in stored]
+        return rows, (None if head[1] is None else int(head[1])), int(head[0])
+
+    def write(self, ns: Sequence[str], rows: Iterable[dict[str, Any]], removed: Iterable[str] = (), *,
+              expected_version: int | None = None) -> int:
+        key = encode_namespace(ns)
+        encoded, removed_ids, dim = encode_rows(rows, removed)  # validate before the transaction
+        for r in encoded:
+            _no_nul(r[0], r[1], r[3], r[8])
+        _no_nul(key, *removed_ids)
+        with self._transaction() as conn:
+            self._lock_namespace(conn, key)  # serialise with every other writer of this namespace
+            head = conn.execute(self._q("SELECT version, dim FROM {s}.membrain_namespaces WHERE ns = %s"),
+                                (key,)).fetchone()
+            current = int(head[0]) if head else 0
+            if expected_version is not None and expected_version != current:
+                raise VersionConflictError(
+                    f"namespace {tuple(ns)!r} is at version {current}, expected {expected_version}: reload it"
+                )
+            if head is None and not any(r[2] == "root" for r in encoded):
+                raise StorageError(f"namespace {tuple(ns)!r} does not exist: its first write must hold the root")
+            stored_dim = None if head is None or head[1] is None else int(head[1])
+            if dim is not None and stored_dim is not None and dim != stored_dim:
+                raise StorageError(f"namespace {tuple(ns)!r} holds {stored_dim}-d embeddings, got {dim}-d")
+            with self._errors():
+                if encoded:
+                    with conn.cursor() as cur:
+                        cur.executemany(
+                            self._q(
+                                f"INSERT INTO {{s}}.membrain_nodes (ns, {_NODE_COLUMNS}) "
+                                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb) "
+                                "ON CONFLICT (ns, id) DO UPDATE SET parent = EXCLUDED.parent, kind = EXCLUDED.kind, "
+                                "text = EXCLUDED.text, seq = EXCLUDED.seq, embedding = EXCLUDED.embedding, "
+                                "created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, "
+                                "metadata = EXCLUDED.metadata"
+                            ),
+                            [(key, *r) for r in encoded],
+                        )
+                if removed_ids:
+                    conn.execute(self._q("DELETE FROM {s}.membrain_nodes WHERE ns = %s AND id = ANY(%s)"),
+                                 (key, removed_ids))
+                now = time.time()
+                if head is None:
+                    conn.execute(self._q("INSERT INTO {s}.membrain_namespaces (ns, version, dim, updated_at) "
+                                         "VALUES (%s, 1, %s, %s)"), (key, dim, now))
+                else:
+                    conn.execute(self._q("UPDATE {s}.membrain_namespaces SET version = %s, dim = %s, updated_at = %s "
+                                         "WHERE ns = %s"),
+                                 (current + 1, stored_dim if stored_dim is not None else dim, now, key))
+            return current + 1
+
+    @contextmanager
+    def namespace_lock(self, ns: Sequence[str]) -> Iterator[None]:
+        key = encode_namespace(ns)
+        with self._transaction() as conn:
+            with self._errors():
+                self._lock_namespace(conn, key)
+            yield
+
+    def delete_namespace(self, ns: Sequence[str]) -> bool:
+        key = encode_namespace(ns)
+        with self._transaction() as conn, self._errors():
+            self._lock_namespace(conn, key)
+            conn.execute(self._q("DELETE FROM {s}.membrain_nodes WHERE ns = %s"), (key,))
+            cur = conn.execute(self._q("DELETE FROM {s}.membrain_namespaces WHERE ns = %s"), (key,))
+            return cur.rowcount > 0
+
+    # -------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, name: str, data: bytes, counters: dict[str, Any] | None = None) -> None:
+        check_name(name)
+        counters_json = check_checkpoint(data, counters)
+        _no_nul(name, counters_json)
+        with self._transaction() as conn, self._errors():
+            conn.execute(
+                self._q("INSERT INTO {s}.membrain_checkpoints (name, data, counters, updated_at) "
+                        "VALUES (%s, %s, %s::jsonb, %s) ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data, "
+                        "counters = EXCLUDED.counters, updated_at = EXCLUDED.updated_at"),
+                (name, bytes(data), counters_json, time.time()),
+            )
+
+    def load_checkpoint(self, name: str) -> tuple[bytes, dict[str, Any]] | None:
+        check_name(name)
+        _no_nul(name)
+        with self._read() as conn:
+            row = conn.execute(self._q("SELECT data, counters FROM {s}.membrain_checkpoints WHERE name = %s"),
+                               (name,)).fetchone()
+        if row is None:
+            return None
+        counters = row[1] if isinstance(row[1], dict) else json.loads(row[1])
+        return bytes(row[0]), counters
+
+    def delete_checkpoint(self, name: str) -> bool:
+        check_name(name)
+        _no_nul(name)
+        with self._transaction() as conn, self._errors():
+            cur = conn.execute(self._q("DELETE FROM {s}.membrain_checkpoints WHERE name = %s"), (name,))
+            return cur.rowcount > 0
+
+    def try_acquire_trainer(self, name: str) -> bool:
+        check_name(name, "trainer name")
+        if self._closed:
+            raise StorageClosedError(f"{self!r} is closed")
+        with self._trainers_lock:
+            if name in self._trainers:
+                return True
+            # A session lock on a connection of its own: it lives exactly as long as that
+            # connection, so a dead holder's lock is freed by the server.
+            conn = self._connect()
+            try:
+                with self._errors():
+                    got = conn.execute("SELECT pg_try_advisory_lock(%s)",
+                                       (lock_key(self._schema, "trainer", name),)).fetchone()[0]
+            except BaseException:
+                conn.close()
+                raise
+            if not got:
+                conn.close()
+                return False
+            self._trainers[name] = conn
+            return True
+
+    def release_trainer(self, name: str) -> None:
+        with self._trainers_lock:
+            conn = self._trainers.pop(name, None)
+        if conn is not None:
+            conn.close()  # ending the session releases its advisory locks
+
+    # ----------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for name in list(self._trainers):
+            self.release_trainer(name)
+        self._pool.close()

@@ -1,0 +1,430 @@
+"""SQLite backend (stdlib :mod:`sqlite3`): the embedded default for a persistent memory.
+
+Durability: the database runs in WAL mode with ``synchronous=FULL`` by default, so every
+committed transaction is fsynced to the write-ahead log before :meth:`write` (or the
+outermost ``namespace_lock`` block) returns: an acknowledged write survives a killed
+process *and* an operating-system crash or power cut (on a disk that honours fsync).
+``synchronous="NORMAL"`` is faster and still survives a killed process (the WAL lives in
+the OS page cache), but may lose the last commits on power loss.
+
+Concurrency: one connection per thread (WAL lets readers proceed while one writer
+writes); every write transaction starts with ``BEGIN IMMEDIATE``, which takes SQLite's
+single writer lock at once (waiting up to ``busy_timeout`` seconds), so writers of one file
+are serialised across threads and processes and never hit a snapshot conflict. SQLite has
+one writer lock per file, so :meth:`namespace_lock` serialises writers of *all*
+namespaces of the file, which is what SQLite does anyway. The trainer lock is an
+``flock`` on a side file ``<database>.trainer-<hash>.lock``, released by the OS when the
+holding process dies. A ``:memory:`` database lives in this object only: one connection
+guarded by a re-entrant lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterable, Iterator, Sequence
+
+from ..errors import SchemaVersionError, StorageError
+from .base import (
+    SCHEMA_VERSION,
+    Namespace,
+    NotADatabaseError,
+    Storage,
+    StorageClosedError,
+    StorageUnavailableError,
+    VersionConflictError,
+    check_checkpoint,
+    check_name,
+    decode_namespace,
+    decode_row,
+    encode_namespace,
+    encode_rows,
+    lock_key,
+)
+
+try:  # POSIX only; elsewhere the trainer lock is held within this process only
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS membrain_schema (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        version INTEGER NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS membrain_namespaces (
+        ns TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        dim INTEGER,
+        updated_at REAL NOT NULL
+    )""",
+    # Clustered on (ns, id): loading one namespace is one range scan of the primary key.
+    """CREATE TABLE IF NOT EXISTS membrain_nodes (
+        ns TEXT NOT NULL,
+        id TEXT NOT NULL,
+        parent TEXT,
+        kind TEXT NOT NULL,
+        text TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        embedding BLOB,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        metadata TEXT NOT NULL,
+        PRIMARY KEY (ns, id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS membrain_checkpoints (
+        name TEXT PRIMARY KEY,
+        data BLOB NOT NULL,
+        counters TEXT NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+)
+
+_NODE_COLUMNS = "id, parent, kind, text, seq, embedding, created_at, updated_at, metadata"
+_UPSERT = (
+    f"INSERT INTO membrain_nodes (ns, {_NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (ns, id) DO UPDATE SET parent = excluded.parent, kind = excluded.kind, "
+    "text = excluded.text, seq = excluded.seq, embedding = excluded.embedding, "
+    "created_at = excluded.created_at, updated_at = excluded.updated_at, metadata = excluded.metadata"
+)
+
+
+class SQLiteStorage(Storage):
+    """Membrain storage in one SQLite file (or ``":memory:"``).
+
+    :param path: the database file (created if missing; its directory must exist), or
+        ``":memory:"`` for a private in-process database.
+    :param busy_timeout: seconds a writer waits for another writer before giving up with
+        :class:`StorageUnavailableError`.
+    :param synchronous: ``"FULL"`` (default: acknowledged writes survive power loss) or
+        ``"NORMAL"`` (survive a killed process only).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] = ":memory:", *, busy_timeout: float = 30.0,
+                 synchronous: str = "FULL"):
+        path = os.fspath(path)
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise StorageError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
+        self.location = path
+        self._memory = path == ":memory:" or path == ""
+        self._busy_timeout = float(busy_timeout)
+        self._synchronous = synchronous.upper()
+        self._closed = False
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        # In-memory: one shared connection, so its use is serialised by this lock.
+        self._mem_lock = threading.RLock() if self._memory else None
+        self._trainers: dict[str, Any] = {}
+        self._trainers_lock = threading.Lock()
+        if not self._memory:
+            self._check_location(path)
+        self._open()
+
+    # ------------------------------------------------------------------ opening
+    @staticmethod
+    def _check_location(path: str) -> None:
+        if os.path.isdir(path):
+            raise StorageUnavailableError(f"{path!r} is a directory, not a database file")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise StorageUnavailableError(f"cannot create {path!r}: directory {parent!r} does not exist")
+
+    def _open(self) -> None:
+        """Check the file is a membrain database of a known schema *before* writing
+        anything, then switch it to WAL and create the tables if missing."""
+        conn = self._connect()
+        try:
+            try:
+                found = conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'membrain_schema'"
+                ).fetchone()
+            except sqlite3.DatabaseError as exc:  # "file is not a database", encrypted, ...
+                raise NotADatabaseError(f"{self.location!r} is not an SQLite database ({exc}); left untouched") from None
+            if found:
+                self._check_schema(conn)
+            try:
+                if not self._memory:
+                    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                    if str(mode).lower() != "wal":
+                        raise StorageUnavailableError(f"{self.location!r}: cannot enable WAL (journal mode {mode!r})")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    # Re-check under the write lock: another process may have created it.
+                    if self._check_schema(conn) is None:
+                        conn.execute("INSERT INTO membrain_schema (id, version) VALUES (1, ?)", (SCHEMA_VERSION,))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.DatabaseError as exc:
+                raise StorageUnavailableError(f"cannot write {self.location!r}: {exc}") from None
+        except BaseException:
+            conn.close()
+            raise
+        self._register(conn)
+
+    def _check_schema(self, conn: sqlite3.Connection) -> int | None:
+        row = conn.execute("SELECT version FROM membrain_schema WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        version = int(row[0])
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.location!r} was written by a newer membrain (schema {version}; this one "
+                f"reads up to {SCHEMA_VERSION}); upgrade langchain-membrain to open it"
+            )
+        return version
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            # isolation_level=None: we issue BEGIN/COMMIT ourselves (BEGIN IMMEDIATE for writes).
+            conn = sqlite3.connect(self.location, timeout=self._busy_timeout, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"cannot open {self.location!r}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")  # validated in __init__
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise NotADatabaseError(f"{self.location!r} is not an SQLite database ({exc}); left untouched") from None
+        return conn
+
+    def _register(self, conn: sqlite3.Connection) -> None:
+        with self._conns_lock:
+            self._conns.append(conn)
+        if self._memory:
+            self._shared = conn
+        else:
+            self._local.conn = conn
+
+    def _thread_conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StorageClosedError(f"{self!r} is closed")
+        if self._memory:
+            return self._shared
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._register(conn)
+        return conn
+
+    # ------------------------------------------------------------- transactions
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """sqlite3 errors as typed membrain errors."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StorageUnavailableError(
+                    f"{self.location!r} stayed locked by another writer for {self._busy_timeout:g} s: {exc}"
+                ) from None
+            raise StorageError(f"{self.location!r}: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"{self.location!r}: {exc}") from None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``), or a savepoint inside the one this
+        thread already holds, so that every write is atomic on its own even inside a lock."""
+        depth = getattr(self._local, "depth", 0)
+        guard = self._mem_lock if self._mem_lock is not None else nullcontext()
+        with guard:
+            conn = self._thread_conn()
+            if depth:
+                name = f"membrain_sp{depth}"
+                with self._errors():
+                    conn.execute(f"SAVEPOINT {name}")
+                self._local.depth = depth + 1
+                try:
+                    yield conn
+                except BaseException:
+                    with self._errors():
+                        conn.execute(f"ROLLBACK TO {name}")
+                        conn.execute(f"RELEASE {name}")
+                    raise
+                else:
+                    with self._errors():
+                        conn.execute(f"RELEASE {name}")
+                finally:
+                    self._local.depth = depth
+                return
+            with self._errors():
+                conn.execute("BEGIN IMMEDIATE")
+            self._local.depth = 1
+            try:
+                yield conn
+                with self._errors():
+                    conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # the connection is unusable; the transaction is gone either way
+                raise
+            finally:
+                self._local.depth = 0
+
+    @contextmanager
+    def _read(self, snapshot: bool = False) -> Iterator[sqlite3.Connection]:
+        """A connection for reading: the open transaction of this thread if any, else a
+        read transaction when several statements must see one snapshot."""
+        guard = self._mem_lock if self._mem_lock is not None else nullcontext()
+        with guard:
+            conn = self._thread_conn()
+            if not snapshot or getattr(self._local, "depth", 0) or conn.in_transaction:
+                with self._errors():
+                    yield conn
+                return
+            with self._errors():
+                conn.execute("BEGIN")
+                try:
+                    yield conn
+                finally:
+                    conn.execute("COMMIT")  # read-only: nothing to keep or lose
+
+    # --------------------------------------------------------------- namespaces
+    def list_namespaces(self) -> list[Namespace]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT ns FROM membrain_namespaces").fetchall()
+        return sorted(decode_namespace(r[0]) for r in rows)
+
+    def namespace_versions(self) -> dict[Namespace, int]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT ns, version FROM membrain_namespaces").fetchall()
+        return {decode_namespace(ns): int(v) for ns, v in rows}
+
+    def namespace_version(self, ns: Sequence[str]) -> int:
+        key = encode_namespace(ns)
+        with self._read() as conn:
+            row = conn.execute("SELECT version FROM membrain_namespaces WHERE ns = ?", (key,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def load_rows(self, ns: Sequence[str]) -> tuple[list[dict[str, Any]], int | None, int] | None:
+        key = encode_namespace(ns)
+        with self._read(snapshot=True) as conn:
+            head = conn.execute("SELECT version, dim FROM membrain_namespaces WHERE ns = ?", (key,)).fetchone()
+            if head is None:
+                return None
+            stored = conn.execute(f"SELECT {_NODE_COLUMNS} FROM membrain_nodes WHERE ns = ?", (key,)).fetchall()
+        rows = [decode_row(*r) for r in stored]
+        return rows, (None if head[1] is None else int(head[1])), int(head[0])
+
+    def write(self, ns: Sequence[str], rows: Iterable[dict[str, Any]], removed: Iterable[str] = (), *,
+              expected_version: int | None = None) -> int:
+        key = encode_namespace(ns)
+        encoded, removed_ids, dim = encode_rows(rows, removed)  # validate before the transaction
+        with self._transaction() as conn:
+            head = conn.execute("SELECT version, dim FROM membrain_namespaces WHERE ns = ?", (key,)).fetchone()
+            current = int(head[0]) if head else 0
+            if expected_version is not None and expected_version != current:
+                raise VersionConflictError(
+                    f"namespace {tuple(ns)!r} is at version {current}, expected {expected_version}: reload it"
+                )
+            if head is None and not any(r[2] == "root" for r in encoded):
+                raise StorageError(f"namespace {tuple(ns)!r} does not exist: its first write must hold the root")
+            stored_dim = None if head is None or head[1] is None else int(head[1])
+            if dim is not None and stored_dim is not None and dim != stored_dim:
+                raise StorageError(f"namespace {tuple(ns)!r} holds {stored_dim}-d embeddings, got {dim}-d")
+            with self._errors():
+                conn.executemany(_UPSERT, [(key, *r) for r in encoded])
+                conn.executemany("DELETE FROM membrain_nodes WHERE ns = ? AND id = ?",
+                                 [(key, rid) for rid in removed_ids])
+                now = time.time()
+                if head is None:
+                    conn.execute("INSERT INTO membrain_namespaces (ns, version, dim, updated_at) VALUES (?, 1, ?, ?)",
+                                 (key, dim, now))
+                else:
+                    conn.execute("UPDATE membrain_namespaces SET version = ?, dim = ?, updated_at = ? WHERE ns = ?",
+                                 (current + 1, stored_dim if stored_dim is not None else dim, now, key))
+            return current + 1
+
+    @contextmanager
+    def namespace_lock(self, ns: Sequence[str]) -> Iterator[None]:
+        encode_namespace(ns)  # validate; SQLite's writer lock covers the whole file
+        with self._transaction():
+            yield
+
+    def delete_namespace(self, ns: Sequence[str]) -> bool:
+        key = encode_namespace(ns)
+        with self._transaction() as conn, self._errors():
+            conn.execute("DELETE FROM membrain_nodes WHERE ns = ?", (key,))
+            return conn.execute("DELETE FROM membrain_namespaces WHERE ns = ?", (key,)).rowcount > 0
+
+    # -------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, name: str, data: bytes, counters: dict[str, Any] | None = None) -> None:
+        check_name(name)
+        counters_json = check_checkpoint(data, counters)
+        with self._transaction() as conn, self._errors():
+            conn.execute(
+                "INSERT INTO membrain_checkpoints (name, data, counters, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET data = excluded.data, counters = excluded.counters, "
+                "updated_at = excluded.updated_at",
+                (name, bytes(data), counters_json, time.time()),
+            )
+
+    def load_checkpoint(self, name: str) -> tuple[bytes, dict[str, Any]] | None:
+        check_name(name)
+        with self._read() as conn:
+            row = conn.execute("SELECT data, counters FROM membrain_checkpoints WHERE name = ?", (name,)).fetchone()
+        return None if row is None else (bytes(row[0]), json.loads(row[1]))
+
+    def delete_checkpoint(self, name: str) -> bool:
+        check_name(name)
+        with self._transaction() as conn, self._errors():
+            return conn.execute("DELETE FROM membrain_checkpoints WHERE name = ?", (name,)).rowcount > 0
+
+    def try_acquire_trainer(self, name: str) -> bool:
+        check_name(name, "trainer name")
+        if self._closed:
+            raise StorageClosedError(f"{self!r} is closed")
+        with self._trainers_lock:
+            if name in self._trainers:
+                return True
+            if self._memory or fcntl is None:
+                # A private in-memory database has no other process to exclude.
+                self._trainers[name] = None
+                return True
+            path = f"{self.location}.trainer-{lock_key(name) & 0xFFFFFFFFFFFF:012x}.lock"
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise StorageUnavailableError(f"cannot create the trainer lock file {path!r}: {exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                return False
+            self._trainers[name] = fd
+            return True
+
+    def release_trainer(self, name: str) -> None:
+        with self._trainers_lock:
+            fd = self._trainers.pop(name, None)
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    # ----------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for name in list(self._trainers):
+            self.release_trainer(name)
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass

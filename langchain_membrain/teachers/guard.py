@@ -1,0 +1,839 @@
+"""Guarding an LLM teacher: its answers are untrusted input.
+
+:class:`GuardedTeacher` is the base of :class:`~.llm.LLMTeacher` and
+:class:`~.openai_teacher.OpenAITeacher`. A subclass only sends one request
+(:meth:`GuardedTeacher._request` / :meth:`GuardedTeacher._arequest`); this module does the rest:
+
+- **validation** of every answer against the tree: an index out of range, a node number
+  that is not shown, an action that breaks a precondition (Promote without a grandparent,
+  Demote into a non-sibling, a Group of fewer than two facts or of facts with different
+  parents, a fact in two actions), a label that is empty or longer than 4 words;
+- **one retry** (``max_retries``) that quotes the rejected answer and the validation error
+  back to the model; HTTP 429 waits for ``Retry-After`` (capped at ``max_backoff_s``) first;
+- **fallback**: when the retries are spent, the decision comes from ``fallback`` (by default
+  :class:`~.heuristic.HeuristicTeacher`, imported lazily; a last-resort rule, "attach here /
+  Idle / keyword label", when that is missing or fails too). ``choose_*`` never raise to the
+  caller; ``try_*`` raise :class:`TeacherCallError` instead of falling back, for callers
+  (the Learner) that fall back to their own model's decision;
+- a **per-call timeout** and a **concurrency limit** (one semaphore shared by the sync and
+  async paths);
+- **cost accounting** per stage (:class:`TeacherStats`, ``teacher.stats()``).
+
+Retries are owned by the teacher: the openai SDK's own retries are switched off by
+:class:`~.openai_teacher.OpenAITeacher` (give a LangChain model ``max_retries=0`` as well),
+so ``timeout * (1 + max_retries)`` bounds the time one decision can wait on the LLM.
+
+Modes. ``mode="per_decision"`` asks one question per tree level (stage 1, only where the
+node has child aspects) and one for stage 2. ``mode="one_call"`` asks :meth:`place` once per
+insert: the model sees an outline of the tree and names the destination (the path is the
+destination's path) and the stage-2 actions together; ``choose_stage1`` and ``choose_stage2``
+then answer from that placement, so ``pipeline.insert_with_teacher`` works unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections import Counter, OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Literal, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ..actions import Action, Demote, Group, Promote, validate_action
+from ..errors import MembrainError, TeacherError
+from ..tree import Closure, MembrainTree
+from . import prompts
+from .base import BaseTeacher, NewFact, Subtree, Teacher
+
+T = TypeVar("T")
+Stage = Literal["stage1", "stage2", "name", "place"]
+STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place")
+NEW_FACT = "<new fact>"  # stands for the new fact's id in a Placement's actions
+
+# Failure kinds, as counted in the stats.
+FAILURE_KINDS = ("invalid", "malformed", "refusal", "truncated", "timeout", "rate_limit",
+                 "http_error", "connection", "error")
+_FEEDBACK_KINDS = {"invalid", "malformed", "refusal", "truncated"}  # retried with the error quoted
+
+
+class TeacherCallError(TeacherError):
+    """One failed attempt (or the last one, when raised by ``try_*``).
+
+    ``kind`` is one of :data:`FAILURE_KINDS`; ``answer`` is the rejected answer's text.
+    """
+
+    def __init__(self, kind: str, message: str, *, answer: str | None = None, retry_after: float | None = None):
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.detail = message
+        self.answer = answer
+        self.retry_after = retry_after
+
+
+@dataclass
+class RawAnswer:
+    """What one request returned, before validation."""
+
+    parsed: BaseModel | dict | None
+    text: str | None = None  # the answer as the model wrote it (content or tool arguments)
+    finish_reason: str | None = None
+    refusal: str | None = None
+    parse_error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+# ------------------------------------------------------------------------ stats
+@dataclass
+class StageStats:
+    """Counters of one stage (``stage1``, ``stage2``, ``name``, ``place``)."""
+
+    decisions: int = 0  # questions answered (asked, or read from a one-call placement)
+    from_placement: int = 0  # decisions read from a one-call placement (no call of their own)
+    calls: int = 0  # requests sent, retries and failed requests included
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    failures: int = 0  # failed attempts
+    failure_kinds: Counter = field(default_factory=Counter)
+    retries: int = 0
+    fallbacks: int = 0  # decisions taken by the fallback teacher
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "decisions": self.decisions, "from_placement": self.from_placement, "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "latency_s": round(self.latency_s, 6),
+            "mean_latency_s": round(self.latency_s / self.calls, 6) if self.calls else 0.0,
+            "failures": self.failures, "failure_kinds": dict(self.failure_kinds),
+            "retries": self.retries, "fallbacks": self.fallbacks,
+            "calls_per_decision": self.calls / self.decisions if self.decisions else 0.0,
+        }
+
+
+class TeacherStats:
+    """Thread-safe cost accounting of one teacher, per stage.
+
+    ``inserts`` counts inserts seen: one per stage-2 decision, or per :meth:`place` called
+    directly (an insert asks stage 2 exactly once in either mode).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.stages: dict[str, StageStats] = {s: StageStats() for s in STAGES}
+        self.inserts = 0
+
+    def add(self, stage: str, **counts: Any) -> None:
+        with self._lock:
+            st = self.stages[stage]
+            for key, value in counts.items():
+                if key == "failure_kind":
+                    st.failure_kinds[value] += 1
+                elif key == "inserts":
+                    self.inserts += value
+                else:
+                    setattr(st, key, getattr(st, key) + value)
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            out: dict[str, Any] = {s: st.as_dict() for s, st in self.stages.items()}
+            total = StageStats()
+            for st in self.stages.values():
+                for key in ("decisions", "from_placement", "calls", "prompt_tokens", "completion_tokens",
+                            "latency_s", "failures", "retries", "fallbacks"):
+                    setattr(total, key, getattr(total, key) + getattr(st, key))
+                total.failure_kinds.update(st.failure_kinds)
+            out["total"] = total.as_dict()
+            out["inserts"] = self.inserts
+            out["calls_per_insert"] = total.calls / self.inserts if self.inserts else 0.0
+            return out
+
+    def reset(self) -> None:
+        with self._lock:
+            self.stages = {s: StageStats() for s in STAGES}
+            self.inserts = 0
+
+
+# ------------------------------------------------------------------- placement
+@dataclass
+class Placement:
+    """A one-call answer: where the new fact goes and what to rearrange afterwards.
+
+    ``path`` runs from the root to ``parent_id`` (both included); ``actions`` name the new
+    fact as :data:`NEW_FACT` (use :meth:`bind`). ``fell_back`` is True when the LLM's answer
+    was unusable: the parent then comes from the fallback teacher and stage 2 is left to it
+    (``actions`` is empty and :meth:`GuardedTeacher.placement_actions` asks the fallback).
+    """
+
+    parent_id: str
+    path: list[str]
+    actions: list[Action] = field(default_factory=list)
+    fell_back: bool = False
+
+    def bind(self, fact_id: str) -> list[Action]:
+        """The actions with :data:`NEW_FACT` replaced by the attached fact's id."""
+        def sub(i: str) -> str:
+            return fact_id if i == NEW_FACT else i
+
+        out: list[Action] = []
+        for a in self.actions:
+            if isinstance(a, Promote):
+                out.append(Promote(sub(a.node_id)))
+            elif isinstance(a, Demote):
+                out.append(Demote(sub(a.node_id), a.target_id))
+            else:
+                out.append(Group(tuple(sub(i) for i in a.node_ids), a.label))
+        return out
+
+    def next_choice(self, subtree: Subtree) -> int | None:
+        """The stage-1 index this placement implies at ``subtree`` (None: not on the path)."""
+        if subtree.node_id == self.parent_id:
+            return 0
+        if subtree.node_id in self.path[:-1]:
+            nxt = self.path[self.path.index(subtree.node_id) + 1]
+            if nxt in subtree.candidates:
+                return subtree.candidates.index(nxt)
+        return None
+
+
+class _AttachedView:
+    """A read-only view of ``tree`` as it will be once the new fact is attached under
+    ``parent``: just what :func:`~langchain_membrain.actions.validate_action` reads."""
+
+    @dataclass
+    class _Fact:
+        kind: str = "fact"
+
+    def __init__(self, tree: MembrainTree, parent: str):
+        self.tree, self._parent = tree, parent
+
+    def node(self, node_id: str) -> Any:
+        return self._Fact() if node_id == NEW_FACT else self.tree.node(node_id)
+
+    def parent(self, node_id: str) -> str | None:
+        return self._parent if node_id == NEW_FACT else self.tree.parent(node_id)
+
+
+# ------------------------------------------------------------------ validation
+def clean_label(text: Any) -> str:
+    """A label trimmed of quotes and punctuation; TeacherCallError unless 1 to 4 words."""
+    s = " ".join(str(text).split()).strip(" \"'`.,;:!?")
+    words = s.split()
+    if not words:
+        raise TeacherCallError("invalid", "the label is empty")
+    if len(words) > 4 or len(s) > 60:
+        raise TeacherCallError("invalid", f"the label {s!r} is too long: use 1 to 4 words")
+    return s
+
+
+def validate_stage1(answer: prompts.Stage1Answer, n_candidates: int) -> int:
+    c = answer.choice
+    if not 0 <= c < n_candidates:
+        raise TeacherCallError("invalid", f"choice {c} is not one of the numbers shown (0 to {n_candidates - 1})")
+    return c
+
+
+def resolve_actions(specs: list[prompts.ActionSpec], ids: list[str], view: Any, *,
+                    allowed: set[str] | None = None, allow_aspects: bool = False) -> list[Action]:
+    """Turn numbered action specs into actions on node ids and check them.
+
+    ``ids[k]`` is the node numbered ``k`` ("" for none); ``view`` is the tree (or an
+    :class:`_AttachedView`) the actions will be applied to; ``allowed`` limits the nodes an
+    action may touch (the closure). Raises TeacherCallError("invalid", ...) on the first
+    problem, naming the action.
+    """
+    def node(num: Any, what: str, k: int) -> str:
+        if not isinstance(num, int) or not 0 <= num < len(ids) or not ids[num]:
+            raise TeacherCallError("invalid", f"action {k}: {what} {num!r} is not a node number shown")
+        nid = ids[num]
+        if allowed is not None and nid not in allowed:
+            raise TeacherCallError("invalid", f"action {k}: node {num} is not in the new fact's neighbourhood")
+        return nid
+
+    actions: list[Action] = []
+    used: set[str] = set()
+    targets: set[str] = set()
+    for k, spec in enumerate(specs, start=1):
+        try:
+            if spec.type == "promote":
+                action: Action = Promote(node(spec.node, "node", k))
+                moved = [action.node_id]
+            elif spec.type == "demote":
+                action = Demote(node(spec.node, "node", k), node(spec.target, "target", k))
+                moved = [action.node_id]
+                targets.add(action.target_id)
+            else:
+                members = spec.members or []
+                if len(members) < 2:
+                    raise TeacherCallError("invalid", f"action {k}: a group needs two or more facts")
+                label = None
+                if spec.label:
+                    try:
+                        label = clean_label(spec.label)
+                    except TeacherCallError:
+                        label = None  # named later by name_aspect
+                action = Group(tuple(node(m, "member", k) for m in members), label)
+                moved = list(action.node_ids)
+            validate_action(view, action, allow_aspects=allow_aspects)
+        except TeacherCallError:
+            raise
+        except MembrainError as exc:
+            raise TeacherCallError("invalid", f"action {k} ({spec.type}) breaks the tree's rules: {exc}") from None
+        if used.intersection(moved):
+            raise TeacherCallError("invalid", f"action {k}: a node may take part in one action only")
+        used.update(moved)
+        actions.append(action)
+    if used & targets:
+        raise TeacherCallError("invalid", "a demote target is moved by another action")
+    return actions
+
+
+# --------------------------------------------------------------- last resort
+_STOP = set("a an the of and or in on at to for with by from is are was were be been it its this that "
+            "these those as has have had not no".split())
+
+
+class LastResortTeacher(BaseTeacher):
+    """Used when the fallback teacher is missing or fails: attach here, Idle, and the most
+    frequent word of the facts as a label."""
+
+    name = "last-resort"
+
+    def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
+        return 0
+
+    def choose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        return []
+
+    def name_aspect(self, fact_texts: list[str]) -> str:
+        words = [w for t in fact_texts for w in re.findall(r"[A-Za-z][A-Za-z0-9-]+", t.lower()) if w not in _STOP]
+        return Counter(words).most_common(1)[0][0] if words else "group"
+
+
+def _default_fallback() -> Teacher:
+    try:
+        from .heuristic import HeuristicTeacher  # written by another engineer; lazy on purpose
+    except ImportError:
+        return LastResortTeacher()
+    return HeuristicTeacher()
+
+
+def _classify(exc: BaseException) -> TeacherCallError:
+    """Map whatever a request raised to a counted failure kind."""
+    if isinstance(exc, TeacherCallError):
+        return exc
+    name = type(exc).__name__
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, FutureTimeout)) or "Timeout" in name:
+        return TeacherCallError("timeout", f"no answer in time ({name})")
+    status = getattr(exc, "status_code", None)
+    if status is not None:
+        retry_after = None
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        try:
+            retry_after = float(headers.get("retry-after")) if headers.get("retry-after") is not None else None
+        except (TypeError, ValueError):
+            retry_after = None
+        kind = "rate_limit" if status == 429 else "http_error"
+        return TeacherCallError(kind, f"HTTP {status} ({name})", retry_after=retry_after)
+    if "Connection" in name:
+        return TeacherCallError("connection", f"cannot reach the model ({name})")
+    if isinstance(exc, (ValidationError, json.JSONDecodeError)) or "OutputParser" in name:
+        return TeacherCallError("malformed", f"the answer does not match the schema: {str(exc)[:300]}")
+    return TeacherCallError("error", f"{name}: {str(exc)[:300]}")
+
+
+def _check_raw(raw: RawAnswer, schema: type[BaseModel]) -> BaseModel:
+    """The parsed answer, or TeacherCallError for a refusal, a truncation or bad JSON."""
+    if raw.refusal:
+        raise TeacherCallError("refusal", f"the model refused: {raw.refusal[:200]}", answer=raw.text)
+    if raw.finish_reason == "length":
+        raise TeacherCallError("truncated", "the answer was cut off (too long); answer with the JSON object only",
+                               answer=raw.text)
+    parsed = raw.parsed
+    if isinstance(parsed, dict):
+        try:
+            parsed = schema.model_validate(parsed)
+        except ValidationError as exc:
+            raise TeacherCallError("malformed", f"the answer does not match the schema: {exc}", answer=raw.text)
+    if parsed is None and raw.text:
+        try:
+            parsed = schema.model_validate_json(raw.text)
+        except ValidationError as exc:
+            raise TeacherCallError("malformed", f"the answer is not valid JSON for the schema: {str(exc)[:300]}",
+                                   answer=raw.text) from None
+    if not isinstance(parsed, schema):
+        detail = raw.parse_error or "no structured answer"
+        raise TeacherCallError("malformed", f"the answer does not match the schema: {detail[:300]}", answer=raw.text)
+    return parsed
+
+
+# ------------------------------------------------------------- the base class
+_DEFAULT = object()
+
+
+class GuardedTeacher(BaseTeacher):
+    """Base of the LLM teachers: prompts, validation, retry, fallback, limits and stats.
+
+    Args:
+        mode: ``"per_decision"`` (one question per level, then one for stage 2) or
+            ``"one_call"`` (one :meth:`place` question per insert).
+        fallback: the teacher that decides when the LLM's answers are unusable; default
+            :class:`~.heuristic.HeuristicTeacher` (lazily imported); ``None``: the
+            last-resort rule only.
+        timeout: seconds one request may take.
+        max_concurrency: requests in flight at once, sync and async together.
+        max_retries: extra attempts per decision after a failed one (default 1).
+        max_backoff_s: longest wait honoured from a 429's ``Retry-After``.
+        examples_per_aspect: example facts shown under each aspect.
+        outline_max_aspects, outline_facts_per_node: size of the one-call outline.
+        allow_aspects: let Promote/Demote move aspects (with their subtrees).
+    """
+
+    name = "llm"
+    _sync_timeout_by_thread = False  # subclasses whose sync call cannot time out itself
+
+    def __init__(self, *, mode: Literal["per_decision", "one_call"] = "per_decision", fallback: Any = _DEFAULT,
+                 timeout: float = 30.0, max_concurrency: int = 4, max_retries: int = 1,
+                 max_backoff_s: float = 5.0, examples_per_aspect: int = 3, outline_max_aspects: int = 200,
+                 outline_facts_per_node: int = 5, allow_aspects: bool = False):
+        if mode not in ("per_decision", "one_call"):
+            raise ValueError(f"mode must be 'per_decision' or 'one_call', not {mode!r}")
+        if timeout <= 0 or max_concurrency < 1 or max_retries < 0:
+            raise ValueError("timeout > 0, max_concurrency >= 1 and max_retries >= 0 are required")
+        self.mode = mode
+        self._fallback_arg = fallback
+        self._fallback: Teacher | None = None
+        self._last_resort = LastResortTeacher()
+        self.timeout = float(timeout)
+        self.max_concurrency = int(max_concurrency)
+        self.max_retries = int(max_retries)
+        self.max_backoff_s = float(max_backoff_s)
+        self.examples_per_aspect = int(examples_per_aspect)
+        self.outline_max_aspects = int(outline_max_aspects)
+        self.outline_facts_per_node = int(outline_facts_per_node)
+        self.allow_aspects = allow_aspects
+        self._sem = threading.BoundedSemaphore(self.max_concurrency)
+        self._stats = TeacherStats()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._placements: OrderedDict[int, tuple[NewFact, MembrainTree, Placement]] = OrderedDict()
+        self._placements_lock = threading.Lock()
+
+    # ------------------------------------------------------- to implement
+    def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
+        """Send one request and return the raw structured answer (may raise anything)."""
+        raise NotImplementedError
+
+    async def _arequest(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
+        return await asyncio.to_thread(self._request, messages, schema)
+
+    # ------------------------------------------------------------- public
+    @property
+    def fallback(self) -> Teacher:
+        """The fallback teacher (built on first use)."""
+        if self._fallback is None:
+            arg = self._fallback_arg
+            self._fallback = _default_fallback() if arg is _DEFAULT else (arg or self._last_resort)
+        return self._fallback
+
+    def stats(self) -> dict[str, Any]:
+        """Per-stage counters as a dict: see :class:`StageStats`; plus ``total``, ``inserts``
+        and ``calls_per_insert``."""
+        return self._stats.as_dict()
+
+    def reset_stats(self) -> None:
+        self._stats.reset()
+
+    # ----------------------------------------------------------- stage 1
+    def try_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
+        """The LLM's stage-1 index, validated; TeacherCallError once the retries are spent."""
+        self._stats.add("stage1", decisions=1)
+        msgs = prompts.stage1_messages(new_fact.text, subtree.tree, subtree.node_id, subtree.candidates,
+                                       examples=self.examples_per_aspect)
+        return self._ask("stage1", msgs, prompts.Stage1Answer,
+                         lambda a: validate_stage1(a, len(subtree.candidates)))
+
+    async def atry_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
+        self._stats.add("stage1", decisions=1)
+        msgs = prompts.stage1_messages(new_fact.text, subtree.tree, subtree.node_id, subtree.candidates,
+                                       examples=self.examples_per_aspect)
+        return await self._aask("stage1", msgs, prompts.Stage1Answer,
+                                lambda a: validate_stage1(a, len(subtree.candidates)))
+
+    def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
+        """Stage 1 (never raises): the LLM's index, else the fallback's."""
+        if self.mode == "one_call":
+            choice = self._choice_from_placement(new_fact, subtree, self._placement_for(new_fact, subtree))
+            if choice is not None:
+                return choice
+        try:
+            return self.try_stage1(new_fact, subtree)
+        except TeacherError:
+            return self._fallback_stage1(new_fact, subtree)
+
+    async def achoose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
+        if self.mode == "one_call":
+            choice = self._choice_from_placement(new_fact, subtree, await self._aplacement_for(new_fact, subtree))
+            if choice is not None:
+                return choice
+        try:
+            return await self.atry_stage1(new_fact, subtree)
+        except TeacherError:
+            return self._fallback_stage1(new_fact, subtree)
+
+    # ----------------------------------------------------------- stage 2
+    def _stage2_question(self, tree: MembrainTree, closure: Closure):
+        msgs = prompts.stage2_messages(tree, closure, examples=min(self.examples_per_aspect, 2))
+        ids = closure.node_ids
+        allowed = set(ids)
+
+        def validate(answer: prompts.Stage2Answer) -> list[Action]:
+            return resolve_actions(answer.actions, ids, tree, allowed=allowed, allow_aspects=self.allow_aspects)
+
+        return msgs, validate
+
+    def try_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        """The LLM's action series for ``closure``, validated; TeacherCallError when unusable."""
+        self._stats.add("stage2", decisions=1)
+        msgs, validate = self._stage2_question(tree, closure)
+        return self._ask("stage2", msgs, prompts.Stage2Answer, validate)
+
+    async def atry_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        self._stats.add("stage2", decisions=1)
+        msgs, validate = self._stage2_question(tree, closure)
+        return await self._aask("stage2", msgs, prompts.Stage2Answer, validate)
+
+    def choose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        """Stage 2 (never raises): the LLM's actions, else the fallback's."""
+        self._stats.add("stage2", inserts=1)
+        placement = self._pop_placement(tree, closure)
+        if placement is not None:
+            self._stats.add("stage2", decisions=1, from_placement=1)
+            return self.placement_actions(tree, closure.fact_id, placement)
+        try:
+            return self.try_stage2(tree, closure)
+        except TeacherError:
+            return self._fallback_stage2(tree, closure)
+
+    async def achoose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        self._stats.add("stage2", inserts=1)
+        placement = self._pop_placement(tree, closure)
+        if placement is not None:
+            self._stats.add("stage2", decisions=1, from_placement=1)
+            return self.placement_actions(tree, closure.fact_id, placement)
+        try:
+            return await self.atry_stage2(tree, closure)
+        except TeacherError:
+            return self._fallback_stage2(tree, closure)
+
+    # -------------------------------------------------------- name_aspect
+    def try_name_aspect(self, fact_texts: list[str]) -> str:
+        self._stats.add("name", decisions=1)
+        return self._ask("name", prompts.name_messages(fact_texts), prompts.AspectName,
+                         lambda a: clean_label(a.label))
+
+    async def atry_name_aspect(self, fact_texts: list[str]) -> str:
+        self._stats.add("name", decisions=1)
+        return await self._aask("name", prompts.name_messages(fact_texts), prompts.AspectName,
+                                lambda a: clean_label(a.label))
+
+    def name_aspect(self, fact_texts: list[str]) -> str:
+        """A 1 to 4 word label for a new aspect (never raises)."""
+        try:
+            return self.try_name_aspect(fact_texts)
+        except TeacherError:
+            return self._fallback_name(fact_texts)
+
+    async def aname_aspect(self, fact_texts: list[str]) -> str:
+        try:
+            return await self.atry_name_aspect(fact_texts)
+        except TeacherError:
+            return self._fallback_name(fact_texts)
+
+    # ------------------------------------------------------ one-call place
+    def _place_validator(self, tree: MembrainTree, ids: list[str]) -> Callable[[prompts.PlaceAnswer], Placement]:
+        def validate(answer: prompts.PlaceAnswer) -> Placement:
+            p = answer.parent
+            if not 1 <= p < len(ids) or tree.node(ids[p]).kind == "fact":
+                raise TeacherCallError("invalid", f"parent {p} is not the number of the root or of an aspect shown")
+            parent = ids[p]
+            grand = tree.parent(parent)
+            allowed = {NEW_FACT, parent, *tree.children(parent)}
+            if grand is not None:
+                allowed.update([grand, *tree.children(grand)])
+            ids_new = [NEW_FACT, *ids[1:]]
+            actions = resolve_actions(answer.actions, ids_new, _AttachedView(tree, parent), allowed=allowed,
+                                      allow_aspects=self.allow_aspects)
+            return Placement(parent, tree.path(parent), actions)
+        return validate
+
+    def try_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        """The LLM's one-call placement, validated; TeacherCallError when unusable."""
+        self._stats.add("place", decisions=1)
+        msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
+                                           facts_per_node=self.outline_facts_per_node)
+        return self._ask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids))
+
+    async def atry_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        self._stats.add("place", decisions=1)
+        msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
+                                           facts_per_node=self.outline_facts_per_node)
+        return await self._aask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids))
+
+    def place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        """One call for the whole insert (never raises): where ``new_fact`` goes and the
+        stage-2 actions after it is attached. Attach under ``placement.parent_id``, then
+        apply :meth:`placement_actions` (or use :func:`insert_with_placement`)."""
+        self._stats.add("place", inserts=1)
+        return self._place_or_fallback(new_fact, tree)
+
+    async def aplace(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        self._stats.add("place", inserts=1)
+        try:
+            return await self.atry_place(new_fact, tree)
+        except TeacherError:
+            return self._fallback_placement(new_fact, tree)
+
+    def placement_actions(self, tree: MembrainTree, fact_id: str, placement: Placement) -> list[Action]:
+        """Stage 2 of a placed fact: the placement's actions bound to ``fact_id`` and checked
+        against the tree as it is now; the fallback teacher's when the placement fell back."""
+        if placement.fell_back:
+            self._stats.add("stage2", fallbacks=1)
+            return self._safe_fallback_stage2(tree, tree.closure(fact_id))
+        out = []
+        for action in placement.bind(fact_id):
+            try:
+                validate_action(tree, action, allow_aspects=self.allow_aspects)
+            except MembrainError:
+                continue  # the tree changed since the placement (concurrent writer)
+            out.append(action)
+        return out
+
+    # --------------------------------------------- one-call via the protocol
+    def _place_or_fallback(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        try:
+            return self.try_place(new_fact, tree)
+        except TeacherError:
+            return self._fallback_placement(new_fact, tree)
+
+    def _cached_placement(self, new_fact: NewFact, tree: MembrainTree) -> Placement | None:
+        with self._placements_lock:
+            entry = self._placements.get(id(new_fact))
+            if entry is not None and entry[0] is new_fact and entry[1] is tree:
+                return entry[2]
+        return None
+
+    def _remember(self, new_fact: NewFact, tree: MembrainTree, placement: Placement) -> None:
+        with self._placements_lock:
+            self._placements[id(new_fact)] = (new_fact, tree, placement)
+            while len(self._placements) > 256:
+                self._placements.popitem(last=False)
+
+    def _placement_for(self, new_fact: NewFact, subtree: Subtree) -> Placement | None:
+        cached = self._cached_placement(new_fact, subtree.tree)
+        if cached is None and subtree.node_id == subtree.tree.root_id:
+            cached = self._place_or_fallback(new_fact, subtree.tree)
+            self._remember(new_fact, subtree.tree, cached)
+        return cached
+
+    async def _aplacement_for(self, new_fact: NewFact, subtree: Subtree) -> Placement | None:
+        cached = self._cached_placement(new_fact, subtree.tree)
+        if cached is None and subtree.node_id == subtree.tree.root_id:
+            try:
+                cached = await self.atry_place(new_fact, subtree.tree)
+            except TeacherError:
+                cached = self._fallback_placement(new_fact, subtree.tree)
+            self._remember(new_fact, subtree.tree, cached)
+        return cached
+
+    def _choice_from_placement(self, new_fact: NewFact, subtree: Subtree, placement: Placement | None) -> int | None:
+        if placement is None:
+            return None
+        choice = placement.next_choice(subtree)
+        if choice is not None:
+            self._stats.add("stage1", decisions=1, from_placement=1)
+        return choice
+
+    def _pop_placement(self, tree: MembrainTree, closure: Closure) -> Placement | None:
+        text = tree.node(closure.fact_id).text
+        with self._placements_lock:
+            for key, (fact, t, placement) in list(self._placements.items()):
+                if t is tree and fact.text == text and placement.parent_id == closure.parent_id:
+                    del self._placements[key]
+                    return placement
+        return None
+
+    # ------------------------------------------------------------ fallback
+    def _fallback_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
+        self._stats.add("stage1", fallbacks=1)
+        try:
+            i = self.fallback.choose_stage1(new_fact, subtree)
+            if isinstance(i, int) and 0 <= i < len(subtree.candidates):
+                return i
+        except Exception:  # noqa: BLE001 - the fallback must not break the insert either
+            pass
+        return 0
+
+    def _safe_fallback_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        try:
+            actions = list(self.fallback.choose_stage2(tree, closure))
+        except Exception:  # noqa: BLE001
+            return []
+        ok = []
+        for a in actions:
+            try:
+                validate_action(tree, a, allow_aspects=self.allow_aspects)
+            except Exception:  # noqa: BLE001
+                continue
+            ok.append(a)
+        return ok
+
+    def _fallback_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        self._stats.add("stage2", fallbacks=1)
+        return self._safe_fallback_stage2(tree, closure)
+
+    def _fallback_name(self, fact_texts: list[str]) -> str:
+        self._stats.add("name", fallbacks=1)
+        try:
+            return clean_label(self.fallback.name_aspect(fact_texts))
+        except Exception:  # noqa: BLE001
+            return self._last_resort.name_aspect(fact_texts)
+
+    def _fallback_placement(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        """Descend with the fallback teacher; stage 2 is left to it after the attach."""
+        from ..pipeline import descend  # lazy: pipeline imports the teachers package
+
+        self._stats.add("place", fallbacks=1)
+        fb = self.fallback
+
+        def choose(sub: Subtree) -> int:
+            try:
+                i = fb.choose_stage1(new_fact, sub)
+                return i if isinstance(i, int) and 0 <= i < len(sub.candidates) else 0
+            except Exception:  # noqa: BLE001
+                return 0
+
+        parent, _ = descend(tree, new_fact, choose)
+        return Placement(parent, tree.path(parent), [], fell_back=True)
+
+    # ------------------------------------------------------- the guarded call
+    def _ask(self, stage: str, messages: list[prompts.Message], schema: type[BaseModel],
+             validate: Callable[[Any], T]) -> T:
+        msgs = messages
+        last: TeacherCallError | None = None
+        for attempt in range(1 + self.max_retries):
+            if attempt:
+                self._stats.add(stage, retries=1)
+                msgs = self._next_messages(messages, last)
+                if last.kind == "rate_limit":
+                    time.sleep(self._backoff(last))
+            t0 = time.perf_counter()
+            raw: RawAnswer | None = None
+            try:
+                self._sem.acquire()
+                try:
+                    raw = self._sync_request(msgs, schema)
+                finally:
+                    self._sem.release()
+                self._count_call(stage, raw, time.perf_counter() - t0)
+                return validate(_check_raw(raw, schema))
+            except Exception as exc:  # noqa: BLE001 - every failure is counted, none escapes
+                if raw is None:
+                    self._count_call(stage, None, time.perf_counter() - t0)
+                last = self._failed(stage, exc, raw)
+        assert last is not None
+        raise last
+
+    async def _aask(self, stage: str, messages: list[prompts.Message], schema: type[BaseModel],
+                    validate: Callable[[Any], T]) -> T:
+        msgs = messages
+        last: TeacherCallError | None = None
+        for attempt in range(1 + self.max_retries):
+            if attempt:
+                self._stats.add(stage, retries=1)
+                msgs = self._next_messages(messages, last)
+                if last.kind == "rate_limit":
+                    await asyncio.sleep(self._backoff(last))
+            t0 = time.perf_counter()
+            raw: RawAnswer | None = None
+            try:
+                while not self._sem.acquire(blocking=False):  # the same semaphore as the sync path
+                    await asyncio.sleep(0.005)
+                try:
+                    raw = await asyncio.wait_for(self._arequest(msgs, schema), self.timeout)
+                finally:
+                    self._sem.release()
+                self._count_call(stage, raw, time.perf_counter() - t0)
+                return validate(_check_raw(raw, schema))
+            except Exception as exc:  # noqa: BLE001
+                if raw is None:
+                    self._count_call(stage, None, time.perf_counter() - t0)
+                last = self._failed(stage, exc, raw)
+        assert last is not None
+        raise last
+
+    def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
+        if not self._sync_timeout_by_thread:
+            return self._request(msgs, schema)
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=2 * self.max_concurrency,
+                                                thread_name_prefix=f"{self.name}-teacher")
+        future = self._pool.submit(self._request, msgs, schema)
+        try:
+            return future.result(timeout=self.timeout)
+        except FutureTimeout:
+            future.cancel()  # a running call cannot be stopped: its answer is dropped
+            raise TeacherCallError("timeout", f"no answer within {self.timeout:g} s") from None
+
+    def _count_call(self, stage: str, raw: RawAnswer | None, latency: float) -> None:
+        if raw is None:
+            self._stats.add(stage, calls=1, latency_s=latency)
+        else:
+            self._stats.add(stage, calls=1, latency_s=latency, prompt_tokens=raw.prompt_tokens or 0,
+                            completion_tokens=raw.completion_tokens or 0)
+
+    def _failed(self, stage: str, exc: BaseException, raw: RawAnswer | None) -> TeacherCallError:
+        err = _classify(exc)
+        if err.answer is None and raw is not None:
+            err.answer = raw.text
+        self._stats.add(stage, failures=1, failure_kind=err.kind)
+        return err
+
+    @staticmethod
+    def _next_messages(messages: list[prompts.Message], last: TeacherCallError) -> list[prompts.Message]:
+        if last.kind in _FEEDBACK_KINDS:
+            return [*messages, prompts.retry_message(last.answer, last.detail)]
+        return messages  # transport failures: the same question again
+
+    def _backoff(self, err: TeacherCallError) -> float:
+        return max(0.0, min(err.retry_after if err.retry_after is not None else 1.0, self.max_backoff_s))
+
+    def close(self) -> None:
+        """Release the worker threads (if any)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def insert_with_placement(tree: MembrainTree, new_fact: NewFact, teacher: GuardedTeacher, *,
+                          node_id: str | None = None, embed_label: Callable[[str], Any] | None = None) -> str:
+    """A whole insert in one LLM call: :meth:`GuardedTeacher.place`, attach, apply the actions.
+
+    Returns the new fact's id. Like ``pipeline.insert_with_teacher``, it never fails because
+    of the teacher; actions are re-validated as they are applied.
+    """
+    from ..pipeline import attach, rewrite  # lazy: pipeline imports the teachers package
+
+    placement = teacher.place(new_fact, tree)
+    fact_id = attach(tree, new_fact, placement.parent_id, node_id=node_id)
+    actions = teacher.placement_actions(tree, fact_id, placement)
+    rewrite(tree, actions, name_aspect=teacher.name_aspect, embed_label=embed_label,
+            allow_aspects=teacher.allow_aspects)
+    return fact_id

@@ -1,0 +1,358 @@
+"""The offline default teacher: embedding-similarity rules, no network, no LLM.
+
+Notation. Every fact carries an embedding ``e`` (assumed unit-norm, as all-MiniLM-L6-v2's
+are). For a set of facts ``X`` with mean embedding ``m(X)``, the **affinity** of a fact to
+``X`` is ``a(f, X) = e_f . m(X)``, which for unit vectors equals the mean cosine similarity
+of ``f`` to the members of ``X`` (average linkage). Unlike the cosine to the mean, it falls
+as ``X`` spreads out, so a large, mixed aspect does not look attractive: a catch-all's mean
+drifts toward the domain mean, whose *direction* is close to every fact but whose *length*
+is short. A node's affinity is to the facts below it; when ``f`` itself is below, it is left
+out (leave-one-out).
+
+Stage 1 (where does a new fact go), MemTree's rule made size-aware: at the current node of
+depth ``d``, score each candidate child aspect; descend into the best if its score reaches
+
+    theta(d) = theta0 * exp(rate * d / D)
+
+else attach here (index 0). With ``size_aware=True`` (default) the score is the affinity
+``a(f, aspect)``; with ``False`` it is MemTree's cosine to the aspect's mean embedding.
+
+Stage 2 (tidy the closure of the new fact ``f`` under parent ``P``, grandparent ``G``):
+
+- Promote(f) when ``a(f, G minus P) > a(f, P minus f) + promote_margin``: ``f`` is closer
+  to the rest of its grandparent than to its own parent's other facts.
+- Demote(f, S) into the sibling aspect ``S`` of highest affinity when
+  ``a(f, S) > a(f, P minus f) + demote_margin``.
+- Group: when ``P`` is crowded (at least ``crowd`` fact children), its fact children are
+  clustered by average linkage on cosine similarity, cut where the mean similarity inside a
+  cluster would fall below ``max(group_threshold, coherence(P) + group_margin)``, with
+  ``coherence(P) = |m(P)|^2`` the mean pairwise similarity of P's facts; so groups must be
+  tighter than their parent, and the cut rises with depth on its own. Each cluster of at
+  least two facts (not all of P's children) becomes a Group.
+- With ``aspect_actions=True``, P's child aspects may move too (whole subtrees): an aspect
+  ``A`` is promoted when ``m(A) . m(G minus P) > m(A) . m(P minus A) + aspect_margin``, or
+  demoted into a sibling aspect ``B`` when ``m(A) . m(B) > m(A) . m(P minus A) + aspect_margin``.
+
+Aspect labels (:meth:`HeuristicTeacher.name_aspect`): the 1 to 4 words of the grouped texts
+with the highest tf-idf, where document frequencies are counted over every fact text the
+teacher has seen (state kept inside the teacher).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from ..actions import Action, Demote, Group, Promote
+from ..errors import InvalidOperationError
+from ..tree import Closure, MembrainTree
+from .base import BaseTeacher, NewFact, Subtree
+
+__all__ = ["HeuristicConfig", "HeuristicTeacher", "STOPWORDS"]
+
+
+@dataclass
+class HeuristicConfig:
+    """Every threshold of :class:`HeuristicTeacher` (similarities are cosines in [-1, 1]).
+
+    Stage 1: ``theta0``, ``rate``, ``depth_scale`` (D) give theta(d); ``size_aware`` picks
+    the affinity score (True) or MemTree's cosine to the mean (False).
+    Stage 2: ``promote_margin``, ``demote_margin``; ``crowd`` (fact children that make a
+    parent crowded), ``group_threshold`` (lowest mean similarity inside a group),
+    ``group_margin`` (how much tighter than its parent a group must be), ``min_group`` (its
+    smallest size); ``aspect_actions`` and ``aspect_margin`` for moving whole aspects;
+    ``stage2=False`` turns stage 2 off (stage-1 only baselines).
+    Naming: ``max_label_words`` (1 to 4).
+    """
+
+    theta0: float = 0.4
+    rate: float = 0.5
+    depth_scale: float = 10.0
+    size_aware: bool = True
+    promote_margin: float = 0.05
+    demote_margin: float = 0.05
+    crowd: int = 4
+    group_threshold: float = 0.45
+    group_margin: float = 0.05
+    min_group: int = 2
+    aspect_actions: bool = False
+    aspect_margin: float = 0.05
+    tidy_siblings: bool = False
+    stage2: bool = True
+    max_label_words: int = 4
+
+    def __post_init__(self) -> None:
+        if self.depth_scale <= 0:
+            raise InvalidOperationError("depth_scale (D) must be positive")
+        if self.crowd < 2 or self.min_group < 2:
+            raise InvalidOperationError("crowd and min_group must be at least 2")
+        if not 1 <= self.max_label_words <= 4:
+            raise InvalidOperationError("max_label_words must be between 1 and 4")
+
+    def theta(self, depth: int) -> float:
+        """The stage-1 descent threshold at a node of depth ``depth`` (root: 0)."""
+        return self.theta0 * math.exp(self.rate * depth / self.depth_scale)
+
+
+# A small English stopword list, plus words that carry no topic in dictionary glosses.
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each
+    either etc even ever every few for from further had has have having he her here hers him
+    his how i if in into is it its itself just least less like many may might more most much
+    must my neither no nor not now of off often on once one only or other others our out over
+    own per same she should since so some such than that the their them then there these
+    they this those through thus to too two under until up upon us usually very via was we
+    were what when where whether which while who whom whose why will with within without
+    would yet you your especially esp various several used use using kind kinds type types
+    sort form forms something someone especially made make makes usually often typically
+    called known having small large found""".split()
+)
+_WORD = re.compile(r"[a-z][a-z'-]*[a-z]")
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in STOPWORDS]
+
+
+def _unit(v: np.ndarray | None) -> np.ndarray | None:
+    if v is None:
+        return None
+    n = float(np.linalg.norm(v))
+    return None if n == 0.0 else v / n
+
+
+class HeuristicTeacher(BaseTeacher):
+    """The offline default teacher (module docstring: the rules and their definitions).
+
+    Stateless for stage 1 and stage 2 apart from the word statistics used for naming, which
+    it accumulates from the fact texts it is shown. Thread-safe.
+    """
+
+    name = "heuristic"
+
+    def __init__(self, config: HeuristicConfig | None = None, **overrides):
+        base = config or HeuristicConfig()
+        if overrides:
+            base = HeuristicConfig(**{**base.__dict__, **overrides})
+        self.config = base
+        self._df: Counter[str] = Counter()  # documents (fact texts) containing each word
+        self._n_docs = 0
+        self._seen: set[int] = set()  # hashes of texts already counted
+        self._lock = threading.Lock()
+
+    # --------------------------------------------------------------- helpers
+    @staticmethod
+    def _sum_count(tree: MembrainTree, node_id: str) -> tuple[np.ndarray | None, int]:
+        n = tree.node(node_id)
+        return n.emb_sum, n.emb_count
+
+    @staticmethod
+    def _mean(total: np.ndarray | None, count: int) -> np.ndarray | None:
+        if total is None or count <= 0:
+            return None
+        return total / count
+
+    def _affinity(self, e: np.ndarray, mean: np.ndarray | None) -> float | None:
+        return None if mean is None else float(np.dot(e, mean))
+
+    def _score(self, e: np.ndarray, mean: np.ndarray | None) -> float:
+        """Stage-1 score of a candidate aspect with mean embedding ``mean``."""
+        if mean is None:
+            return -math.inf
+        if self.config.size_aware:
+            return float(np.dot(e, mean))
+        u = _unit(mean)
+        return -math.inf if u is None else float(np.dot(e, u))
+
+    def _observe(self, texts: Iterable[str]) -> None:
+        with self._lock:
+            for t in texts:
+                h = hash(t)
+                if h in self._seen:
+                    continue
+                self._seen.add(h)
+                self._n_docs += 1
+                self._df.update(set(_words(t)))
+
+    # --------------------------------------------------------------- stage 1
+    def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
+        """Index 0 (attach at ``subtree.node_id``) or the index of the child aspect to descend
+        into: the best-scoring one, if its score reaches theta(depth of the current node)."""
+        self._observe([new_fact.text])
+        tree = subtree.tree
+        e = _unit(np.asarray(new_fact.embedding, dtype=np.float64))
+        if e is None or len(subtree.candidates) < 2:
+            return 0
+        theta = self.config.theta(tree.depth(subtree.node_id))
+        best_i, best = 0, -math.inf
+        for i, cand in enumerate(subtree.candidates[1:], start=1):
+            if tree.node(cand).kind != "aspect":
+                continue
+            s = self._score(e, tree.mean_embedding(cand))
+            if s > best:
+                best_i, best = i, s
+        return best_i if best >= theta else 0
+
+    # --------------------------------------------------------------- stage 2
+    def choose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        """The action series for the closure of the new fact (module docstring: the rules).
+
+        At most one action per node; every action is valid on ``tree`` as given, and the
+        series applies in order (no action moves a node that another one targets).
+        """
+        fid = closure.fact_id
+        self._observe([tree.node(fid).text])
+        if not self.config.stage2:
+            return []
+        cfg = self.config
+        parent, grand = closure.parent_id, closure.grandparent_id
+        f = tree.node(fid)
+        e = _unit(None if f.embedding is None else f.embedding.astype(np.float64))
+        p_sum, p_cnt = self._sum_count(tree, parent)
+        sibling_aspects = tree.child_aspects(parent)
+        actions: list[Action] = []
+        moved: set[str] = set()
+        targets: set[str] = set()
+
+        # Promote or Demote the new fact (and, with tidy_siblings, each sibling fact).
+        movers = [fid] + ([c for c in tree.child_facts(parent) if c != fid] if cfg.tidy_siblings else [])
+        for x in movers:
+            act = self._fact_move(tree, x, parent, grand, sibling_aspects)
+            if act is not None:
+                actions.append(act)
+                moved.add(x)
+                if isinstance(act, Demote):
+                    targets.add(act.target_id)
+
+        # Move whole sibling aspects (optional).
+        if cfg.aspect_actions and p_sum is not None:
+            actions += self._aspect_moves(tree, parent, grand, sibling_aspects, moved, targets)
+
+        # Group tight clusters of a crowded parent's facts.
+        facts = [c for c in tree.child_facts(parent) if c not in moved and tree.node(c).embedding is not None]
+        if len(facts) >= cfg.crowd:
+            n_children = len(tree.children(parent)) - len(moved & set(tree.children(parent)))
+            for members in self._clusters(tree, parent, facts):
+                if len(members) >= cfg.min_group and len(members) < n_children:
+                    actions.append(Group(tuple(members)))
+        return actions
+
+    def _fact_move(self, tree: MembrainTree, fid: str, parent: str, grand: str | None,
+                   sibling_aspects: list[str]) -> Action | None:
+        """Promote(fid), Demote(fid, best sibling aspect) or None (stage-2 fact rules)."""
+        cfg = self.config
+        f = tree.node(fid)
+        e = _unit(None if f.embedding is None else f.embedding.astype(np.float64))
+        p_sum, p_cnt = self._sum_count(tree, parent)
+        if e is None or p_sum is None:
+            return None
+        a_parent = self._affinity(e, self._mean(p_sum - f.emb_sum, p_cnt - 1))
+        if a_parent is None:
+            return None
+        if grand is not None:
+            g_sum, g_cnt = self._sum_count(tree, grand)
+            g_out = self._mean(g_sum - p_sum, g_cnt - p_cnt) if g_cnt > p_cnt else None
+            a_grand = self._affinity(e, g_out)
+            if a_grand is not None and a_grand > a_parent + cfg.promote_margin:
+                return Promote(fid)
+        best, best_a = None, -math.inf
+        for s in sibling_aspects:
+            a = self._affinity(e, tree.mean_embedding(s))
+            if a is not None and a > best_a:
+                best, best_a = s, a
+        if best is not None and best_a > a_parent + cfg.demote_margin:
+            return Demote(fid, best)
+        return None
+
+    def _aspect_moves(self, tree: MembrainTree, parent: str, grand: str | None, aspects: list[str],
+                      moved: set[str], targets: set[str]) -> list[Action]:
+        """Promote/Demote of P's child aspects (average linkage between fact sets)."""
+        cfg = self.config
+        p_sum, p_cnt = self._sum_count(tree, parent)
+        out: list[Action] = []
+        means = {a: tree.mean_embedding(a) for a in aspects}
+        for a in aspects:
+            if a in targets or means[a] is None:
+                continue
+            a_sum, a_cnt = self._sum_count(tree, a)
+            rest = self._mean(p_sum - a_sum, p_cnt - a_cnt) if p_cnt > a_cnt else None
+            if rest is None:
+                continue
+            m_a = means[a].astype(np.float64)
+            here = float(np.dot(m_a, rest))
+            if grand is not None:
+                g_sum, g_cnt = self._sum_count(tree, grand)
+                g_out = self._mean(g_sum - p_sum, g_cnt - p_cnt) if g_cnt > p_cnt else None
+                if g_out is not None and float(np.dot(m_a, g_out)) > here + cfg.aspect_margin:
+                    out.append(Promote(a))
+                    moved.add(a)
+                    continue
+            best, best_s = None, -math.inf
+            for b in aspects:
+                if b == a or b in moved or means[b] is None:
+                    continue
+                s = float(np.dot(m_a, means[b]))
+                if s > best_s:
+                    best, best_s = b, s
+            if best is not None and best_s > here + cfg.aspect_margin:
+                out.append(Demote(a, best))
+                moved.add(a)
+                targets.add(best)
+        return out
+
+    def _clusters(self, tree: MembrainTree, parent: str, facts: list[str]) -> list[list[str]]:
+        """Average-linkage clusters of ``facts`` (cosine), cut at the group threshold."""
+        from scipy.cluster.hierarchy import fcluster, linkage
+
+        cfg = self.config
+        x = np.stack([tree.node(c).embedding for c in facts]).astype(np.float64)
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        x = x / np.where(norms == 0.0, 1.0, norms)
+        mean = x.mean(axis=0)
+        coherence = float(np.dot(mean, mean))  # mean pairwise similarity, self-pairs included
+        n = len(x)
+        coherence = (coherence * n * n - n) / (n * (n - 1))  # ... and excluded
+        cut = max(cfg.group_threshold, coherence + cfg.group_margin)
+        z = linkage(x, method="average", metric="cosine")
+        labels = fcluster(z, t=1.0 - cut, criterion="distance")
+        by_label: dict[int, list[str]] = {}
+        for fid, lab in zip(facts, labels):
+            by_label.setdefault(int(lab), []).append(fid)
+        return [m for m in by_label.values() if len(m) >= 2]
+
+    # ----------------------------------------------------------------- naming
+    def name_aspect(self, fact_texts: list[str]) -> str:
+        """The most distinctive 1 to ``max_label_words`` words of ``fact_texts``.
+
+        Each word is scored by tf-idf: the number of the texts that contain it times
+        ``log((1 + N) / (1 + df))``, with N and df counted over every fact text this teacher
+        has seen (these texts included). Words scoring at least half the best are kept, at
+        most ``max_label_words``, best first. Never empty: without any content word the
+        first word of the first text (or ``"group"``) is the label.
+        """
+        texts = [t for t in fact_texts if isinstance(t, str)]
+        self._observe(texts)
+        tf: Counter[str] = Counter()
+        first_seen: dict[str, int] = {}
+        for t in texts:
+            for w in set(_words(t)):
+                tf[w] += 1
+            for w in _words(t):
+                first_seen.setdefault(w, len(first_seen))
+        if not tf:
+            raw = [w for t in texts for w in re.findall(r"\w+", t)]
+            return raw[0].lower() if raw else "group"
+        with self._lock:
+            n, df = self._n_docs, dict(self._df)
+        scores = {w: c * math.log((1 + n) / (1 + df.get(w, 0))) + 1e-9 * c for w, c in tf.items()}
+        ranked = sorted(scores, key=lambda w: (-scores[w], first_seen[w]))
+        top = scores[ranked[0]]
+        keep = [w for w in ranked[: self.config.max_label_words] if scores[w] >= 0.5 * top]
+        return " ".join(keep)

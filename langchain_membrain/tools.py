@@ -1,0 +1,183 @@
+"""Agent tools to save, update, delete and search memories.
+
+The tools speak to a LangGraph store, so they work the same in a plain script, in
+``langchain.agents.create_agent(..., store=...)`` and in any LangGraph graph:
+
+- ``memory_tools(memory, namespace)`` with a :class:`~.memory.MembrainMemory` (wrapped in a
+  :class:`~.store.MembrainStore`) or any LangGraph ``BaseStore``;
+- ``memory_tools(None, namespace)``: each call uses the store of the graph it runs in
+  (``langgraph.config.get_store()``), e.g. the ``MembrainStore`` given to ``compile(store=...)``.
+
+A namespace may hold ``{placeholders}`` filled at call time from the run's
+``config["configurable"]``: ``memory_tools(store, ("memories", "{user_id}"))``.
+Values are stored as ``{"content": text}``, the format langmem's memory tools use, so both
+kinds of tools can share one namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.store.base import BaseStore
+from pydantic import BaseModel, Field
+
+from .memory import MembrainMemory
+from .store import MembrainStore
+
+__all__ = ["memory_tools"]
+
+
+class SaveMemoryInput(BaseModel):
+    content: str = Field(description="The memory to save: one self-contained fact, written so it makes "
+                                     "sense on its own later, e.g. 'The user is vegetarian'.")
+
+
+class UpdateMemoryInput(BaseModel):
+    memory_id: str = Field(description="The id of the memory to change, as given by save_memory or search_memory.")
+    content: str = Field(description="The corrected memory, replacing the old text entirely.")
+
+
+class DeleteMemoryInput(BaseModel):
+    memory_id: str = Field(description="The id of the memory to delete, as given by save_memory or search_memory.")
+
+
+class SearchMemoryInput(BaseModel):
+    query: str = Field(description="What you want to know, in natural language, e.g. 'the user's diet'.")
+    limit: int = Field(default=5, ge=1, le=50, description="How many memories to return at most.")
+
+
+class _Target:
+    """Where the tools read and write: a store (or the running graph's) and a namespace."""
+
+    def __init__(self, memory: MembrainMemory | BaseStore | None, namespace: str | Sequence[str]):
+        if isinstance(memory, MembrainMemory):
+            memory = MembrainStore(memory)
+        elif memory is not None and not isinstance(memory, BaseStore):
+            raise TypeError(f"memory_tools needs a MembrainMemory, a BaseStore or None, got {type(memory).__name__}")
+        self._store = memory
+        self._template = tuple(namespace.split("/")) if isinstance(namespace, str) else tuple(namespace)
+        if not self._template:
+            raise ValueError("memory_tools needs a non-empty namespace")
+
+    def store(self) -> BaseStore:
+        if self._store is not None:
+            return self._store
+        from langgraph.config import get_store
+
+        try:
+            return get_store()
+        except RuntimeError as exc:
+            raise ToolException("no memory store: give memory_tools a store, or run the tool inside "
+                                "a LangGraph graph compiled with store=...") from exc
+
+    def namespace(self, config: RunnableConfig | None) -> tuple[str, ...]:
+        configurable = (config or {}).get("configurable", {})
+        try:
+            return tuple(_format(label, configurable) for label in self._template)
+        except KeyError as exc:
+            raise ToolException(f"the memory namespace needs config['configurable'][{exc.args[0]!r}]") from None
+
+
+def _format(label: str, values: dict[str, Any]) -> str:
+    fields = [name for _, name, _, _ in string.Formatter().parse(label) if name]
+    return label.format(**{name: values[name] for name in fields}) if fields else label
+
+
+def _hit(store: BaseStore, item: Any) -> dict[str, Any]:
+    hit = {"id": item.key, "content": item.value.get("content", item.value), "score": item.score}
+    if isinstance(store, MembrainStore):
+        hit["path"] = store.path(item.namespace, item.key)
+    return hit
+
+
+def memory_tools(memory: MembrainMemory | BaseStore | None,
+                 namespace: str | Sequence[str] = ("memories",)) -> list[BaseTool]:
+    """Tools for an LLM agent to manage its long-term memory in ``namespace``.
+
+    Args:
+        memory: a MembrainMemory, a MembrainStore (or any LangGraph ``BaseStore``), or None to
+            use the store of the LangGraph graph each call runs in.
+        namespace: the namespace memories go to, ``"a/b"`` or a tuple; labels may hold
+            ``{placeholders}`` filled from ``config["configurable"]``. Searches also cover
+            the namespaces below it.
+
+    Returns:
+        ``[save_memory, update_memory, delete_memory, search_memory]``.
+    """
+    target = _Target(memory, namespace)
+
+    def missing(memory_id: str) -> ToolException:
+        return ToolException(f"There is no memory with id {memory_id!r}; search first to find its id.")
+
+    # -- sync
+    def save_memory(content: str, config: RunnableConfig) -> str:
+        """Save a new long-term memory: a fact about the user or the task worth remembering in
+        later conversations (preferences, plans, facts about people). Returns its id."""
+        key = uuid.uuid4().hex
+        target.store().put(target.namespace(config), key, {"content": content})
+        return f"Saved memory {key}."
+
+    def update_memory(memory_id: str, content: str, config: RunnableConfig) -> str:
+        """Replace the text of an existing memory when it has become wrong or outdated."""
+        store, ns = target.store(), target.namespace(config)
+        old = store.get(ns, memory_id)
+        if old is None:
+            raise missing(memory_id)
+        store.put(ns, memory_id, {**old.value, "content": content})
+        return f"Updated memory {memory_id}."
+
+    def delete_memory(memory_id: str, config: RunnableConfig) -> str:
+        """Delete a memory that is wrong or that the user asked you to forget."""
+        store, ns = target.store(), target.namespace(config)
+        if store.get(ns, memory_id) is None:
+            raise missing(memory_id)
+        store.delete(ns, memory_id)
+        return f"Deleted memory {memory_id}."
+
+    def search_memory(query: str, config: RunnableConfig, limit: int = 5) -> str:
+        """Search long-term memories relevant to a question, best match first. Returns a JSON
+        list of {id, content, score, path}; use an id to update or delete a memory."""
+        store, ns = target.store(), target.namespace(config)
+        return json.dumps([_hit(store, item) for item in store.search(ns, query=query, limit=limit)])
+
+    # -- async twins
+    async def asave_memory(content: str, config: RunnableConfig) -> str:
+        key = uuid.uuid4().hex
+        await target.store().aput(target.namespace(config), key, {"content": content})
+        return f"Saved memory {key}."
+
+    async def aupdate_memory(memory_id: str, content: str, config: RunnableConfig) -> str:
+        store, ns = target.store(), target.namespace(config)
+        old = await store.aget(ns, memory_id)
+        if old is None:
+            raise missing(memory_id)
+        await store.aput(ns, memory_id, {**old.value, "content": content})
+        return f"Updated memory {memory_id}."
+
+    async def adelete_memory(memory_id: str, config: RunnableConfig) -> str:
+        store, ns = target.store(), target.namespace(config)
+        if await store.aget(ns, memory_id) is None:
+            raise missing(memory_id)
+        await store.adelete(ns, memory_id)
+        return f"Deleted memory {memory_id}."
+
+    async def asearch_memory(query: str, config: RunnableConfig, limit: int = 5) -> str:
+        store, ns = target.store(), target.namespace(config)
+        items = await store.asearch(ns, query=query, limit=limit)
+        return json.dumps([_hit(store, item) for item in items])
+
+    specs = [
+        (save_memory, asave_memory, SaveMemoryInput),
+        (update_memory, aupdate_memory, UpdateMemoryInput),
+        (delete_memory, adelete_memory, DeleteMemoryInput),
+        (search_memory, asearch_memory, SearchMemoryInput),
+    ]
+    return [StructuredTool.from_function(func=func, coroutine=afunc, name=func.__name__, args_schema=schema,
+                                         description=" ".join(func.__doc__.split()), handle_tool_error=True)
+            for func, afunc, schema in specs]

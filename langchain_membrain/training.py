@@ -1,0 +1,440 @@
+"""Online imitation of a teacher (design section 5): losses, policies, calibration, checkpoints.
+
+The pieces:
+
+- :class:`Policy`: *which* decision is executed (``execute``: the teacher's, the model's, or
+  ``auto``: the model's when its calibrated confidence passes ``confidence``) and *when* the
+  teacher is asked (``query``: always, only when the model is uncertain plus a random audit
+  of ``audit_rate`` of the other decisions, or never).
+- :class:`Calibrator`: temperature scaling. ``T`` minimises the negative log-likelihood of
+  the teacher's answers under ``softmax(logits / T)`` over a window of *unbiasedly chosen*
+  labelled decisions (teacher-forced, always-queried or randomly audited; never the ones
+  asked *because* the model was unsure). Confidence is the calibrated top probability.
+- :class:`OnlineTrainer`: both networks, their optimisers, replay buffers and counters.
+  Each teacher-labelled decision is first scored *prequentially* (the model's argmax
+  before it has trained on that label), then queued. Once ``batch_size`` decisions are
+  queued, the trainer takes ``steps_per_batch`` optimiser steps, each on the queued
+  decisions plus a sample of a bounded replay buffer (so early decisions are not
+  forgotten). The queued decisions form one padded batch, so this *is* gradient
+  accumulation over ``batch_size`` decisions, computed in one forward pass.
+
+Losses: stage 1, cross-entropy of the candidate logits against the teacher's index;
+stage 2, cross-entropy of the action type per fact (non-Idle classes weighted up:
+Idle dominates), cross-entropy of the demote target for facts the teacher demoted, and
+binary cross-entropy of the pairwise group logits against "both in one teacher Group".
+
+Checkpoints hold both networks, both optimisers, calibration and counters; they are read
+with ``torch.load(weights_only=True)`` and validated completely before anything running is
+replaced, so a bad checkpoint raises :class:`~.errors.CheckpointError` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .decoding import Stage2Labels
+from .errors import CheckpointError
+from .features import Stage1Features, Stage2Features
+from .models import ModelConfig, Stage1Net, Stage2Net, collate_stage1, collate_stage2
+
+CHECKPOINT_FORMAT = 1
+Execute = Literal["teacher", "model", "auto"]
+Query = Literal["always", "uncertain", "never"]
+
+
+@dataclass
+class Policy:
+    """Who decides, and when the teacher is asked, for one stage.
+
+    ``warmup``: labelled decisions the stage must have seen before ``auto`` lets the model
+    decide alone. ``audit_rate``: with ``query="uncertain"``, the share of the model's
+    confident decisions that are still sent to the teacher, so agreement and calibration
+    stay measured on an unbiased sample.
+    """
+
+    execute: Execute = "auto"
+    query: Query = "uncertain"
+    confidence: float = 0.9
+    audit_rate: float = 0.02
+    warmup: int = 64
+
+    def __post_init__(self) -> None:
+        if self.execute not in ("teacher", "model", "auto"):
+            raise ValueError(f"execute must be teacher, model or auto, not {self.execute!r}")
+        if self.query not in ("always", "uncertain", "never"):
+            raise ValueError(f"query must be always, uncertain or never, not {self.query!r}")
+
+
+@dataclass
+class StageTraining:
+    """Optimiser settings of one stage."""
+
+    batch_size: int = 16
+    steps_per_batch: int = 1
+    replay_size: int = 1024
+    replay_batch: int = 32
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+
+
+@dataclass
+class TrainingConfig:
+    """All training settings. ``device=None`` picks CUDA when available, else CPU."""
+
+    stage1: StageTraining = field(default_factory=lambda: StageTraining(batch_size=16, steps_per_batch=2))
+    stage2: StageTraining = field(default_factory=lambda: StageTraining(batch_size=8, steps_per_batch=4,
+                                                                        replay_size=768))
+    nonidle_weight: float = 2.0
+    pair_pos_weight: float = 3.0
+    demote_weight: float = 1.0
+    calibration_window: int = 256
+    calibrate_every: int = 16
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str | None = None
+
+
+@dataclass
+class StageCounters:
+    """Per-stage counts. ``agreed / labelled`` is the prequential agreement."""
+
+    decisions: int = 0  # decisions taken (model or teacher), forced ones excluded
+    model_executed: int = 0
+    teacher_calls: int = 0
+    teacher_failures: int = 0
+    labelled: int = 0
+    agreed: int = 0
+    steps: int = 0
+    loss: float = 0.0  # exponential moving average of the training loss
+    train_ms: float = 0.0  # total time spent in optimiser steps
+
+    @property
+    def agreement(self) -> float:
+        return self.agreed / self.labelled if self.labelled else 0.0
+
+
+class Calibrator:
+    """Temperature scaling on a window of (logits, label) rows."""
+
+    GRID = np.exp(np.linspace(math.log(0.2), math.log(10.0), 49))
+
+    def __init__(self, window: int):
+        self.rows: deque[tuple[np.ndarray, int]] = deque(maxlen=window)
+        self.temperature = 1.0
+        self._since_fit = 0
+
+    def add(self, logits: np.ndarray, label: int) -> None:
+        self.rows.append((np.asarray(logits, np.float64), int(label)))
+        self._since_fit += 1
+
+    def maybe_fit(self, every: int) -> None:
+        if self._since_fit >= every and len(self.rows) >= 8:
+            self.fit()
+
+    def fit(self) -> float:
+        """Set ``temperature`` to the grid value with the lowest mean NLL (vectorised: rows
+        of different widths are padded with -inf, which adds nothing to the softmax)."""
+        self._since_fit = 0
+        width = max(len(r) for r, _ in self.rows)
+        logits = np.full((len(self.rows), width), -np.inf)
+        for i, (r, _) in enumerate(self.rows):
+            logits[i, :len(r)] = r
+        labels = np.array([y for _, y in self.rows])
+        z = logits[None] / self.GRID[:, None, None]  # (grid, rows, width)
+        zmax = z.max(axis=2, keepdims=True)
+        lse = np.log(np.exp(z - zmax).sum(axis=2)) + zmax[..., 0]
+        nll = (lse - z[:, np.arange(len(labels)), labels]).mean(axis=1)
+        self.temperature = float(self.GRID[int(np.argmin(nll))])
+        return self.temperature
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        z = np.asarray(logits, np.float64) / self.temperature
+        z = z - z.max(axis=-1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def _half(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16)
+
+
+def _compact1(f: Stage1Features) -> Stage1Features:
+    """A replay copy with the embeddings stored in float16 (half the memory)."""
+    return Stage1Features(_half(f.label), _half(f.mean), f.kind, f.role, f.num, f.n_candidates)
+
+
+def _compact2(f: Stage2Features) -> Stage2Features:
+    return Stage2Features(_half(f.label), _half(f.mean), f.kind, f.role, f.num, f.node_ids, f.fact_tok,
+                          f.aspect_tok, f.demote_pair, f.group_pair, f.focal_id, f.parent_id, f.grandparent_id)
+
+
+def resolve_device(device: str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class OnlineTrainer:
+    """Both networks, trained online from teacher labels.
+
+    Thread-safe: one lock guards the networks, so a background thread can train while
+    inserts predict.
+    """
+
+    def __init__(self, model_config: ModelConfig, config: TrainingConfig | None = None):
+        self.model_config = model_config
+        self.config = config or TrainingConfig()
+        self.device = resolve_device(self.config.device)
+        torch.manual_seed(self.config.seed)
+        self.rng = random.Random(self.config.seed)
+        self.stage1 = Stage1Net(model_config).to(self.device).eval()
+        self.stage2 = Stage2Net(model_config).to(self.device).eval()
+        self.opt1 = self._optimiser(self.stage1, self.config.stage1)
+        self.opt2 = self._optimiser(self.stage2, self.config.stage2)
+        self.counters = {"stage1": StageCounters(), "stage2": StageCounters()}
+        self.calib = {"stage1": Calibrator(self.config.calibration_window),
+                      "stage2": Calibrator(self.config.calibration_window)}
+        self.pending1: list[tuple[Stage1Features, int]] = []
+        self.pending2: list[tuple[Stage2Features, Stage2Labels]] = []
+        self.replay1: deque = deque(maxlen=self.config.stage1.replay_size)
+        self.replay2: deque = deque(maxlen=self.config.stage2.replay_size)
+        self.lock = threading.RLock()
+
+    @staticmethod
+    def _optimiser(net: torch.nn.Module, st: StageTraining) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(net.parameters(), lr=st.lr, weight_decay=st.weight_decay)
+
+    # ------------------------------------------------------------------ predict
+    def predict_stage1(self, feats: Stage1Features) -> np.ndarray:
+        """Logits over the candidates (length ``feats.n_candidates``)."""
+        with self.lock, torch.inference_mode():
+            logits = self.stage1(collate_stage1([feats], self.device))[0]
+        return logits[1:1 + feats.n_candidates].double().cpu().numpy()
+
+    def predict_stage2(self, feats: Stage2Features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(type (N, 4), demote (N, A), group (N, N)) logits."""
+        with self.lock, torch.inference_mode():
+            t, d, g = self.stage2(collate_stage2([feats], self.device))
+        return t[0].double().cpu().numpy(), d[0].double().cpu().numpy(), g[0].double().cpu().numpy()
+
+    def confidence_stage1(self, logits: np.ndarray) -> float:
+        """Calibrated probability of the model's argmax."""
+        return float(self.calib["stage1"].probs(logits).max())
+
+    def confidence_stage2(self, type_logits: np.ndarray, type_mask: np.ndarray) -> float:
+        """Calibrated confidence of a closure decision: the smallest, over the actable facts,
+        of the calibrated top probability of the fact's action type (1.0 with no facts)."""
+        if len(type_logits) == 0:
+            return 1.0
+        z = np.where(type_mask, type_logits, -np.inf)
+        return float(self.calib["stage2"].probs(z).max(axis=1).min())
+
+    # ------------------------------------------------------------------ observe
+    def observe_stage1(self, feats: Stage1Features, target: int, model_logits: np.ndarray, *,
+                       calibrate: bool) -> bool:
+        """Record a teacher label: prequential agreement, calibration row, training queue.
+        Returns whether the model's argmax agreed."""
+        c = self.counters["stage1"]
+        agreed = int(np.argmax(model_logits)) == int(target)
+        with self.lock:
+            c.labelled += 1
+            c.agreed += agreed
+            if calibrate:
+                self.calib["stage1"].add(model_logits, target)
+                self.calib["stage1"].maybe_fit(self.config.calibrate_every)
+            self.pending1.append((feats, int(target)))
+        return agreed
+
+    def observe_stage2(self, feats: Stage2Features, labels: Stage2Labels, model_type_logits: np.ndarray,
+                       agreed: bool, *, calibrate: bool) -> None:
+        c = self.counters["stage2"]
+        with self.lock:
+            c.labelled += 1
+            c.agreed += bool(agreed)
+            if calibrate:
+                mask = feats.type_mask()
+                for row, m, y in zip(model_type_logits, mask, labels.types):
+                    if m.sum() > 1:  # rows with a single possible type say nothing about confidence
+                        self.calib["stage2"].add(np.where(m, row, -1e9), int(y))
+                self.calib["stage2"].maybe_fit(self.config.calibrate_every)
+            self.pending2.append((feats, labels))
+
+    # ------------------------------------------------------------------ train
+    def labelled_count(self, stage: str) -> int:
+        return self.counters[stage].labelled
+
+    def train_ready(self) -> int:
+        """Train every stage whose queue holds a full batch; returns steps taken."""
+        steps = 0
+        with self.lock:
+            if len(self.pending1) >= self.config.stage1.batch_size:
+                steps += self._train1()
+            if len(self.pending2) >= self.config.stage2.batch_size:
+                steps += self._train2()
+        return steps
+
+    def flush(self) -> int:
+        """Train on whatever is queued, even a partial batch."""
+        steps = 0
+        with self.lock:
+            if self.pending1:
+                steps += self._train1()
+            if self.pending2:
+                steps += self._train2()
+        return steps
+
+    def _batch(self, pending: list, replay: deque, st: StageTraining) -> list:
+        k = min(st.replay_batch, len(replay))
+        return pending + (self.rng.sample(list(replay), k) if k else [])
+
+    def _train1(self) -> int:
+        st, c = self.config.stage1, self.counters["stage1"]
+        t0 = time.perf_counter()
+        self.stage1.train()
+        for _ in range(st.steps_per_batch):
+            batch = self._batch(self.pending1, self.replay1, st)
+            b = collate_stage1([f for f, _ in batch], self.device)
+            target = torch.tensor([1 + y for _, y in batch], device=self.device)
+            loss = F.cross_entropy(self.stage1(b), target)
+            self._step(self.opt1, self.stage1, loss)
+            c.loss = loss.item() if c.steps == 0 else 0.9 * c.loss + 0.1 * loss.item()
+            c.steps += 1
+        self.stage1.eval()
+        self.replay1.extend((_compact1(f), y) for f, y in self.pending1)
+        self.pending1 = []
+        c.train_ms += (time.perf_counter() - t0) * 1000
+        return st.steps_per_batch
+
+    def stage2_loss(self, batch: list[tuple[Stage2Features, Stage2Labels]]) -> torch.Tensor:
+        """The stage-2 loss of a batch (type CE + demote CE + pairwise group BCE)."""
+        cfg = self.config
+        b = collate_stage2([f for f, _ in batch], self.device)
+        type_logits, demote_logits, group_logits = self.stage2(b)
+        B, N, A = demote_logits.shape
+        types = torch.zeros(B, N, dtype=torch.long)
+        targets = torch.full((B, N), -100, dtype=torch.long)
+        together = torch.zeros(B, N, N)
+        for i, (_, lab) in enumerate(batch):
+            n = len(lab.types)
+            types[i, :n] = torch.as_tensor(lab.types)
+            targets[i, :n] = torch.as_tensor(np.where(lab.targets >= 0, lab.targets, -100))
+            together[i, :n, :n] = torch.as_tensor(lab.together)
+        types, targets, together = types.to(self.device), targets.to(self.device), together.to(self.device)
+        fact_mask = b["fact_mask"]
+        weight = torch.tensor([1.0] + [cfg.nonidle_weight] * 3, device=self.device)
+        ce = F.cross_entropy(type_logits.reshape(-1, 4), types.reshape(-1), weight=weight, reduction="none")
+        loss = (ce * fact_mask.reshape(-1)).sum() / fact_mask.sum().clamp(min=1)
+        if A and (targets >= 0).any():
+            loss = loss + cfg.demote_weight * F.cross_entropy(demote_logits.reshape(-1, A), targets.reshape(-1),
+                                                              ignore_index=-100)
+        pair_ok = fact_mask[:, :, None] & fact_mask[:, None, :]
+        pair_ok = pair_ok & torch.triu(torch.ones(N, N, dtype=torch.bool, device=self.device), 1)[None]
+        if pair_ok.any():
+            bce = F.binary_cross_entropy_with_logits(
+                group_logits[pair_ok], together[pair_ok],
+                pos_weight=torch.tensor(cfg.pair_pos_weight, device=self.device))
+            loss = loss + bce
+        return loss
+
+    def _train2(self) -> int:
+        st, c = self.config.stage2, self.counters["stage2"]
+        t0 = time.perf_counter()
+        self.stage2.train()
+        for _ in range(st.steps_per_batch):
+            loss = self.stage2_loss(self._batch(self.pending2, self.replay2, st))
+            self._step(self.opt2, self.stage2, loss)
+            c.loss = loss.item() if c.steps == 0 else 0.9 * c.loss + 0.1 * loss.item()
+            c.steps += 1
+        self.stage2.eval()
+        self.replay2.extend((_compact2(f), lab) for f, lab in self.pending2)
+        self.pending2 = []
+        c.train_ms += (time.perf_counter() - t0) * 1000
+        return st.steps_per_batch
+
+    def _step(self, opt: torch.optim.Optimizer, net: torch.nn.Module, loss: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), self.config.grad_clip)
+        opt.step()
+
+    # ------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "format": CHECKPOINT_FORMAT,
+                "model_config": self.model_config.to_dict(),
+                "stage1": self.stage1.state_dict(),
+                "stage2": self.stage2.state_dict(),
+                "opt1": self.opt1.state_dict(),
+                "opt2": self.opt2.state_dict(),
+                "counters": {k: asdict(v) for k, v in self.counters.items()},
+                "temperature": {k: v.temperature for k, v in self.calib.items()},
+            }
+
+    def save(self, path_or_buffer: str | Path | IO[bytes]) -> None:
+        """Write a checkpoint to a path or a binary file object."""
+        torch.save(self.state_dict(), path_or_buffer)
+
+    def state_bytes(self) -> bytes:
+        """The checkpoint as bytes (for storing in a database)."""
+        buf = io.BytesIO()
+        self.save(buf)
+        return buf.getvalue()
+
+    def load_bytes(self, data: bytes) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise CheckpointError(f"checkpoint bytes expected, got {type(data).__name__}")
+        self.load(io.BytesIO(bytes(data)))
+
+    def load(self, path_or_buffer: str | Path | IO[bytes]) -> None:
+        """Replace networks, optimisers, calibration and counters by a checkpoint's.
+
+        Everything is loaded into fresh objects and checked first; the running trainer is
+        only touched once all of it succeeded. Raises CheckpointError otherwise.
+        """
+        try:
+            state = torch.load(path_or_buffer, map_location=self.device, weights_only=True)
+        except Exception as exc:  # torch raises many types for corrupt or foreign files
+            raise CheckpointError(f"cannot read checkpoint: {exc}") from None
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError("not a membrain checkpoint (unknown format)")
+        mine = self.model_config.to_dict()
+        theirs = state.get("model_config")
+        if not isinstance(theirs, dict):
+            raise CheckpointError("checkpoint has no model configuration")
+        diffs = {k: (theirs.get(k), v) for k, v in mine.items()
+                 if k not in ("dropout", "top_k", "max_context_facts", "max_closure_facts") and theirs.get(k) != v}
+        if diffs:
+            detail = ", ".join(f"{k}: checkpoint {a}, model {b}" for k, (a, b) in diffs.items())
+            raise CheckpointError(f"checkpoint has other dimensions ({detail})")
+        try:
+            s1, s2 = Stage1Net(self.model_config).to(self.device), Stage2Net(self.model_config).to(self.device)
+            s1.load_state_dict(state["stage1"])
+            s2.load_state_dict(state["stage2"])
+            o1, o2 = self._optimiser(s1, self.config.stage1), self._optimiser(s2, self.config.stage2)
+            o1.load_state_dict(state["opt1"])
+            o2.load_state_dict(state["opt2"])
+            counters = {k: StageCounters(**state["counters"][k]) for k in ("stage1", "stage2")}
+            temps = {k: float(state["temperature"][k]) for k in ("stage1", "stage2")}
+        except Exception as exc:
+            raise CheckpointError(f"checkpoint does not fit the model: {exc}") from None
+        with self.lock:
+            self.stage1, self.stage2 = s1.eval(), s2.eval()
+            self.opt1, self.opt2 = o1, o2
+            self.counters = counters
+            for k, t in temps.items():
+                self.calib[k].temperature = t
+            self.pending1, self.pending2 = [], []

@@ -1,0 +1,127 @@
+"""A separate process that uses a membrain storage the way MembrainMemory does.
+
+Modes (``python worker.py MODE --target T [--schema S] ...``):
+
+- ``write``: build a tree in one namespace with random adds, groups, moves, promotions and
+  (with ``--removes``) removals; every write runs under ``namespace_lock`` with
+  reload-if-stale. After each write has returned it prints ``ACK <fact id>`` for the fact
+  it added and ``DEL <fact id>`` for a fact it removed, flushed at once, so a parent that
+  kills it knows exactly what was acknowledged.
+- ``read``: print one JSON line: the namespace's fact ids, node count, version.
+- ``hold-trainer``: take the trainer lock ``--name``, print ``HELD`` (or ``BUSY``), sleep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from langchain_membrain.errors import InvalidOperationError
+from langchain_membrain.storage import STORE_VALUE_KEY, open_storage
+from langchain_membrain.tree import MembrainTree
+
+DIM = 4
+
+
+def _open(args: argparse.Namespace):
+    options = {"schema": args.schema} if args.schema else {}
+    return open_storage(args.target, **options)
+
+
+def _random_op(tree: MembrainTree, rng: np.random.Generator, own_facts: list[str], removes: bool) -> str | None:
+    """One random restructuring of the tree; returns the id of a fact it removed, if any."""
+    r = rng.random()
+    facts = tree.facts()
+    containers = [tree.root_id, *tree.aspects()]
+    if r < 0.2:
+        for parent in rng.permutation(containers):
+            kids = tree.child_facts(str(parent))
+            if len(kids) >= 2:
+                picked = [str(k) for k in rng.choice(kids, size=2, replace=False)]
+                tree.group(picked, f"group {rng.integers(1 << 30)}", embedding=rng.random(DIM))
+                break
+    elif r < 0.35 and facts:
+        target = str(rng.choice(containers))
+        tree.move(str(rng.choice(facts)), target)
+    elif r < 0.45 and facts:
+        try:
+            tree.promote(str(rng.choice(facts)))
+        except InvalidOperationError:
+            pass  # no grandparent: nothing to do
+    elif r < 0.55 and removes and own_facts:
+        victim = own_facts.pop(int(rng.integers(len(own_facts))))
+        tree.remove(victim)
+        return victim
+    return None
+
+
+def write(args: argparse.Namespace) -> None:
+    rng = np.random.default_rng(args.seed)
+    ns = tuple(args.ns.split("/"))
+    tree: MembrainTree | None = None
+    synced = -1  # the stored version our in-memory tree corresponds to
+    own: list[str] = []
+    with _open(args) as storage:
+        for i in range(args.count):
+            fid = f"{args.prefix}-{i}"
+            removed = None
+            with storage.namespace_lock(ns):
+                version = storage.namespace_version(ns)
+                if tree is None or version != synced:  # another process wrote: reload
+                    loaded = storage.load_tree(ns)
+                    tree, synced = loaded if loaded is not None else (MembrainTree("subject", dim=DIM), 0)
+                containers = [tree.root_id, *tree.aspects()]
+                tree.add_fact(str(rng.choice(containers)), f"fact {fid}", embedding=rng.random(DIM), node_id=fid,
+                              metadata={STORE_VALUE_KEY: {"i": i, "by": args.prefix}})
+                removed = _random_op(tree, rng, own, args.removes)
+                rows, gone = tree.drain_changes()
+                synced = storage.write(ns, rows, gone, expected_version=version)
+            # The lock block has exited: the transaction is committed.
+            own.append(fid)
+            print(f"ACK {fid}", flush=True)
+            if removed is not None:
+                print(f"DEL {removed}", flush=True)
+            if args.delay:
+                time.sleep(args.delay)
+    print("DONE", flush=True)
+
+
+def read(args: argparse.Namespace) -> None:
+    with _open(args) as storage:
+        loaded = storage.load_tree(tuple(args.ns.split("/")))
+    if loaded is None:
+        print(json.dumps({"facts": [], "nodes": 0, "version": 0}))
+        return
+    tree, version = loaded
+    tree.check_invariants()
+    print(json.dumps({"facts": sorted(tree.facts()), "nodes": len(tree), "version": version}), flush=True)
+
+
+def hold_trainer(args: argparse.Namespace) -> None:
+    storage = _open(args)
+    print("HELD" if storage.try_acquire_trainer(args.name) else "BUSY", flush=True)
+    time.sleep(600)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["write", "read", "hold-trainer"])
+    p.add_argument("--target", required=True)
+    p.add_argument("--schema", default=None)
+    p.add_argument("--ns", default="user/facts")
+    p.add_argument("--count", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prefix", default="f")
+    p.add_argument("--removes", action="store_true")
+    p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--name", default="stage1")
+    args = p.parse_args()
+    {"write": write, "read": read, "hold-trainer": hold_trainer}[args.mode](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
