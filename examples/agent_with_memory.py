@@ -10,6 +10,7 @@ then search them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from typing import Any
@@ -40,8 +41,10 @@ class ScriptedChatModel(GenericFakeChatModel):
 
 
 def scripted_model() -> BaseChatModel:
+    ids = itertools.count(1)
+
     def call(name: str, **args: Any) -> dict[str, Any]:
-        return {"name": name, "args": args, "id": f"call_{name}_{len(json.dumps(args))}", "type": "tool_call"}
+        return {"name": name, "args": args, "id": f"call_{next(ids)}", "type": "tool_call"}
 
     return ScriptedChatModel(messages=iter([
         AIMessage("", tool_calls=[call("save_memory", content="The user is vegetarian"),

@@ -2,8 +2,8 @@
 
 A filter is a dict ``{path: condition}``; every entry must hold (AND). A path is a key of
 the value, or a dotted path into nested dicts (``"a.b"``). A condition is either a plain
-value (exact match; a dict condition without operators matches a nested dict exactly) or a
-dict of operators ``{"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"}``, all of which must hold.
+value (exact match; a dict condition without operators matches a nested dict that holds
+at least those entries, as LangGraph's stores do) or a dict of operators ``{"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"}``, all of which must hold.
 A missing field matches only ``$ne``. Comparing values of incomparable types is False.
 """
 
@@ -72,6 +72,13 @@ def matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
                         return False
                 except TypeError:
                     return False
-        elif actual is _MISSING or actual != cond:
+        elif actual is _MISSING or not _contains(actual, cond):
             return False
     return True
+
+
+def _contains(actual: Any, expected: Any) -> bool:
+    """``expected`` is equal to ``actual``, or (dicts) a recursive subset of it."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return all(k in actual and _contains(actual[k], v) for k, v in expected.items())
+    return actual == expected

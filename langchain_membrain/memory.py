@@ -14,6 +14,7 @@ namespace's lock, so many threads can add and search at once.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
+from langgraph.store.base import get_text_at_path, tokenize_path
 
 from .embeddings import MiniLMEmbeddings, embed_texts
 from .errors import InvalidOperationError, MembrainError
@@ -209,13 +211,14 @@ class MembrainMemory:
     def text_of(self, value: dict[str, Any], fields: list[str] | None = None) -> str:
         """The text embedded for ``value``: the first present of ``fields`` (default
         ``content``, then ``text``), else the value's JSON; several fields are joined."""
-        fields = fields or self.index_fields
-        if fields:
-            found = [value[f] for f in fields if f in value and value[f] is not None]
-            if found:
-                if fields is self.index_fields:
-                    found = found[:1]
-                return "\n".join(v if isinstance(v, str) else json.dumps(v, sort_keys=True) for v in found)
+        explicit = fields is not None
+        found: list[str] = []
+        for path in fields or self.index_fields:
+            found += [t for t in get_text_at_path(value, tokenize_path(path)) if t]
+            if found and not explicit:
+                break  # defaults are alternatives: the first present field wins
+        if found:
+            return "\n".join(found)
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
     def _write(self, ns: Namespace, key: str, value: dict[str, Any], text: str | None,
@@ -263,8 +266,8 @@ class MembrainMemory:
     def _record(self, ns: Namespace, tree: MembrainTree, key: str, score: float | None = None) -> MemoryRecord:
         node = tree.node(key)
         labels = [tree.node(a).text for a in tree.path(key)[1:-1]]
-        return MemoryRecord(key, ns, node.text, node.metadata.get("value", {}), labels,
-                            node.created_at, node.updated_at, score)
+        value = copy.deepcopy(node.metadata.get("value", {}))  # callers never alias stored state
+        return MemoryRecord(key, ns, node.text, value, labels, node.created_at, node.updated_at, score)
 
     def get(self, key: str, *, namespace: str | Sequence[str] | None = None) -> MemoryRecord | None:
         """The memory stored under ``key``, or None."""
@@ -290,7 +293,7 @@ class MembrainMemory:
         """Memories in ``namespace`` and every namespace below it (unless
         ``exact_namespace``), matching ``filter``: best first for a query, newest first
         without one."""
-        prefix = as_namespace(namespace)
+        prefix = () if namespace == () else as_namespace(namespace)  # () spans the whole store
         check_filter(filter)
         if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
             raise InvalidOperationError("limit and offset are non-negative integers")
@@ -306,7 +309,8 @@ class MembrainMemory:
         if q is None:
             hits.sort(key=lambda r: (-r.updated_at, r.key))
         else:
-            hits.sort(key=lambda r: -(r.score or 0.0))
+            # As LangGraph's stores do, items stored without an embedding come last, unscored.
+            hits.sort(key=lambda r: (r.score is None, -(r.score or 0.0), -r.updated_at))
         return hits[offset: offset + limit]
 
     def _rank(self, ns: Namespace, tree: MembrainTree, q: np.ndarray | None, query: str | None,
@@ -317,9 +321,9 @@ class MembrainMemory:
             node = tree.node(f)
             if not matches(node.metadata.get("value", {}), filter):
                 continue
-            if q is None:
+            if q is None or node.embedding is None:
                 out.append((f, None))
-            elif node.embedding is not None:
+            else:
                 out.append((f, cosine(node.embedding, q)))
         return out
 

@@ -95,7 +95,7 @@ class MembrainStore(BaseStore):
         index = dict(index or {})
         embed = index.get("embed")
         if memory is None:
-            memory = MembrainMemory(embeddings=_resolve_embeddings(embed) if embed is not None else None)
+            memory = MembrainMemory(embeddings=_resolve_embeddings(embed))
             self._owns_memory = True
         else:
             if embed is not None and embed is not memory.embeddings:
@@ -123,9 +123,9 @@ class MembrainStore(BaseStore):
             with MembrainStore.from_conn_string("memories.db") as store:
                 ...
         """
-        embed = (index or {}).get("embed")
-        memory = MembrainMemory(path_or_url, embeddings=_resolve_embeddings(embed) if embed is not None else None)
-        store = cls(memory, index={k: v for k, v in (index or {}).items() if k != "embed"} or None)  # type: ignore[arg-type]
+        index = dict(index or {})
+        memory = MembrainMemory(path_or_url, embeddings=_resolve_embeddings(index.pop("embed", None)))
+        store = cls(memory, index=index or None)  # type: ignore[arg-type]
         store._owns_memory = True
         return store
 
@@ -169,24 +169,11 @@ class MembrainStore(BaseStore):
     def _search(self, op: SearchOp) -> list[SearchItem]:
         if op.limit <= 0:
             return []
-        if op.namespace_prefix:
-            records = self.memory.search(op.query, namespace=op.namespace_prefix, limit=op.limit,
-                                         offset=op.offset, filter=op.filter)
-        else:
-            records = self._search_everywhere(op)
+        if op.query is not None and not op.query.strip():
+            op = op._replace(query=None)  # as in LangGraph, an empty query is no query
+        records = self.memory.search(op.query, namespace=tuple(op.namespace_prefix), limit=op.limit,
+                                     offset=op.offset, filter=op.filter)
         return [_search_item(r) for r in records]
-
-    def _search_everywhere(self, op: SearchOp) -> list[MemoryRecord]:
-        """Search under the empty prefix: merge the top hits of every root namespace."""
-        roots = self.memory.list_namespaces(max_depth=1, limit=_NO_LIMIT)
-        hits = [r for root in roots
-                for r in self.memory.search(op.query, namespace=root, limit=op.offset + op.limit,
-                                            filter=op.filter)]
-        if op.query is None:
-            hits.sort(key=lambda r: (-r.updated_at, r.key))
-        else:
-            hits.sort(key=lambda r: -(r.score or 0.0))
-        return hits[op.offset: op.offset + op.limit]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[Namespace]:
         prefix = _merge_patterns(op.match_conditions, "prefix")
@@ -328,9 +315,10 @@ def _merge_patterns(conditions: Sequence[MatchCondition] | None, kind: str) -> N
 
 
 # ----------------------------------------------------------------- embeddings
-def _resolve_embeddings(embed: Any) -> Embeddings:
-    """An ``IndexConfig["embed"]`` as a LangChain Embeddings, without touching the network."""
-    if isinstance(embed, Embeddings):
+def _resolve_embeddings(embed: Any) -> Embeddings | None:
+    """An ``IndexConfig["embed"]`` as a LangChain Embeddings, without touching the network
+    (None stays None: the memory's default embedder)."""
+    if embed is None or isinstance(embed, Embeddings):
         return embed
     if isinstance(embed, str):
         if embed.lower() in OFFLINE_EMBEDDERS:

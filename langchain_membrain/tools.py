@@ -71,10 +71,13 @@ class _Target:
         from langgraph.config import get_store
 
         try:
-            return get_store()
-        except RuntimeError as exc:
+            store = get_store()
+        except (RuntimeError, KeyError):  # not running inside a graph
+            store = None
+        if store is None:
             raise ToolException("no memory store: give memory_tools a store, or run the tool inside "
-                                "a LangGraph graph compiled with store=...") from exc
+                                "a LangGraph graph compiled with store=...")
+        return store
 
     def namespace(self, config: RunnableConfig | None) -> tuple[str, ...]:
         configurable = (config or {}).get("configurable", {})
