@@ -42,9 +42,10 @@ from ..tree import MembrainTree
 SCHEMA_VERSION = 1
 
 #: The key of a fact's ``metadata`` under which the memory keeps the LangGraph BaseStore
-#: value (a JSON object) of that fact; the fact's node id is the BaseStore key. Storage does
-#: not interpret it: it is part of the metadata JSON like any other key.
-STORE_VALUE_KEY = "store_value"
+#: value (a JSON object) of that fact (what memory.py already uses); the fact's node id is
+#: the BaseStore key. Storage does not interpret it: it is stored in the metadata JSON like
+#: any other key, so it must be JSON-serialisable (no NaN, no sets, no bytes).
+STORE_VALUE_KEY = "value"
 
 NODE_KINDS = ("root", "aspect", "fact")
 
@@ -256,7 +257,8 @@ class Storage(abc.ABC):
         expected_version: int | None = None,
     ) -> int:
         """Upsert ``rows``, delete the ``removed`` node ids (unknown ids are ignored) and bump
-        the namespace's version by one, all in one transaction; return the new version.
+        the namespace's version by one, all in one transaction; return the new version
+        (an empty write to an existing namespace changes nothing and returns its version).
 
         ``rows``/``removed`` are what :meth:`MembrainTree.drain_changes` returns. With
         ``expected_version``, raise :class:`VersionConflictError` (writing nothing) unless
@@ -287,6 +289,11 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def load_checkpoint(self, name: str) -> tuple[bytes, dict[str, Any]] | None:
         """(bytes, counters) of the checkpoint ``name``, or None when there is none."""
+
+    @abc.abstractmethod
+    def checkpoint_version(self, name: str) -> int:
+        """How many times the checkpoint ``name`` was saved (0: none). One indexed lookup:
+        a process that does not train polls it and loads the bytes only when it grew."""
 
     @abc.abstractmethod
     def delete_checkpoint(self, name: str) -> bool:

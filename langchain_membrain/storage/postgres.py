@@ -82,6 +82,7 @@ _TABLES = (
         name text PRIMARY KEY,
         data bytea NOT NULL,
         counters jsonb NOT NULL,
+        version bigint NOT NULL,
         updated_at double precision NOT NULL
     )""",
 )
@@ -165,7 +166,8 @@ class PostgresStorage(Storage):
         """Refuse a schema from the future before writing anything; else create the tables
         (under an advisory lock, so two processes opening a new database do not race)."""
         with self._connect() as conn, self._errors():
-            self._check_schema(conn)
+            if self._check_schema(conn) == SCHEMA_VERSION:
+                return  # set up already: needs no CREATE privilege and takes no lock
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self._schema, "init"),))
                 exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self._schema,)).fetchone()
@@ -294,6 +296,8 @@ class PostgresStorage(Storage):
                 raise VersionConflictError(
                     f"namespace {tuple(ns)!r} is at version {current}, expected {expected_version}: reload it"
                 )
+            if head is not None and not encoded and not removed_ids:
+                return current  # nothing changed: no version bump, so no process reloads for nothing
             if head is None and not any(r[2] == "root" for r in encoded):
                 raise StorageError(f"namespace {tuple(ns)!r} does not exist: its first write must hold the root")
             stored_dim = None if head is None or head[1] is None else int(head[1])
@@ -349,9 +353,9 @@ class PostgresStorage(Storage):
         _no_nul(name, counters_json)
         with self._transaction() as conn, self._errors():
             conn.execute(
-                self._q("INSERT INTO {s}.membrain_checkpoints (name, data, counters, updated_at) "
-                        "VALUES (%s, %s, %s::jsonb, %s) ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data, "
-                        "counters = EXCLUDED.counters, updated_at = EXCLUDED.updated_at"),
+                self._q("INSERT INTO {s}.membrain_checkpoints AS c (name, data, counters, version, updated_at) "
+                        "VALUES (%s, %s, %s::jsonb, 1, %s) ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data, "
+                        "counters = EXCLUDED.counters, version = c.version + 1, updated_at = EXCLUDED.updated_at"),
                 (name, bytes(data), counters_json, time.time()),
             )
 
@@ -365,6 +369,14 @@ class PostgresStorage(Storage):
             return None
         counters = row[1] if isinstance(row[1], dict) else json.loads(row[1])
         return bytes(row[0]), counters
+
+    def checkpoint_version(self, name: str) -> int:
+        check_name(name)
+        _no_nul(name)
+        with self._read() as conn:
+            row = conn.execute(self._q("SELECT version FROM {s}.membrain_checkpoints WHERE name = %s"),
+                               (name,)).fetchone()
+        return int(row[0]) if row else 0
 
     def delete_checkpoint(self, name: str) -> bool:
         check_name(name)

@@ -80,6 +80,7 @@ _SCHEMA = (
         name TEXT PRIMARY KEY,
         data BLOB NOT NULL,
         counters TEXT NOT NULL,
+        version INTEGER NOT NULL,
         updated_at REAL NOT NULL
     )""",
 )
@@ -145,13 +146,16 @@ class SQLiteStorage(Storage):
                 ).fetchone()
             except sqlite3.DatabaseError as exc:  # "file is not a database", encrypted, ...
                 raise NotADatabaseError(f"{self.location!r} is not an SQLite database ({exc}); left untouched") from None
-            if found:
-                self._check_schema(conn)
+            version = self._check_schema(conn) if found else None
             try:
                 if not self._memory:
                     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                     if str(mode).lower() != "wal":
                         raise StorageUnavailableError(f"{self.location!r}: cannot enable WAL (journal mode {mode!r})")
+                if version == SCHEMA_VERSION:
+                    # Set up already: opening takes no write lock, so it never waits for a writer.
+                    self._register(conn)
+                    return
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     for statement in _SCHEMA:
@@ -245,7 +249,8 @@ class SQLiteStorage(Storage):
                     conn.execute(f"SAVEPOINT {name}")
                 self._local.depth = depth + 1
                 try:
-                    yield conn
+                    with self._errors():
+                        yield conn
                 except BaseException:
                     with self._errors():
                         conn.execute(f"ROLLBACK TO {name}")
@@ -261,8 +266,8 @@ class SQLiteStorage(Storage):
                 conn.execute("BEGIN IMMEDIATE")
             self._local.depth = 1
             try:
-                yield conn
                 with self._errors():
+                    yield conn
                     conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -330,6 +335,8 @@ class SQLiteStorage(Storage):
                 raise VersionConflictError(
                     f"namespace {tuple(ns)!r} is at version {current}, expected {expected_version}: reload it"
                 )
+            if head is not None and not encoded and not removed_ids:
+                return current  # nothing changed: no version bump, so no process reloads for nothing
             if head is None and not any(r[2] == "root" for r in encoded):
                 raise StorageError(f"namespace {tuple(ns)!r} does not exist: its first write must hold the root")
             stored_dim = None if head is None or head[1] is None else int(head[1])
@@ -366,9 +373,9 @@ class SQLiteStorage(Storage):
         counters_json = check_checkpoint(data, counters)
         with self._transaction() as conn, self._errors():
             conn.execute(
-                "INSERT INTO membrain_checkpoints (name, data, counters, updated_at) VALUES (?, ?, ?, ?) "
+                "INSERT INTO membrain_checkpoints (name, data, counters, version, updated_at) VALUES (?, ?, ?, 1, ?) "
                 "ON CONFLICT (name) DO UPDATE SET data = excluded.data, counters = excluded.counters, "
-                "updated_at = excluded.updated_at",
+                "version = membrain_checkpoints.version + 1, updated_at = excluded.updated_at",
                 (name, bytes(data), counters_json, time.time()),
             )
 
@@ -377,6 +384,12 @@ class SQLiteStorage(Storage):
         with self._read() as conn:
             row = conn.execute("SELECT data, counters FROM membrain_checkpoints WHERE name = ?", (name,)).fetchone()
         return None if row is None else (bytes(row[0]), json.loads(row[1]))
+
+    def checkpoint_version(self, name: str) -> int:
+        check_name(name)
+        with self._read() as conn:
+            row = conn.execute("SELECT version FROM membrain_checkpoints WHERE name = ?", (name,)).fetchone()
+        return int(row[0]) if row else 0
 
     def delete_checkpoint(self, name: str) -> bool:
         check_name(name)

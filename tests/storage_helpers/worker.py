@@ -5,8 +5,11 @@ Modes (``python worker.py MODE --target T [--schema S] ...``):
 - ``write``: build a tree in one namespace with random adds, groups, moves, promotions and
   (with ``--removes``) removals; every write runs under ``namespace_lock`` with
   reload-if-stale. After each write has returned it prints ``ACK <fact id>`` for the fact
-  it added and ``DEL <fact id>`` for a fact it removed, flushed at once, so a parent that
-  kills it knows exactly what was acknowledged.
+  it added, followed by `` DEL <fact id>`` when that write also removed a fact, as one
+  flushed line, so a parent that kills it knows exactly what was acknowledged; before a
+  write that removes a fact it prints ``TRY <fact id> DEL <removed id>``. With
+  ``--pause-at K`` it prints ``PAUSED <fact id>`` and sleeps inside the K-th write's
+  transaction, after the write call, before the commit.
 - ``read``: print one JSON line: the namespace's fact ids, node count, version.
 - ``hold-trainer``: take the trainer lock ``--name``, print ``HELD`` (or ``BUSY``), sleep.
 """
@@ -78,13 +81,19 @@ def write(args: argparse.Namespace) -> None:
                 tree.add_fact(str(rng.choice(containers)), f"fact {fid}", embedding=rng.random(DIM), node_id=fid,
                               metadata={STORE_VALUE_KEY: {"i": i, "by": args.prefix}})
                 removed = _random_op(tree, rng, own, args.removes)
+                # Announce the removal first: a kill can land after the commit reached the
+                # database but before we hear back, so this write may be applied unacknowledged.
+                if removed is not None:
+                    print(f"TRY {fid} DEL {removed}", flush=True)
                 rows, gone = tree.drain_changes()
                 synced = storage.write(ns, rows, gone, expected_version=version)
+                if i == args.pause_at:  # written but not committed: the parent kills us here
+                    print(f"PAUSED {fid}", flush=True)
+                    time.sleep(600)
             # The lock block has exited: the transaction is committed.
             own.append(fid)
-            print(f"ACK {fid}", flush=True)
-            if removed is not None:
-                print(f"DEL {removed}", flush=True)
+            # One line per write (one write(2) call), so a kill cannot split what it reports.
+            print(f"ACK {fid}" + ("" if removed is None else f" DEL {removed}"), flush=True)
             if args.delay:
                 time.sleep(args.delay)
     print("DONE", flush=True)
@@ -118,6 +127,7 @@ def main() -> None:
     p.add_argument("--prefix", default="f")
     p.add_argument("--removes", action="store_true")
     p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--pause-at", type=int, default=-1, help="sleep inside the transaction of this write")
     p.add_argument("--name", default="stage1")
     args = p.parse_args()
     {"write": write, "read": read, "hold-trainer": hold_trainer}[args.mode](args)
