@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -30,6 +32,7 @@ from .embeddings import MiniLMEmbeddings, embed_texts
 from .errors import InvalidOperationError, MembrainError
 from .filters import check_filter, matches
 from .pipeline import cosine
+from .storage import Storage, open_storage
 from .teachers.base import NewFact
 from .tree import MembrainTree
 
@@ -62,6 +65,8 @@ def check_text(text: Any) -> str:
         raise InvalidOperationError(f"memory text must be a str, got {type(text).__name__}")
     if not text.strip():
         raise InvalidOperationError("memory text is empty")
+    if "\x00" in text:
+        raise InvalidOperationError("memory text may not contain NUL characters")
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidOperationError(f"memory text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
     return text
@@ -70,7 +75,7 @@ def check_text(text: Any) -> str:
 def _json_copy(value: Any) -> Any:
     """A deep copy through JSON: rejects what could not be persisted."""
     try:
-        return json.loads(json.dumps(value))
+        return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise InvalidOperationError(f"values must be JSON-serialisable: {exc}") from None
 
@@ -107,29 +112,96 @@ class MembrainMemory:
     heuristic teacher, everything in memory.
     """
 
-    def __init__(self, storage: str | None = None, *, teacher: Any = None,
-                 embeddings: Embeddings | None = None, index_fields: Sequence[str] | None = None):
+    def __init__(self, storage: str | os.PathLike[str] | Storage | None = None, *, teacher: Any = None,
+                 embeddings: Embeddings | None = None, index_fields: Sequence[str] | None = None,
+                 refresh_interval: float = 1.0):
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
         self.teacher = teacher
+        self.refresh_interval = float(refresh_interval)
         self._forest = _Forest()
+        self._storage: Storage | None = (
+            storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
+        )
+        self._synced: dict[Namespace, int] = {}  # namespace -> stored version our tree reflects
+        self._checked: dict[Namespace, float] = {}  # namespace -> monotonic time of last check
         self._closed = False
 
     # ------------------------------------------------------------- namespaces
-    def _tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
-        tree = self._forest.trees.get(ns)
-        if tree is None and create:
-            with self._forest.guard:
-                tree = self._forest.trees.setdefault(ns, MembrainTree("/".join(ns)))
+    def _load(self, ns: Namespace) -> MembrainTree | None:
+        """(Re)load a namespace from storage into the forest; None if it is not stored."""
+        loaded = self._storage.load_tree(ns)
+        self._checked[ns] = time.monotonic()
+        if loaded is None:
+            self._forest.trees.pop(ns, None)
+            self._synced.pop(ns, None)
+            return None
+        tree, version = loaded
+        self._forest.trees[ns], self._synced[ns] = tree, version
         return tree
 
+    def _tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
+        """The namespace's tree for reading: refreshed from storage when another process
+        wrote it (checked at most once per ``refresh_interval``). Call under its lock."""
+        tree = self._forest.trees.get(ns)
+        if self._storage is not None:
+            due = time.monotonic() - self._checked.get(ns, float("-inf")) >= self.refresh_interval
+            if tree is None or due:
+                self._checked[ns] = time.monotonic()
+                if self._storage.namespace_version(ns) != self._synced.get(ns, 0):
+                    tree = self._load(ns)
+        if tree is None and create:
+            tree = self._forest.trees[ns] = MembrainTree("/".join(ns))
+        return tree
+
+    def _mutate(self, ns: Namespace, write: Callable[[MembrainTree], Any]) -> Any:
+        """Run ``write`` on the namespace's tree and persist what it changed, atomically.
+
+        With storage, the namespace's cross-process lock is held throughout: the tree is
+        reloaded first if another process wrote it, and the changes are committed in one
+        transaction. If anything fails, the in-memory tree is dropped (it is reloaded from
+        storage on next use), so memory never runs ahead of what is stored.
+        """
+        with self._forest.lock(ns):
+            if self._storage is None:
+                tree = self._tree(ns, create=True)
+                result = write(tree)
+                tree.drain_changes()  # nothing to persist; keep the journal empty
+                if tree.fact_count(tree.root_id) == 0 and not tree.aspects():
+                    self._forest.trees.pop(ns, None)
+                return result
+            try:
+                with self._storage.namespace_lock(ns):
+                    stored = self._storage.namespace_version(ns)
+                    tree = self._forest.trees.get(ns)
+                    if tree is None or stored != self._synced.get(ns, 0):
+                        tree = self._load(ns) if stored else None
+                    if tree is None:
+                        tree = self._forest.trees[ns] = MembrainTree("/".join(ns))
+                    result = write(tree)
+                    rows, removed = tree.drain_changes()
+                    if tree.fact_count(tree.root_id) == 0 and not tree.aspects():
+                        self._storage.delete_namespace(ns)  # an emptied namespace is not listed
+                        self._forest.trees.pop(ns, None)
+                        self._synced.pop(ns, None)
+                    elif rows or removed:
+                        self._synced[ns] = self._storage.write(ns, rows, removed, expected_version=stored)
+                    self._checked[ns] = time.monotonic()
+                return result
+            except BaseException:
+                self._forest.trees.pop(ns, None)
+                self._synced.pop(ns, None)
+                raise
+
     def namespaces(self) -> list[Namespace]:
-        return sorted(self._forest.trees)
+        """Every namespace that holds memories."""
+        return self.list_namespaces(limit=sys.maxsize)
 
     def tree(self, namespace: str | Sequence[str] | None = None) -> MembrainTree:
         """The live tree of a namespace (read it under no concurrent writes, or copy it)."""
         ns = as_namespace(namespace)
-        tree = self._tree(ns, create=False)
+        with self._forest.lock(ns):
+            tree = self._tree(ns, create=False)
         if tree is None:
             raise InvalidOperationError(f"no memories in namespace {ns!r}")
         return tree
@@ -148,7 +220,10 @@ class MembrainMemory:
             part = ns[-len(pattern):] if at_end else ns[: len(pattern)]
             return all(p == "*" or p == n for p, n in zip(pattern, part))
 
-        found = [ns for ns, t in list(self._forest.trees.items()) if t.fact_count(t.root_id) > 0]
+        if self._storage is not None:
+            found = self._storage.list_namespaces()
+        else:
+            found = [ns for ns, t in list(self._forest.trees.items()) if t.fact_count(t.root_id) > 0]
         found = [ns for ns in found if fits(ns, prefix, False) and fits(ns, suffix, True)]
         if max_depth is not None:
             found = list({ns[:max_depth] for ns in found})
@@ -223,28 +298,28 @@ class MembrainMemory:
 
     def _write(self, ns: Namespace, key: str, value: dict[str, Any], text: str | None,
                vec: np.ndarray | None) -> str:
-        """Insert or update one fact under the namespace lock."""
-        tree = self._tree(ns, create=True)
+        """Insert or update one fact (one transaction with storage)."""
         meta = {"value": value, "indexed": vec is not None}
-        with self._forest.lock(ns):
+
+        def write(tree: MembrainTree) -> str:
             if key in tree:
                 node = tree.node(key)
                 if node.kind != "fact":
                     raise InvalidOperationError(f"key {key!r} is used by an aspect")
-                moved = vec is not None and (node.text != text or node.embedding is None)
-                if not moved:
+                if vec is None or (node.text == text and node.embedding is not None):
                     tree.update_fact(key, text=text if text is not None else node.text,
                                      embedding=vec, metadata=meta)
                     return key
-                created = node.created_at
+                created = node.created_at  # the text changed: place the fact again
                 tree.remove(key)
                 self._place(tree, NewFact(text, vec, meta), key, created_at=created)
-                return key
-            if vec is None:
+            elif vec is None:
                 tree.add_fact(tree.root_id, "", node_id=key, metadata=meta)
             else:
                 self._place(tree, NewFact(text, vec, meta), key)
             return key
+
+        return self._mutate(ns, write)
 
     def _place(self, tree: MembrainTree, new_fact: NewFact, key: str, *, created_at: float | None = None) -> None:
         tree.add_fact(tree.root_id, new_fact.text, embedding=new_fact.embedding, node_id=key,
@@ -253,14 +328,18 @@ class MembrainMemory:
     def delete(self, key: str, *, namespace: str | Sequence[str] | None = None) -> bool:
         """Delete a memory; returns False if there was none."""
         ns = as_namespace(namespace)
-        tree = self._tree(ns, create=False)
-        if tree is None:
-            return False
         with self._forest.lock(ns):
+            tree = self._tree(ns, create=False)
+            if tree is None or key not in tree or tree.node(key).kind != "fact":
+                return False
+
+        def write(tree: MembrainTree) -> bool:
             if key not in tree or tree.node(key).kind != "fact":
                 return False
             tree.remove(key)
             return True
+
+        return self._mutate(ns, write)
 
     # ------------------------------------------------------------------ reads
     def _record(self, ns: Namespace, tree: MembrainTree, key: str, score: float | None = None) -> MemoryRecord:
@@ -272,11 +351,9 @@ class MembrainMemory:
     def get(self, key: str, *, namespace: str | Sequence[str] | None = None) -> MemoryRecord | None:
         """The memory stored under ``key``, or None."""
         ns = as_namespace(namespace)
-        tree = self._tree(ns, create=False)
-        if tree is None:
-            return None
         with self._forest.lock(ns):
-            if key not in tree or tree.node(key).kind != "fact":
+            tree = self._tree(ns, create=False)
+            if tree is None or key not in tree or tree.node(key).kind != "fact":
                 return None
             return self._record(ns, tree, key)
 
@@ -297,13 +374,15 @@ class MembrainMemory:
         check_filter(filter)
         if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
             raise InvalidOperationError("limit and offset are non-negative integers")
-        spaces = [ns for ns in list(self._forest.trees)
+        spaces = [ns for ns in self.namespaces()
                   if ns == prefix or (not exact_namespace and ns[: len(prefix)] == prefix)]
         q = self._embed([check_text(query)])[0] if query is not None else None
         hits: list[MemoryRecord] = []
         for ns in spaces:
-            tree = self._forest.trees[ns]
             with self._forest.lock(ns):
+                tree = self._tree(ns, create=False)
+                if tree is None:
+                    continue
                 for key, score in self._rank(ns, tree, q, query, filter):
                     hits.append(self._record(ns, tree, key, score))
         if q is None:
@@ -340,8 +419,13 @@ class MembrainMemory:
         """Wait until background training has caught up."""
 
     def close(self) -> None:
+        """Wait for background work, then release the storage (idempotent)."""
+        if self._closed:
+            return
         self.flush()
         self._closed = True
+        if self._storage is not None:
+            self._storage.close()
 
     def __enter__(self) -> "MembrainMemory":
         return self
