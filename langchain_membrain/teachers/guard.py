@@ -13,21 +13,29 @@
 - **fallback**: when the retries are spent, the decision comes from ``fallback`` (by default
   :class:`~.heuristic.HeuristicTeacher`, imported lazily; a last-resort rule, "attach here /
   Idle / keyword label", when that is missing or fails too). ``choose_*`` never raise to the
-  caller; ``try_*`` raise :class:`TeacherCallError` instead of falling back, for callers
-  (the Learner) that fall back to their own model's decision;
+  caller (unless ``raise_on_failure=True``); ``try_*`` raise :class:`TeacherCallError`
+  instead of falling back, for callers (the Learner) that fall back to their own model's
+  decision;
 - a **per-call timeout** and a **concurrency limit** (one semaphore shared by the sync and
   async paths);
 - **cost accounting** per stage (:class:`TeacherStats`, ``teacher.stats()``).
 
 Retries are owned by the teacher: the openai SDK's own retries are switched off by
 :class:`~.openai_teacher.OpenAITeacher` (give a LangChain model ``max_retries=0`` as well),
-so ``timeout * (1 + max_retries)`` bounds the time one decision can wait on the LLM.
+so ``timeout * (1 + max_retries)`` (plus a capped 429 wait) bounds the time one decision
+can wait on the LLM.
+
+Calls are counted per stage: ``calls`` are requests sent (retries and failed requests
+included), ``decisions`` the questions answered; ``calls_per_insert`` is total calls over
+``inserts`` (see :class:`TeacherStats`).
 
 Modes. ``mode="per_decision"`` asks one question per tree level (stage 1, only where the
 node has child aspects) and one for stage 2. ``mode="one_call"`` asks :meth:`place` once per
 insert: the model sees an outline of the tree and names the destination (the path is the
 destination's path) and the stage-2 actions together; ``choose_stage1`` and ``choose_stage2``
-then answer from that placement, so ``pipeline.insert_with_teacher`` works unchanged.
+then answer from that placement, so ``pipeline.insert_with_teacher`` works unchanged. (While
+the root has no child aspect there is no stage-1 question, so stage 2 is asked on its own:
+still one call.) :func:`insert_with_placement` always uses one :meth:`place` call.
 """
 
 from __future__ import annotations
@@ -37,11 +45,12 @@ import json
 import re
 import threading
 import time
+import weakref
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, TypeVar
+from typing import Any, Callable, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -120,8 +129,9 @@ class StageStats:
 class TeacherStats:
     """Thread-safe cost accounting of one teacher, per stage.
 
-    ``inserts`` counts inserts seen: one per stage-2 decision, or per :meth:`place` called
-    directly (an insert asks stage 2 exactly once in either mode).
+    ``inserts`` counts the inserts that asked this teacher's stage 2 or one-call placement
+    (one per insert in either mode when the teacher decides every insert; a caller that
+    asks only some decisions, like the Learner, keeps its own insert count).
     """
 
     def __init__(self) -> None:
@@ -329,6 +339,10 @@ def _classify(exc: BaseException) -> TeacherCallError:
     if isinstance(exc, TeacherCallError):
         return exc
     name = type(exc).__name__
+    if "LengthFinishReason" in name:  # the openai SDK's parse() on finish_reason "length"
+        return TeacherCallError("truncated", "the answer was cut off (too long); answer with the JSON object only")
+    if "ContentFilter" in name:
+        return TeacherCallError("refusal", f"the answer was filtered ({name})")
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError, FutureTimeout)) or "Timeout" in name:
         return TeacherCallError("timeout", f"no answer in time ({name})")
     status = getattr(exc, "status_code", None)
@@ -393,6 +407,9 @@ class GuardedTeacher(BaseTeacher):
         examples_per_aspect: example facts shown under each aspect.
         outline_max_aspects, outline_facts_per_node: size of the one-call outline.
         allow_aspects: let Promote/Demote move aspects (with their subtrees).
+        raise_on_failure: ``choose_*``/``place`` raise :class:`TeacherCallError` instead of
+            falling back, for a caller with a fallback of its own (the Learner uses its
+            model's decision). Off by default: then they never raise.
     """
 
     name = "llm"
@@ -401,7 +418,7 @@ class GuardedTeacher(BaseTeacher):
     def __init__(self, *, mode: Literal["per_decision", "one_call"] = "per_decision", fallback: Any = _DEFAULT,
                  timeout: float = 30.0, max_concurrency: int = 4, max_retries: int = 1,
                  max_backoff_s: float = 5.0, examples_per_aspect: int = 3, outline_max_aspects: int = 200,
-                 outline_facts_per_node: int = 5, allow_aspects: bool = False):
+                 outline_facts_per_node: int = 5, allow_aspects: bool = False, raise_on_failure: bool = False):
         if mode not in ("per_decision", "one_call"):
             raise ValueError(f"mode must be 'per_decision' or 'one_call', not {mode!r}")
         if timeout <= 0 or max_concurrency < 1 or max_retries < 0:
@@ -418,11 +435,14 @@ class GuardedTeacher(BaseTeacher):
         self.outline_max_aspects = int(outline_max_aspects)
         self.outline_facts_per_node = int(outline_facts_per_node)
         self.allow_aspects = allow_aspects
+        self.raise_on_failure = raise_on_failure
         self._sem = threading.BoundedSemaphore(self.max_concurrency)
         self._stats = TeacherStats()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
-        self._placements: OrderedDict[int, tuple[NewFact, MembrainTree, Placement]] = OrderedDict()
+        # one-call mode: placements awaiting their stage-1 steps and stage 2, by id(new_fact);
+        # trees are held weakly so the cache never keeps a tree alive
+        self._placements: OrderedDict[int, tuple[NewFact, weakref.ref, Placement]] = OrderedDict()
         self._placements_lock = threading.Lock()
 
     # ------------------------------------------------------- to implement
@@ -445,7 +465,9 @@ class GuardedTeacher(BaseTeacher):
     def stats(self) -> dict[str, Any]:
         """Per-stage counters as a dict: see :class:`StageStats`; plus ``total``, ``inserts``
         and ``calls_per_insert``."""
-        return self._stats.as_dict()
+        out = self._stats.as_dict()
+        out["mode"] = self.mode
+        return out
 
     def reset_stats(self) -> None:
         self._stats.reset()
@@ -475,6 +497,8 @@ class GuardedTeacher(BaseTeacher):
         try:
             return self.try_stage1(new_fact, subtree)
         except TeacherError:
+            if self.raise_on_failure:
+                raise
             return self._fallback_stage1(new_fact, subtree)
 
     async def achoose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
@@ -485,6 +509,8 @@ class GuardedTeacher(BaseTeacher):
         try:
             return await self.atry_stage1(new_fact, subtree)
         except TeacherError:
+            if self.raise_on_failure:
+                raise
             return self._fallback_stage1(new_fact, subtree)
 
     # ----------------------------------------------------------- stage 2
@@ -500,36 +526,38 @@ class GuardedTeacher(BaseTeacher):
 
     def try_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
         """The LLM's action series for ``closure``, validated; TeacherCallError when unusable."""
-        self._stats.add("stage2", decisions=1)
+        self._stats.add("stage2", decisions=1, inserts=1)
         msgs, validate = self._stage2_question(tree, closure)
         return self._ask("stage2", msgs, prompts.Stage2Answer, validate)
 
     async def atry_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        self._stats.add("stage2", decisions=1)
+        self._stats.add("stage2", decisions=1, inserts=1)
         msgs, validate = self._stage2_question(tree, closure)
         return await self._aask("stage2", msgs, prompts.Stage2Answer, validate)
 
     def choose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
         """Stage 2 (never raises): the LLM's actions, else the fallback's."""
-        self._stats.add("stage2", inserts=1)
         placement = self._pop_placement(tree, closure)
         if placement is not None:
-            self._stats.add("stage2", decisions=1, from_placement=1)
+            self._stats.add("stage2", decisions=1, from_placement=1, inserts=1)
             return self.placement_actions(tree, closure.fact_id, placement)
         try:
             return self.try_stage2(tree, closure)
         except TeacherError:
+            if self.raise_on_failure:
+                raise
             return self._fallback_stage2(tree, closure)
 
     async def achoose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        self._stats.add("stage2", inserts=1)
         placement = self._pop_placement(tree, closure)
         if placement is not None:
-            self._stats.add("stage2", decisions=1, from_placement=1)
+            self._stats.add("stage2", decisions=1, from_placement=1, inserts=1)
             return self.placement_actions(tree, closure.fact_id, placement)
         try:
             return await self.atry_stage2(tree, closure)
         except TeacherError:
+            if self.raise_on_failure:
+                raise
             return self._fallback_stage2(tree, closure)
 
     # -------------------------------------------------------- name_aspect
@@ -548,12 +576,16 @@ class GuardedTeacher(BaseTeacher):
         try:
             return self.try_name_aspect(fact_texts)
         except TeacherError:
+            if self.raise_on_failure:
+                raise
             return self._fallback_name(fact_texts)
 
     async def aname_aspect(self, fact_texts: list[str]) -> str:
         try:
             return await self.atry_name_aspect(fact_texts)
         except TeacherError:
+            if self.raise_on_failure:
+                raise
             return self._fallback_name(fact_texts)
 
     # ------------------------------------------------------ one-call place
@@ -575,13 +607,19 @@ class GuardedTeacher(BaseTeacher):
 
     def try_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
         """The LLM's one-call placement, validated; TeacherCallError when unusable."""
-        self._stats.add("place", decisions=1)
+        return self._try_place(new_fact, tree, count_insert=True)
+
+    async def atry_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        return await self._atry_place(new_fact, tree, count_insert=True)
+
+    def _try_place(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Placement:
+        self._stats.add("place", decisions=1, inserts=int(count_insert))
         msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
                                            facts_per_node=self.outline_facts_per_node)
         return self._ask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids))
 
-    async def atry_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        self._stats.add("place", decisions=1)
+    async def _atry_place(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Placement:
+        self._stats.add("place", decisions=1, inserts=int(count_insert))
         msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
                                            facts_per_node=self.outline_facts_per_node)
         return await self._aask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids))
@@ -590,14 +628,19 @@ class GuardedTeacher(BaseTeacher):
         """One call for the whole insert (never raises): where ``new_fact`` goes and the
         stage-2 actions after it is attached. Attach under ``placement.parent_id``, then
         apply :meth:`placement_actions` (or use :func:`insert_with_placement`)."""
-        self._stats.add("place", inserts=1)
-        return self._place_or_fallback(new_fact, tree)
+        try:
+            return self.try_place(new_fact, tree)
+        except TeacherError:
+            if self.raise_on_failure:
+                raise
+            return self._fallback_placement(new_fact, tree)
 
     async def aplace(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        self._stats.add("place", inserts=1)
         try:
             return await self.atry_place(new_fact, tree)
         except TeacherError:
+            if self.raise_on_failure:
+                raise
             return self._fallback_placement(new_fact, tree)
 
     def placement_actions(self, tree: MembrainTree, fact_id: str, placement: Placement) -> list[Action]:
@@ -616,29 +659,28 @@ class GuardedTeacher(BaseTeacher):
         return out
 
     # --------------------------------------------- one-call via the protocol
-    def _place_or_fallback(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        try:
-            return self.try_place(new_fact, tree)
-        except TeacherError:
-            return self._fallback_placement(new_fact, tree)
-
     def _cached_placement(self, new_fact: NewFact, tree: MembrainTree) -> Placement | None:
         with self._placements_lock:
             entry = self._placements.get(id(new_fact))
-            if entry is not None and entry[0] is new_fact and entry[1] is tree:
+            if entry is not None and entry[0] is new_fact and entry[1]() is tree:
                 return entry[2]
         return None
 
     def _remember(self, new_fact: NewFact, tree: MembrainTree, placement: Placement) -> None:
         with self._placements_lock:
-            self._placements[id(new_fact)] = (new_fact, tree, placement)
+            self._placements[id(new_fact)] = (new_fact, weakref.ref(tree), placement)
             while len(self._placements) > 256:
                 self._placements.popitem(last=False)
 
     def _placement_for(self, new_fact: NewFact, subtree: Subtree) -> Placement | None:
         cached = self._cached_placement(new_fact, subtree.tree)
         if cached is None and subtree.node_id == subtree.tree.root_id:
-            cached = self._place_or_fallback(new_fact, subtree.tree)
+            try:
+                cached = self._try_place(new_fact, subtree.tree, count_insert=False)
+            except TeacherError:
+                if self.raise_on_failure:
+                    raise
+                cached = self._fallback_placement(new_fact, subtree.tree)
             self._remember(new_fact, subtree.tree, cached)
         return cached
 
@@ -646,8 +688,10 @@ class GuardedTeacher(BaseTeacher):
         cached = self._cached_placement(new_fact, subtree.tree)
         if cached is None and subtree.node_id == subtree.tree.root_id:
             try:
-                cached = await self.atry_place(new_fact, subtree.tree)
+                cached = await self._atry_place(new_fact, subtree.tree, count_insert=False)
             except TeacherError:
+                if self.raise_on_failure:
+                    raise
                 cached = self._fallback_placement(new_fact, subtree.tree)
             self._remember(new_fact, subtree.tree, cached)
         return cached
@@ -664,7 +708,7 @@ class GuardedTeacher(BaseTeacher):
         text = tree.node(closure.fact_id).text
         with self._placements_lock:
             for key, (fact, t, placement) in list(self._placements.items()):
-                if t is tree and fact.text == text and placement.parent_id == closure.parent_id:
+                if t() is tree and fact.text == text and placement.parent_id == closure.parent_id:
                     del self._placements[key]
                     return placement
         return None

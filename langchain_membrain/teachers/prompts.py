@@ -112,10 +112,24 @@ _DATA_RULE = (
 )
 
 
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
 def data_block(payload: dict[str, Any]) -> str:
     """``payload`` as a JSON document inside ``<data>`` delimiters that no string in it can
-    close (``<``, ``>``, ``&`` are escaped as JSON unicode escapes)."""
-    text = json.dumps(payload, ensure_ascii=False, indent=1)
+    close (``<``, ``>``, ``&`` are escaped as JSON unicode escapes).
+
+    Compact but readable: one top-level key per line, one list entry per line.
+    """
+    lines = []
+    for key, value in payload.items():
+        if isinstance(value, list) and value:
+            items = ",\n  ".join(_compact(v) for v in value)
+            lines.append(f" {_compact(key)}: [\n  {items}\n ]")
+        else:
+            lines.append(f" {_compact(key)}: {_compact(value)}")
+    text = "{\n" + ",\n".join(lines) + "\n}"
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return f"<data>\n{text}\n</data>"
 
@@ -233,7 +247,8 @@ def _node_entry(tree: MembrainTree, node_id: str, number: int, examples: int, ma
 def stage2_messages(tree: MembrainTree, closure: Closure, *, examples: int = 2,
                     max_chars: int = 400) -> list[Message]:
     """The stage-2 question for ``closure``; numbers follow ``closure.members``."""
-    nodes = [_node_entry(tree, m.node_id, i, examples, max_chars,
+    # examples only for aspects whose facts are not listed already (siblings and uncles)
+    nodes = [_node_entry(tree, m.node_id, i, examples if m.role in ("sibling", "uncle") else 0, max_chars,
                          role="new fact" if m.role == "self" else m.role)
              for i, m in enumerate(closure.members)]
     payload = {"subject": tree.subject, "nodes": nodes}

@@ -1,0 +1,131 @@
+"""A teacher over any LangChain chat model.
+
+``LLMTeacher(ChatOpenAI(model=..., base_url=...))`` asks its questions through
+``model.with_structured_output(Schema, include_raw=True)``, so it works with every chat
+model that supports tool calling or JSON schema (ChatOpenAI, ChatOllama, ChatAnthropic, ...).
+Token counts come from the answer's ``usage_metadata``.
+
+The prompts are in :mod:`.prompts`; validation, retry, fallback, timeout, concurrency and
+stats are in :mod:`.guard`. For the timeout to be the only limit, build the model with its
+own retries off (``ChatOpenAI(..., max_retries=0)``): the teacher retries by itself.
+A sync call that runs past ``timeout`` is abandoned in its worker thread (its answer is
+dropped, and its concurrency slot is freed at once, so an abandoned call may briefly run
+beside ``max_concurrency`` others); an async one is cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel
+
+from ..errors import TeacherError
+from . import prompts
+from .guard import GuardedTeacher, RawAnswer
+
+StructuredMethod = Literal["function_calling", "json_schema", "json_mode"]
+
+
+def _to_langchain(messages: list[prompts.Message]) -> list[BaseMessage]:
+    # Message objects, not (role, text) tuples: tuples would be read as prompt templates.
+    return [SystemMessage(content=m["content"]) if m["role"] == "system" else HumanMessage(content=m["content"])
+            for m in messages]
+
+
+def _answer_text(msg: Any) -> str | None:
+    """The answer as the model wrote it: tool-call arguments, else the text content."""
+    if not isinstance(msg, AIMessage):
+        return None
+    if msg.tool_calls:
+        return json.dumps(msg.tool_calls[0].get("args", {}))
+    for call in msg.invalid_tool_calls or ():
+        return call.get("args")
+    content = msg.content
+    if isinstance(content, list):
+        content = "".join(c.get("text", "") if isinstance(c, dict) else str(c) for c in content)
+    return content or None
+
+
+class LLMTeacher(GuardedTeacher):
+    """A teacher that asks a LangChain chat model.
+
+    Args:
+        model: any :class:`~langchain_core.language_models.BaseChatModel` with structured
+            output (tools or JSON schema).
+        method: passed to ``with_structured_output`` (``"function_calling"``,
+            ``"json_schema"``, ``"json_mode"``); None: the model's default.
+        **options: see :class:`~.guard.GuardedTeacher` (``mode``, ``fallback``,
+            ``timeout``, ``max_concurrency``, ``max_retries``, ...).
+
+    Raises:
+        TeacherError: the model has no structured output support.
+    """
+
+    name = "llm"
+    _sync_timeout_by_thread = True
+
+    def __init__(self, model: BaseChatModel, *, method: StructuredMethod | None = None, **options: Any):
+        super().__init__(**options)
+        self.model = model
+        self.method = method
+        self._runnables: dict[type[BaseModel], Any] = {}
+        for schema in prompts.SCHEMAS.values():
+            self._runnable(schema)  # fail now, not at the first insert
+
+    def _runnable(self, schema: type[BaseModel]) -> Any:
+        runnable = self._runnables.get(schema)
+        if runnable is None:
+            kwargs: dict[str, Any] = {"include_raw": True}
+            if self.method is not None:
+                kwargs["method"] = self.method
+            try:
+                runnable = self.model.with_structured_output(schema, **kwargs)
+            except (NotImplementedError, ValueError, TypeError) as exc:
+                raise TeacherError(f"{type(self.model).__name__} has no structured output: {exc}") from exc
+            self._runnables[schema] = runnable
+        return runnable
+
+    @staticmethod
+    def _raw(out: Any) -> RawAnswer:
+        if not isinstance(out, dict) or "raw" not in out:  # a model that ignored include_raw
+            return RawAnswer(parsed=out if isinstance(out, (BaseModel, dict)) else None)
+        msg = out.get("raw")
+        usage = getattr(msg, "usage_metadata", None) or {}
+        meta = getattr(msg, "response_metadata", None) or {}
+        extra = getattr(msg, "additional_kwargs", None) or {}
+        err = out.get("parsing_error")
+        return RawAnswer(
+            parsed=out.get("parsed"),
+            text=_answer_text(msg),
+            finish_reason=meta.get("finish_reason"),
+            refusal=extra.get("refusal") or (str(err) if err is not None and "refus" in str(err).lower() else None),
+            parse_error=None if err is None else f"{type(err).__name__}: {err}",
+            prompt_tokens=int(usage.get("input_tokens") or 0),
+            completion_tokens=int(usage.get("output_tokens") or 0),
+        )
+
+    def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
+        return self._raw(self._runnable(schema).invoke(_to_langchain(messages)))
+
+    async def _arequest(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
+        return self._raw(await self._runnable(schema).ainvoke(_to_langchain(messages)))
+
+
+def as_teacher(teacher: Any, **options: Any) -> Any:
+    """What ``MembrainMemory(teacher=...)`` and other entry points accept, as a Teacher.
+
+    A LangChain chat model becomes an :class:`LLMTeacher` (``options`` are passed on); a
+    Teacher (anything with ``choose_stage1``, ``choose_stage2`` and ``name_aspect``) is
+    returned as it is; ``None`` stays ``None`` (the caller's default teacher). Anything
+    else is a :class:`TypeError`.
+    """
+    if teacher is None:
+        return None
+    if isinstance(teacher, BaseChatModel):
+        return LLMTeacher(teacher, **options)
+    if all(callable(getattr(teacher, m, None)) for m in ("choose_stage1", "choose_stage2", "name_aspect")):
+        return teacher
+    raise TypeError(f"a teacher must be a Teacher or a LangChain chat model, not {type(teacher).__name__}")
