@@ -13,8 +13,8 @@ decoder and the teachers) they may take an aspect, moving its whole subtree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Union
 
 from .errors import InvalidOperationError
 from .tree import MembrainTree
@@ -38,6 +38,8 @@ class Demote:
 class Group:
     node_ids: tuple[str, ...]
     label: str | None = None  # None: named when applied
+    # Metadata of the new aspect (e.g. what a teacher means it to stand for); not compared.
+    metadata: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 Action = Union[Promote, Demote, Group]
@@ -97,7 +99,8 @@ def apply_action(
             texts = [tree.node(i).text for i in action.node_ids]
             label = name_aspect(texts) if name_aspect else "group"
         emb = embed_label(label) if embed_label else None
-        return tree.group(action.node_ids, label, embedding=emb)
+        return tree.group(action.node_ids, label, embedding=emb,
+                          metadata=None if action.metadata is None else dict(action.metadata))
     return None
 
 

@@ -20,25 +20,25 @@ else attach here (index 0). With ``size_aware=True`` (default) the score is the 
 MemTree's thresholds theta0 = 0.4, rate = 0.5, D = 10 (:meth:`HeuristicConfig.memtree`).
 Affinities are lower than cosines (they shrink with an aspect's spread), hence the lower
 default theta0 = 0.1; the steeper default rate = 5 makes the threshold rise by e^0.5 per
-level, so descent stops where aspects are no tighter than the new fact's fit to them.
+level (0.10, 0.16, 0.27, 0.45, 0.74 at depths 0 to 4), so a fact goes down a level or two
+readily and deeper only into aspects it fits tightly.
 
-Stage 2 (tidy the closure of the new fact ``f`` under parent ``P``, grandparent ``G``). For
-``f`` and, with ``tidy_siblings`` (default), each of its sibling facts ``x``:
+Stage 2 (tidy the closure of the new fact ``f`` under parent ``P``, grandparent ``G``) looks
+at f's sibling facts or, past ``max_neighbourhood`` of them, at the most similar ones, so the
+clustering costs O(max_neighbourhood^2) at worst (the rest is linear in P's width). For ``f`` and, with ``tidy_siblings``
+(default), each of those siblings ``x``:
 
 - Promote(x) when ``a(x, G minus P) > a(x, P minus x) + promote_margin``: ``x`` is closer
   to the rest of its grandparent than to its own parent's other facts;
 - else Demote(x, S) into the sibling aspect ``S`` of highest affinity when
   ``a(x, S) > a(x, P minus x) + demote_margin``.
 
-Stage 2 looks at the new fact's sibling facts, or, past ``max_neighbourhood`` of them, at the
-most similar ones, so an insert costs O(max_neighbourhood^2) at worst.
-
 Then Group: when ``P`` is crowded (at least ``crowd`` fact children left), its fact children
-are clustered by average linkage on cosine similarity, cut where the mean similarity inside a
-cluster would fall below ``max(group_threshold, coherence(P) + group_margin)``, with
-``coherence(P)`` the mean pairwise cosine of P's facts; so a group must be tighter than its
-parent, and the cut rises with depth on its own. Each cluster of at least ``min_group``
-facts (and not all of P's children) becomes a Group.
+are clustered by average linkage on cosine similarity, two clusters merging while the mean
+similarity between their members is at least ``max(group_threshold, coherence + group_margin)``,
+with ``coherence`` the mean pairwise cosine of those fact children; so a group must be
+tighter than its parent's facts, and the cut rises with depth on its own. Each cluster of at
+least ``min_group`` facts (and not all of P's children) becomes a Group.
 
 With ``aspect_actions=True`` whole aspects move too (each with its subtree); for an aspect
 ``A`` among the children of a container ``C`` (P's child aspects, and P itself among its
@@ -277,7 +277,7 @@ class HeuristicTeacher(BaseTeacher):
         facts = [c for c in neighbourhood if c not in moved and tree.node(c).embedding is not None]
         if len(facts) >= cfg.crowd:
             n_children = len([c for c in tree.children(parent) if c not in moved])
-            for members in self._clusters(tree, parent, facts):
+            for members in self._clusters(tree, facts):
                 if len(members) >= cfg.min_group and len(members) < n_children:
                     actions.append(Group(tuple(members)))
         return actions
@@ -394,21 +394,19 @@ class HeuristicTeacher(BaseTeacher):
             return 1.0
         return (float(np.dot(total, total)) - count) / (count * (count - 1))
 
-    def _clusters(self, tree: MembrainTree, parent: str, facts: list[str]) -> list[list[str]]:
-        """Average-linkage clusters of ``facts`` (cosine), cut at the group threshold."""
+    def _clusters(self, tree: MembrainTree, facts: list[str]) -> list[list[str]]:
+        """Clusters of two or more of ``facts``: average linkage on cosine similarity, two
+        clusters merging while the mean similarity between their members is at least
+        ``max(group_threshold, coherence + group_margin)``, with ``coherence`` the mean
+        pairwise cosine of all of ``facts``."""
         from scipy.cluster.hierarchy import fcluster, linkage
 
         cfg = self.config
         x = np.stack([tree.node(c).embedding for c in facts]).astype(np.float64)
         norms = np.linalg.norm(x, axis=1, keepdims=True)
         x = x / np.where(norms == 0.0, 1.0, norms)
-        mean = x.mean(axis=0)
-        coherence = float(np.dot(mean, mean))  # mean pairwise similarity, self-pairs included
-        n = len(x)
-        coherence = (coherence * n * n - n) / (n * (n - 1))  # ... and excluded
-        cut = max(cfg.group_threshold, coherence + cfg.group_margin)
-        z = linkage(x, method="average", metric="cosine")
-        labels = fcluster(z, t=1.0 - cut, criterion="distance")
+        cut = max(cfg.group_threshold, self._coherence(x.sum(axis=0), len(x)) + cfg.group_margin)
+        labels = fcluster(linkage(x, method="average", metric="cosine"), t=1.0 - cut, criterion="distance")
         by_label: dict[int, list[str]] = {}
         for fid, lab in zip(facts, labels):
             by_label.setdefault(int(lab), []).append(fid)
