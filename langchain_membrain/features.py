@@ -14,17 +14,25 @@ The networks could learn such similarities from the raw embeddings, but only fro
 examples; handing them the cosines and margins directly is what makes online imitation
 fast (design, section 6; issue 3, "goals").
 
-Definitions used below (``cos`` is cosine similarity, 0 for a missing or zero vector):
+Definitions used below (``cos`` is cosine similarity, 0 for a missing or zero vector;
+fact embeddings are taken as unit vectors, as all-MiniLM-L6-v2's are):
 
-- ``mean(n)``: mean embedding of the facts at or below ``n``.
-- leave-one-out similarity of a fact ``f`` to an ancestor ``a``:
-  ``cos(e_f, (S_a - e_f) / (n_a - 1))`` with ``S_a`` the sum and ``n_a`` the count of the
-  embedded facts below ``a``; 0 when ``f`` is the only fact there. It asks "does ``f`` fit
-  the *other* facts of ``a``", which plain ``cos(e_f, mean(a))`` overstates for small ``a``.
+- ``m(n)``: mean embedding of the facts at or below ``n``; ``S(n)``, ``n(n)`` their sum
+  and count (kept by the tree).
+- *affinity* of a unit vector ``e`` to a set of facts: ``e . m`` with ``m`` their mean
+  embedding, i.e. the mean cosine of ``e`` to the members (average linkage). Unlike
+  ``cos(e, m)`` it shrinks as the set spreads out.
+- leave-one-out affinity of a fact ``f`` to its parent ``P``:
+  ``e_f . (S(P) - x_f) / (n(P) - 1)`` (``x_f`` the fact's stored embedding): does ``f`` fit
+  the *other* facts of ``P``; 0 when ``f`` is alone there.
 - clustering of a parent's fact children: average-linkage agglomerative clustering on the
   distance ``1 - cos``; the *cophenetic similarity* of two facts is one minus the height at
   which they first share a cluster, so "same cluster when cut at similarity ``t``" is
   exactly "cophenetic similarity >= t" for every ``t``.
+
+These are the quantities an embedding-based teacher compares (see
+``teachers/heuristic.py``), given as generic inputs: no threshold of a teacher is built
+in; grids of cuts and one-hot depths let a linear read learn the teacher's thresholds.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.cluster.hierarchy import cophenet, linkage
+from scipy.cluster.hierarchy import linkage
 
 from .teachers.base import NewFact, Subtree
 from .tree import Closure, MembrainTree
@@ -46,13 +54,46 @@ ROLE_ID = {r: i for i, r in enumerate(ROLES)}
 # Similarity cuts at which each fact's cluster size is reported (stage 2). A grid, not a
 # tuned threshold: the network reads the sizes at all cuts and learns where its teacher cuts.
 CLUSTER_CUTS: tuple[float, ...] = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
+# The same, relative to the coherence of the parent (its facts' mean pairwise similarity):
+# "tighter than the parent by this much".
+RELATIVE_CUTS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.15)
 DEPTH_SCALE = 10.0
 COUNT_SCALE = 5.0  # log1p(count) / COUNT_SCALE keeps counts near [0, 1.5]
 
-STAGE1_NUM = 14
-STAGE2_NUM = 19 + len(CLUSTER_CUTS)
-DEMOTE_PAIR_NUM = 6
-GROUP_PAIR_NUM = 5
+# Numeric feature columns, by name (the docstrings of the feature functions define them).
+STAGE1_COLUMNS: tuple[str, ...] = (
+    "depth", "children", "facts", "cos_label", "cos_mean", "aff", "aff_minus_best", "is_best_aff",
+    "cos_minus_best", "is_best_cos", "share_of_facts", "is_candidate", "is_current",
+    # on the current node's token only (what the "attach here" decision compares)
+    "cur_depth", "best_aff", "best_aff_gap", "cur_aff", "best_cos", "n_aspects",
+    # one-hot depth of the current node (0 .. DEPTH_BUCKETS - 1, the last one meaning "or
+    # deeper"): lets a linear read learn any per-depth threshold, not only a linear one
+    *(f"depth={d}" for d in range(8)),
+)
+DEPTH_BUCKETS = 8
+STAGE2_COLUMNS: tuple[str, ...] = (
+    "depth", "children", "facts", "cos_label", "cos_mean",
+    # the same on every token
+    "has_grandparent", "parent_facts", "parent_facts_lin", "parent_aspects", "coherence",
+    # fact tokens only
+    "is_focal", "aff_parent_loo", "aff_grand_out", "promote_margin", "cos_parent_loo",
+    "best_aspect_aff", "demote_margin", "best_aspect_label", "best_other_fact", "mean_other_fact",
+    *(f"cluster@{c}" for c in CLUSTER_CUTS), *(f"cluster@coh+{c}" for c in RELATIVE_CUTS),
+    "best_coph", "best_coph_minus_coherence",
+    # one-hot count of P's fact children (1 .. FACT_BUCKETS, the last meaning "or more"):
+    # "the parent is crowded" is a step in this count
+    *(f"parent_facts={k}" for k in range(1, 9)),
+)
+FACT_BUCKETS = 8
+DEMOTE_COLUMNS: tuple[str, ...] = ("aff", "aff_minus_parent_loo", "cos_label", "facts", "is_best", "gap")
+GROUP_COLUMNS: tuple[str, ...] = ("cos", "coph", "coph_minus_coherence", "mutual_nearest", "parent_facts_lin",
+                                  "coherence")
+STAGE1_NUM = len(STAGE1_COLUMNS)
+STAGE2_NUM = len(STAGE2_COLUMNS)
+DEMOTE_PAIR_NUM = len(DEMOTE_COLUMNS)
+GROUP_PAIR_NUM = len(GROUP_COLUMNS)
+S1 = {c: i for i, c in enumerate(STAGE1_COLUMNS)}
+S2 = {c: i for i, c in enumerate(STAGE2_COLUMNS)}
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -114,20 +155,16 @@ class Stage1Features:
 
 def stage1_features(tree: MembrainTree, new_fact: NewFact, subtree: Subtree, *,
                     max_facts: int = 16) -> Stage1Features:
-    """Features of a two-layer subtree for placing ``new_fact``.
+    """Features of a two-layer subtree for placing ``new_fact`` (columns: STAGE1_COLUMNS).
 
-    Numeric features per token (``cos_m`` is the cosine between the new fact and the
-    token's mean embedding, ``best``/``second`` the two largest ``cos_m`` over the child
-    aspect candidates, 0 when absent):
-
-    0 depth / 10; 1 log1p(children); 2 log1p(facts below); 3 cos to label; 4 ``cos_m``;
-    5 ``cos_m - best`` (0 for the best aspect); 6 is the best aspect; 7 ``best - second``
-    for the best aspect, ``cos_m - best`` otherwise; 8 share of the current node's facts
-    below this node; 9 depth of the current node / 10 (all tokens); 10 ``best`` (all
-    tokens); 11 ``cos_m`` of the current node (all tokens); 12 is a candidate;
-    13 number of aspect candidates / 10 (all tokens).
-
-    At most ``max_facts`` child facts are kept as context, the most similar first.
+    With ``q`` the new fact's unit embedding and ``m(n)`` a node's mean embedding:
+    ``cos_mean = cos(q, m(n))``; ``aff = q . m(n)`` (the *affinity*: for unit fact
+    embeddings, the mean cosine of ``q`` to the facts below ``n``; it shrinks as ``n``
+    spreads out, which the cosine to the mean does not); ``best_aff``/``best_cos`` the
+    largest over the child-aspect candidates and ``best_aff_gap`` the best minus the second
+    best; ``share_of_facts`` the node's facts over the current node's; counts as
+    log1p(count) / 5 and depths / 10. At most ``max_facts`` child facts are kept as
+    context tokens, the most similar to ``q`` first.
     """
     q = np.asarray(new_fact.embedding, np.float32)
     dim = _tree_dim(tree, q)
@@ -135,8 +172,8 @@ def stage1_features(tree: MembrainTree, new_fact: NewFact, subtree: Subtree, *,
     cands = list(subtree.candidates)
     facts = tree.child_facts(cur)
     if len(facts) > max_facts:
-        fl, fm = _node_vectors(tree, facts, dim)
-        sims = _unit(fm) @ _unit(q[None])[0]
+        fl, _ = _node_vectors(tree, facts, dim)
+        sims = _unit(fl) @ _unit(q[None])[0]
         keep = np.argsort(-sims, kind="stable")[:max_facts]
         facts = [facts[i] for i in sorted(keep.tolist())]
     ids = cands + facts
@@ -144,12 +181,17 @@ def stage1_features(tree: MembrainTree, new_fact: NewFact, subtree: Subtree, *,
     qu = _unit(q[None])[0]
     cos_l = _unit(label) @ qu
     cos_m = _unit(mean) @ qu
+    aff = mean @ qu
     n_c = len(cands)
-    aspect_sims = cos_m[1:n_c]
-    order = np.argsort(-aspect_sims, kind="stable")
-    best = float(aspect_sims[order[0]]) if len(order) else 0.0
-    second = float(aspect_sims[order[1]]) if len(order) > 1 else 0.0
-    best_tok = 1 + int(order[0]) if len(order) else -1
+    is_aspect = np.array([tree.node(c).kind == "aspect" for c in cands[1:]], bool)
+    a_aff = np.where(is_aspect, aff[1:n_c], -np.inf)
+    a_cos = np.where(is_aspect, cos_m[1:n_c], -np.inf)
+    has_aspects = bool(is_aspect.any())
+    best_aff = float(a_aff.max()) if has_aspects else 0.0
+    best_cos = float(a_cos.max()) if has_aspects else 0.0
+    second_aff = float(np.sort(a_aff)[-2]) if is_aspect.sum() > 1 else 0.0
+    best_aff_tok = 2 + int(np.argmax(a_aff)) if has_aspects else -1
+    best_cos_tok = 2 + int(np.argmax(a_cos)) if has_aspects else -1
     cur_depth = tree.depth(cur)
     cur_facts = max(tree.fact_count(cur), 1)
 
@@ -158,29 +200,36 @@ def stage1_features(tree: MembrainTree, new_fact: NewFact, subtree: Subtree, *,
     kind = np.zeros(T, np.int64)
     role = np.zeros(T, np.int64)
     kind[0], role[0] = KIND_ID["new"], ROLE_ID["new"]
-    num[0, 3] = num[0, 4] = 1.0
-    num[0, 0] = (cur_depth + 1) / DEPTH_SCALE
+    num[0, S1["depth"]] = (cur_depth + 1) / DEPTH_SCALE
+    num[0, S1["cos_label"]] = num[0, S1["cos_mean"]] = num[0, S1["aff"]] = 1.0
     for j, nid in enumerate(ids):
         t = j + 1
         node = tree.node(nid)
         kind[t] = KIND_ID[node.kind]
         role[t] = ROLE_ID["current"] if j == 0 else ROLE_ID["child"]
-        depth = cur_depth + (0 if j == 0 else 1)
-        num[t, 0] = depth / DEPTH_SCALE
-        num[t, 1] = _count(tree.graph.out_degree(nid))
-        num[t, 2] = _count(node.n_facts)
-        num[t, 3] = cos_l[j]
-        num[t, 4] = cos_m[j]
-        num[t, 5] = cos_m[j] - best
-        is_best = t == best_tok
-        num[t, 6] = float(is_best)
-        num[t, 7] = (best - second) if is_best else cos_m[j] - best
-        num[t, 8] = node.n_facts / cur_facts
-        num[t, 12] = float(j < n_c)
-    num[:, 9] = cur_depth / DEPTH_SCALE
-    num[:, 10] = best
-    num[:, 11] = cos_m[0]
-    num[:, 13] = (n_c - 1) / 10.0
+        num[t, S1["depth"]] = (cur_depth + (j > 0)) / DEPTH_SCALE
+        num[t, S1["children"]] = _count(tree.graph.out_degree(nid))
+        num[t, S1["facts"]] = _count(node.n_facts)
+        num[t, S1["share_of_facts"]] = node.n_facts / cur_facts
+        num[t, S1["is_candidate"]] = float(j < n_c)
+    num[1:, S1["cos_label"]] = cos_l
+    num[1:, S1["cos_mean"]] = cos_m
+    num[1:, S1["aff"]] = aff
+    if has_aspects:
+        num[1:, S1["aff_minus_best"]] = aff - best_aff
+        num[1:, S1["cos_minus_best"]] = cos_m - best_cos
+        num[best_aff_tok, S1["is_best_aff"]] = 1.0
+        num[best_cos_tok, S1["is_best_cos"]] = 1.0
+    # The "attach here" quantities go on the current node's token only: candidate logits
+    # are compared with each other, so a value shared by all tokens would cancel out.
+    num[1, S1["is_current"]] = 1.0
+    num[1, S1["cur_depth"]] = cur_depth / DEPTH_SCALE
+    num[1, S1[f"depth={min(cur_depth, DEPTH_BUCKETS - 1)}"]] = 1.0
+    num[1, S1["best_aff"]] = best_aff
+    num[1, S1["best_aff_gap"]] = best_aff - second_aff if has_aspects else 0.0
+    num[1, S1["cur_aff"]] = aff[0]
+    num[1, S1["best_cos"]] = best_cos
+    num[1, S1["n_aspects"]] = _count(int(is_aspect.sum()))
     label = np.concatenate([q[None], label])
     mean = np.concatenate([q[None], mean])
     return Stage1Features(label, mean, kind, role, num, n_c)
@@ -234,28 +283,23 @@ class Stage2Features:
 
 def _cophenetic_similarity(unit_vecs: np.ndarray) -> np.ndarray:
     """(n, n) cophenetic similarity of average-linkage clustering on ``1 - cos``; the
-    diagonal is 1. For n < 2 it is the (1, 1) or (0, 0) identity."""
+    diagonal is 1. Read directly off the merge list (``scipy``'s ``cophenet`` re-validates
+    the linkage, which costs more than the clustering at these sizes)."""
     n = unit_vecs.shape[0]
-    if n < 2:
-        return np.ones((n, n), np.float32)
-    sims = np.clip(unit_vecs @ unit_vecs.T, -1.0, 1.0)
-    dist = 1.0 - sims[np.triu_indices(n, 1)]
-    z = linkage(np.maximum(dist, 0.0).astype(np.float64), method="average")
-    coph = 1.0 - cophenet(z)
     out = np.ones((n, n), np.float32)
-    iu = np.triu_indices(n, 1)
-    out[iu] = coph
-    out[(iu[1], iu[0])] = coph
+    if n < 2:
+        return out
+    sims = np.clip(unit_vecs @ unit_vecs.T, -1.0, 1.0)
+    dist = np.maximum(1.0 - sims[np.triu_indices(n, 1)], 0.0).astype(np.float64)
+    z = linkage(dist, method="average")
+    members: list[list[int]] = [[i] for i in range(n)]
+    for a, b, height, _ in z:
+        left, right = members[int(a)], members[int(b)]
+        sim = 1.0 - height
+        out[np.ix_(left, right)] = sim
+        out[np.ix_(right, left)] = sim
+        members.append(left + right)
     return out
-
-
-def _loo_cos(e: np.ndarray, node_sum: np.ndarray | None, node_count: int) -> float:
-    """Leave-one-out cosine of unit vector ``e`` to the mean of the others below a node."""
-    if node_sum is None or node_count < 2:
-        return 0.0
-    rest = node_sum - e
-    n = np.linalg.norm(rest)
-    return float(rest @ e / n) if n > 0 else 0.0
 
 
 def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48,
@@ -267,23 +311,32 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
     ``max_uncles`` uncles) most similar to the focal fact; clustering always uses all of
     the parent's facts.
 
-    Numeric features per token (``e`` its unit embedding; focal ``q``; ``p`` the parent,
-    ``g`` the grandparent); the fact-only ones are 0 on other tokens:
+    Columns (STAGE2_COLUMNS), with ``e`` a fact's unit embedding, ``q`` the focal fact's,
+    ``P`` the parent, ``G`` the grandparent, ``S(X)``/``n(X)`` the embedding sum/count of
+    the facts below ``X``:
 
-    0 depth / 10; 1 log1p(children); 2 log1p(facts below); 3 cos(q, label); 4 cos(q, mean);
-    5 has a grandparent; 6 log1p(parent's fact children); 7 log1p(parent's aspect
-    children); 8 leave-one-out cos to ``p`` (``loo_p``); 9 leave-one-out cos to ``g``
-    (``loo_g``); 10 ``loo_g - loo_p``; 11 cos to ``mean(p)``; 12 cos to ``mean(g)``;
-    13 best cos to a sibling aspect's mean (``best_a``); 14 ``best_a - loo_p``; 15 best cos
-    to a sibling aspect's label; 16 best cos to another fact of ``p``; 17 mean cos to the
-    other facts of ``p``; 18 cos(e, q); 19.. log1p(cluster size) at each of
-    :data:`CLUSTER_CUTS` (the fact's own average-linkage cluster among ``p``'s facts).
+    - every token: depth, children, facts, ``cos_label = cos(q, label)``,
+      ``cos_mean = cos(q, m(node))``;
+    - the closure (same on every token): ``has_grandparent``; ``parent_facts`` and
+      ``parent_aspects`` (log counts of P's fact and aspect children), ``parent_facts_lin``
+      (the fact count / 10); ``coherence`` = mean pairwise cosine of P's fact children;
+    - fact tokens: ``aff_parent_loo = e . (S(P) - e) / (n(P) - 1)`` (affinity to P's other
+      facts); ``aff_grand_out = e . (S(G) - S(P)) / (n(G) - n(P))`` (to the facts of G
+      outside P); ``promote_margin`` = their difference; ``cos_parent_loo`` the cosine
+      form; ``best_aspect_aff`` = max over P's child aspects A of ``e . m(A)``;
+      ``demote_margin = best_aspect_aff - aff_parent_loo``; ``best_aspect_label`` the
+      best cosine to an aspect label; ``best_other_fact``/``mean_other_fact`` the max/mean
+      cosine to P's other facts; ``cluster@c`` = log1p of the size of the fact's
+      average-linkage cluster among P's facts cut at similarity ``c``, and
+      ``cluster@coh+c`` the same cut at ``coherence + c``; ``best_coph`` the largest
+      cophenetic similarity to another fact of P (where the fact first joins a cluster)
+      and that minus ``coherence``; ``parent_facts=k`` one-hot of P's fact count.
 
-    Demote pair features (fact, aspect): cos to the aspect's mean, that minus ``loo_p``,
-    cos to its label, log1p(its facts), is the fact's best aspect, that margin over the
-    second best. Group pair features (fact, fact): cos, cophenetic similarity, both have
-    each other as nearest fact, mean of their ``loo_p``, whether both cluster sizes at
-    cut 0.5 are >= 2.
+    Demote pairs (fact, aspect A), DEMOTE_COLUMNS: ``e . m(A)``, that minus
+    ``aff_parent_loo``, cos to A's label, log1p facts of A, is the fact's best aspect, best
+    minus second best (for the best) or own minus best (others). Group pairs (fact, fact),
+    GROUP_COLUMNS: cosine, cophenetic similarity, that minus ``coherence``, mutual nearest
+    facts, P's fact count / 10, ``coherence``.
     """
     focal = closure.fact_id
     parent = closure.parent_id
@@ -297,8 +350,10 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
 
     f_label, _ = _node_vectors(tree, all_facts, dim)
     f_unit = _unit(f_label)
-    fsims = f_unit @ f_unit.T  # (F, F) all facts of the parent
+    fsims = f_unit @ f_unit.T  # (F, F) over all facts of the parent
     coph = _cophenetic_similarity(f_unit)
+    n_all = len(all_facts)
+    coherence = float((fsims.sum() - n_all) / (n_all * (n_all - 1))) if n_all > 1 else 1.0
 
     def top(ids: list[str], k: int, first_fixed: bool = False) -> list[int]:
         if len(ids) <= k:
@@ -311,104 +366,112 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
 
     keep_f = top(all_facts, max_facts, first_fixed=True)
     facts = [all_facts[i] for i in keep_f]
-    aspects = [all_aspects[i] for i in top(all_aspects, max_aspects)]
+    keep_a = top(all_aspects, max_aspects)
+    aspects = [all_aspects[i] for i in keep_a]
     uncles = [uncles[i] for i in top(uncles, max_uncles)]
 
     ids = facts + aspects + [parent] + uncles + ([gp] if gp else [])
-    roles = (["self"] + ["sibling"] * (len(facts) - 1) + ["sibling"] * len(aspects) + ["parent"]
+    roles = (["self"] + ["sibling"] * (len(facts) - 1 + len(aspects)) + ["parent"]
              + ["uncle"] * len(uncles) + (["grandparent"] if gp else []))
     label, mean = _node_vectors(tree, ids, dim)
-    cos_l = _unit(label) @ q
-    cos_m = _unit(mean) @ q
     T = len(ids)
     num = np.zeros((T, STAGE2_NUM), np.float32)
     kind = np.array([KIND_ID[tree.node(i).kind] for i in ids], np.int64)
     role = np.array([ROLE_ID[r] for r in roles], np.int64)
     depth_p = tree.depth(parent)
-    pnode = tree.node(parent)
-    gnode = tree.node(gp) if gp else None
+    depth_of = {"self": depth_p + 1, "sibling": depth_p + 1, "parent": depth_p, "uncle": depth_p,
+                "grandparent": depth_p - 1}
     for t, nid in enumerate(ids):
         node = tree.node(nid)
-        r = roles[t]
-        d = {"self": depth_p + 1, "sibling": depth_p + 1, "parent": depth_p, "uncle": depth_p,
-             "grandparent": depth_p - 1}[r]
-        num[t, 0] = d / DEPTH_SCALE
-        num[t, 1] = _count(tree.graph.out_degree(nid))
-        num[t, 2] = _count(node.n_facts)
-    num[:, 3] = cos_l
-    num[:, 4] = cos_m
-    num[:, 5] = float(gp is not None)
-    num[:, 6] = _count(len(all_facts))
-    num[:, 7] = _count(len(all_aspects))
+        num[t, S2["depth"]] = depth_of[roles[t]] / DEPTH_SCALE
+        num[t, S2["children"]] = _count(tree.graph.out_degree(nid))
+        num[t, S2["facts"]] = _count(node.n_facts)
+    num[:, S2["cos_label"]] = _unit(label) @ q
+    num[:, S2["cos_mean"]] = _unit(mean) @ q
+    num[:, S2["has_grandparent"]] = float(gp is not None)
+    num[:, S2["parent_facts"]] = _count(n_all)
+    num[:, S2["parent_facts_lin"]] = n_all / 10.0
+    num[:, S2["parent_aspects"]] = _count(len(all_aspects))
+    num[:, S2["coherence"]] = coherence
 
-    # Fact-only quantities, for every fact of the parent (kept ones are copied to tokens).
-    a_label, a_mean = _node_vectors(tree, all_aspects, dim)
-    a_sims = f_unit @ _unit(a_mean).T if all_aspects else np.zeros((len(all_facts), 0), np.float32)
-    a_lsims = f_unit @ _unit(a_label).T if all_aspects else a_sims
-    p_mean_u = _unit(_vec(pnode.mean_embedding, dim)[None])[0]
-    g_mean_u = _unit(_vec(gnode.mean_embedding, dim)[None])[0] if gnode else np.zeros(dim, np.float32)
-    n_all = len(all_facts)
-    other = fsims - np.eye(n_all, dtype=fsims.dtype) * 2.0  # exclude self from "best other"
-    best_other = other.max(1) if n_all > 1 else np.zeros(n_all, np.float32)
-    mean_other = (fsims.sum(1) - 1.0) / max(n_all - 1, 1) if n_all > 1 else np.zeros(n_all, np.float32)
-    cluster_sizes = np.stack([(coph >= c).sum(1) for c in CLUSTER_CUTS], axis=1)  # (F, cuts)
-    loo_p = np.zeros(n_all, np.float32)
-    loo_g = np.zeros(n_all, np.float32)
-    for i, fid in enumerate(all_facts):
-        fnode = tree.node(fid)
-        if fnode.embedding is None:
-            continue
-        e = fnode.embedding.astype(np.float64)
-        loo_p[i] = _loo_cos(e, pnode.emb_sum, pnode.emb_count) / max(np.linalg.norm(e), 1e-12)
-        if gnode is not None:
-            loo_g[i] = _loo_cos(e, gnode.emb_sum, gnode.emb_count) / max(np.linalg.norm(e), 1e-12)
-    best_a = a_sims.max(1) if all_aspects else np.zeros(n_all, np.float32)
-    best_al = a_lsims.max(1) if all_aspects else np.zeros(n_all, np.float32)
-    for k, i in enumerate(keep_f):
-        t = k  # facts come first among the tokens
-        num[t, 8] = loo_p[i]
-        num[t, 9] = loo_g[i]
-        num[t, 10] = loo_g[i] - loo_p[i] if gnode is not None else 0.0
-        num[t, 11] = f_unit[i] @ p_mean_u
-        num[t, 12] = f_unit[i] @ g_mean_u
-        num[t, 13] = best_a[i]
-        num[t, 14] = best_a[i] - loo_p[i] if all_aspects else 0.0
-        num[t, 15] = best_al[i]
-        num[t, 16] = best_other[i]
-        num[t, 17] = mean_other[i]
-        num[t, 18] = f_unit[i] @ q
-        num[t, 19:] = np.log1p(cluster_sizes[i]) / COUNT_SCALE
+    # Fact quantities, for every fact of the parent (the kept ones are copied to tokens).
+    pnode = tree.node(parent)
+    p_sum, p_cnt = pnode.emb_sum, pnode.emb_count
+    g_out = None
+    if gp is not None:
+        gnode = tree.node(gp)
+        if gnode.emb_count > p_cnt:
+            g_out = (gnode.emb_sum - (p_sum if p_sum is not None else 0.0)) / (gnode.emb_count - p_cnt)
+    # Leave-one-out affinity to P, vectorised: e . (S(P) - x) / (n(P) - 1) with x the fact's
+    # raw embedding (what the sums hold); the cosine form divides by |S(P) - x| / (n(P) - 1).
+    aff_p = np.zeros(n_all)
+    cos_p = np.zeros(n_all)
+    if p_sum is not None and p_cnt > 1:
+        rest = (p_sum[None, :] - f_label) / (p_cnt - 1)  # (F, dim); facts without embedding: unused
+        aff_p = np.einsum("ij,ij->i", f_unit, rest)
+        cos_p = aff_p / np.maximum(np.linalg.norm(rest, axis=1), 1e-12)
+        has = np.linalg.norm(f_label, axis=1) > 0
+        aff_p, cos_p = np.where(has, aff_p, 0.0), np.where(has, cos_p, 0.0)
+    aff_g = f_unit @ g_out if g_out is not None else np.zeros(n_all)
+    _, a_mean = _node_vectors(tree, all_aspects, dim)
+    a_label, _ = _node_vectors(tree, all_aspects, dim)
+    a_aff = f_unit @ a_mean.T  # (F, A)
+    a_lcos = f_unit @ _unit(a_label).T
+    other = fsims - np.eye(n_all) * 3.0  # exclude self from "best other"
+    cuts = list(CLUSTER_CUTS) + [coherence + c for c in RELATIVE_CUTS]
+    sizes = np.stack([(coph >= c - 1e-9).sum(1) for c in cuts], axis=1)  # (F, cuts)
+    c0 = S2["cluster@" + str(CLUSTER_CUTS[0])]
+    kf = np.array(keep_f, np.int64)
+    n_f = len(kf)  # facts are the first n_f tokens
+    num[0, S2["is_focal"]] = 1.0
+    num[:n_f, S2["aff_parent_loo"]] = aff_p[kf]
+    num[:n_f, S2["aff_grand_out"]] = aff_g[kf]
+    if g_out is not None:
+        num[:n_f, S2["promote_margin"]] = aff_g[kf] - aff_p[kf]
+    num[:n_f, S2["cos_parent_loo"]] = cos_p[kf]
+    if all_aspects:
+        best_aff = a_aff[kf].max(axis=1)
+        num[:n_f, S2["best_aspect_aff"]] = best_aff
+        num[:n_f, S2["demote_margin"]] = best_aff - aff_p[kf]
+        num[:n_f, S2["best_aspect_label"]] = a_lcos[kf].max(axis=1)
+    if n_all > 1:
+        num[:n_f, S2["best_other_fact"]] = other[kf].max(axis=1)
+        num[:n_f, S2["mean_other_fact"]] = (fsims[kf].sum(axis=1) - 1.0) / (n_all - 1)
+    num[:n_f, c0:c0 + len(cuts)] = np.log1p(sizes[kf]) / COUNT_SCALE
+    if n_all > 1:
+        # the similarity at which the fact first joins another (its cophenetic nearest)
+        best_coph = (coph - np.eye(n_all, dtype=coph.dtype) * 3.0).max(axis=1)
+        num[:n_f, S2["best_coph"]] = best_coph[kf]
+        num[:n_f, S2["best_coph_minus_coherence"]] = best_coph[kf] - coherence
+    num[:, S2[f"parent_facts={min(n_all, FACT_BUCKETS)}"]] = 1.0
 
-    n_f, n_a = len(facts), len(aspects)
+    n_a = len(aspects)
     fact_tok = np.arange(n_f, dtype=np.int64)
     aspect_tok = np.arange(n_f, n_f + n_a, dtype=np.int64)
-    keep_a = [all_aspects.index(a) for a in aspects]
 
     demote = np.zeros((n_f, n_a, DEMOTE_PAIR_NUM), np.float32)
     if n_a:
-        s = a_sims[np.ix_(keep_f, keep_a)]
-        ls = a_lsims[np.ix_(keep_f, keep_a)]
+        s = a_aff[np.ix_(kf, keep_a)]
         srt = np.sort(s, axis=1)
         best = srt[:, -1:]
         second = srt[:, -2:-1] if n_a > 1 else np.zeros_like(best)
-        demote[..., 0] = s
-        demote[..., 1] = s - loo_p[keep_f][:, None]
-        demote[..., 2] = ls
-        demote[..., 3] = np.array([_count(tree.node(a).n_facts) for a in aspects], np.float32)[None]
         is_best = s >= best
+        demote[..., 0] = s
+        demote[..., 1] = s - aff_p[kf][:, None]
+        demote[..., 2] = a_lcos[np.ix_(kf, keep_a)]
+        demote[..., 3] = np.array([_count(tree.node(a).n_facts) for a in aspects], np.float32)[None]
         demote[..., 4] = is_best
         demote[..., 5] = np.where(is_best, best - second, s - best)
 
     group = np.zeros((n_f, n_f, GROUP_PAIR_NUM), np.float32)
     if n_f > 1:
-        kf = np.array(keep_f)
         nearest = np.argmax(other, axis=1)
         group[..., 0] = fsims[np.ix_(kf, kf)]
         group[..., 1] = coph[np.ix_(kf, kf)]
-        group[..., 2] = (nearest[kf][:, None] == kf[None, :]) & (nearest[kf][None, :] == kf[:, None])
-        group[..., 3] = (loo_p[kf][:, None] + loo_p[kf][None, :]) / 2
-        in_c = cluster_sizes[kf, CLUSTER_CUTS.index(0.5)] >= 2
-        group[..., 4] = in_c[:, None] & in_c[None, :]
+        group[..., 2] = coph[np.ix_(kf, kf)] - coherence
+        group[..., 3] = (nearest[kf][:, None] == kf[None, :]) & (nearest[kf][None, :] == kf[:, None])
+        group[..., 4] = n_all / 10.0
+        group[..., 5] = coherence
 
     return Stage2Features(label, mean, kind, role, num, ids, fact_tok, aspect_tok, demote, group,
                           focal, parent, gp)

@@ -46,8 +46,10 @@ class ModelConfig:
     heads: int = 4
     dropout: float = 0.0
     top_k: int = 32
-    max_context_facts: int = 16
+    max_context_facts: int = 8
     max_closure_facts: int = 48
+    pair_dim: int = 16  # facts are projected to this size before the pairwise heads (N^2 cost)
+    skip_scale: float = 10.0  # the skip heads read num * skip_scale (see Stage1Net)
     stage1_num: int = ft.STAGE1_NUM
     stage2_num: int = ft.STAGE2_NUM
     demote_pair_num: int = ft.DEMOTE_PAIR_NUM
@@ -100,8 +102,8 @@ class TokenEncoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, n_num: int):
         super().__init__()
-        self.label = nn.Linear(cfg.dim, cfg.d_model, bias=False)
-        self.mean = nn.Linear(cfg.dim, cfg.d_model, bias=False)
+        # One projection of [label, mean] (one matmul instead of two: inference latency).
+        self.text = nn.Linear(2 * cfg.dim, cfg.d_model, bias=False)
         self.kind = nn.Embedding(len(ft.KINDS), cfg.d_model)
         self.role = nn.Embedding(len(ft.ROLES), cfg.d_model)
         self.num = nn.Linear(n_num, cfg.d_model)
@@ -109,8 +111,7 @@ class TokenEncoder(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
 
     def forward(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
-        x = (self.label(b["label"]) + self.mean(b["mean"]) + self.kind(b["kind"])
-             + self.role(b["role"]) + self.num(b["num"]))
+        x = self.text(b["text"]) + self.kind(b["kind"]) + self.role(b["role"]) + self.num(b["num"])
         for block in self.blocks:
             x = block(x, b["tok_mask"])
         return self.ln_f(x)
@@ -134,13 +135,20 @@ class Stage1Net(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.encoder = TokenEncoder(cfg, cfg.stage1_num)
-        self.head = nn.Linear(cfg.d_model + cfg.stage1_num, 1)
+        self.head = nn.Linear(cfg.d_model, 1)
+        self.skip = nn.Linear(cfg.stage1_num, 1)
         _init_weights(self)
 
     def forward(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Returns (B, T) logits; non-candidate tokens hold :data:`NEG`."""
+        """Returns (B, T) logits; non-candidate tokens hold :data:`NEG`.
+
+        logit = head(encoder(tokens)) + skip(num * skip_scale). The skip path is a linear
+        read of the features: a teacher's rule is often a threshold on a similarity, with
+        decisions a hundredth apart, so it needs large weights; the scale (and the higher
+        learning rate the trainer gives ``*skip*`` parameters) gets there in few steps.
+        """
         h = self.encoder(b)
-        logits = self.head(torch.cat([h, b["num"]], dim=-1)).squeeze(-1)
+        logits = (self.head(h) + self.skip(b["num"] * self.cfg.skip_scale)).squeeze(-1)
         return logits.masked_fill(~b["cand_mask"], NEG)
 
 
@@ -164,9 +172,11 @@ class Stage2Net(nn.Module):
         self.encoder = TokenEncoder(cfg, cfg.stage2_num)
         self.type_head = nn.Sequential(nn.Linear(d + cfg.stage2_num, d), nn.GELU(), nn.Linear(d, 4))
         self.type_skip = nn.Linear(cfg.stage2_num, 4)
-        self.demote_head = nn.Sequential(nn.Linear(2 * d + cfg.demote_pair_num, d), nn.GELU(), nn.Linear(d, 1))
+        p = cfg.pair_dim
+        self.pair_proj = nn.Linear(d, p)
+        self.demote_head = nn.Sequential(nn.Linear(2 * p + cfg.demote_pair_num, p), nn.GELU(), nn.Linear(p, 1))
         self.demote_skip = nn.Linear(cfg.demote_pair_num, 1)
-        self.group_head = nn.Sequential(nn.Linear(2 * d + cfg.group_pair_num, d), nn.GELU(), nn.Linear(d, 1))
+        self.group_head = nn.Sequential(nn.Linear(2 * p + cfg.group_pair_num, p), nn.GELU(), nn.Linear(p, 1))
         self.group_skip = nn.Linear(cfg.group_pair_num, 1)
         _init_weights(self)
 
@@ -174,20 +184,22 @@ class Stage2Net(nn.Module):
         h = self.encoder(b)
         hf = _gather(h, b["fact_tok"])  # (B, N, d)
         nf = torch.gather(b["num"], 1, b["fact_tok"].unsqueeze(-1).expand(-1, -1, b["num"].shape[-1]))
-        type_logits = self.type_head(torch.cat([hf, nf], -1)) + self.type_skip(nf)
+        k = self.cfg.skip_scale
+        type_logits = self.type_head(torch.cat([hf, nf], -1)) + self.type_skip(nf * k)
         type_logits = type_logits.masked_fill(~b["type_mask"], NEG)
 
-        ha = _gather(h, b["aspect_tok"])  # (B, A, d)
+        ha = self.pair_proj(_gather(h, b["aspect_tok"]))  # (B, A, p)
+        hf = self.pair_proj(hf)  # (B, N, p): pairs cost N^2, so they work in a small space
         N, A = hf.shape[1], ha.shape[1]
         fa, aa = hf[:, :, None].expand(-1, -1, A, -1), ha[:, None].expand(-1, N, -1, -1)
         pair_in = torch.cat([fa * aa, (fa - aa).abs(), b["demote_pair"]], -1)
-        demote_logits = (self.demote_head(pair_in) + self.demote_skip(b["demote_pair"])).squeeze(-1)
+        demote_logits = (self.demote_head(pair_in) + self.demote_skip(b["demote_pair"] * k)).squeeze(-1)
         demote_logits = demote_logits.masked_fill(~b["aspect_mask"][:, None, :], NEG)
 
         # Symmetric by construction: products and absolute differences of the two facts.
         gi, gj = hf[:, :, None].expand(-1, -1, N, -1), hf[:, None].expand(-1, N, -1, -1)
         group_in = torch.cat([gi * gj, (gi - gj).abs(), b["group_pair"]], -1)
-        group_logits = (self.group_head(group_in) + self.group_skip(b["group_pair"])).squeeze(-1)
+        group_logits = (self.group_head(group_in) + self.group_skip(b["group_pair"] * k)).squeeze(-1)
         pair_ok = b["fact_mask"][:, :, None] & b["fact_mask"][:, None, :]
         pair_ok = pair_ok & ~torch.eye(N, dtype=torch.bool, device=pair_ok.device)[None]
         group_logits = group_logits.masked_fill(~pair_ok, NEG)
@@ -207,6 +219,8 @@ def _pad(arrays: list, fill=0, dtype=torch.float32) -> torch.Tensor:
 
 
 def collate_stage1(feats: list[ft.Stage1Features], device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    if len(feats) == 1:
+        return _single_stage1(feats[0], device)
     T = max(f.n_tokens for f in feats)
     cand = np.zeros((len(feats), T), bool)
     tok = np.zeros((len(feats), T), bool)
@@ -214,8 +228,7 @@ def collate_stage1(feats: list[ft.Stage1Features], device: str | torch.device = 
         cand[i, 1:1 + f.n_candidates] = True
         tok[i, :f.n_tokens] = True
     b = {
-        "label": _pad([f.label for f in feats]),
-        "mean": _pad([f.mean for f in feats]),
+        "text": _pad([np.concatenate([f.label, f.mean], axis=1) for f in feats]),
         "kind": _pad([f.kind for f in feats], dtype=torch.long),
         "role": _pad([f.role for f in feats], dtype=torch.long),
         "num": _pad([f.num for f in feats]),
@@ -223,6 +236,22 @@ def collate_stage1(feats: list[ft.Stage1Features], device: str | torch.device = 
         "tok_mask": torch.as_tensor(tok),
     }
     return {k: v.to(device) for k, v in b.items()}
+
+
+def _single_stage1(f: ft.Stage1Features, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """One example needs no padding: wrap its arrays directly (the insert's hot path)."""
+    T = f.n_tokens
+    cand = np.zeros((1, T), bool)
+    cand[0, 1:1 + f.n_candidates] = True
+    b = {
+        "text": torch.from_numpy(np.concatenate([f.label, f.mean], axis=1).astype(np.float32, copy=False))[None],
+        "kind": torch.from_numpy(f.kind)[None],
+        "role": torch.from_numpy(f.role)[None],
+        "num": torch.from_numpy(f.num.astype(np.float32, copy=False))[None],
+        "cand_mask": torch.from_numpy(cand),
+        "tok_mask": torch.ones((1, T), dtype=torch.bool),
+    }
+    return b if str(device) == "cpu" else {k: v.to(device) for k, v in b.items()}
 
 
 def collate_stage2(feats: list[ft.Stage2Features], device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
@@ -250,8 +279,7 @@ def collate_stage2(feats: list[ft.Stage2Features], device: str | torch.device = 
         demote[i, :n, :a] = f.demote_pair
         group[i, :n, :n] = f.group_pair
     b = {
-        "label": _pad([f.label for f in feats]),
-        "mean": _pad([f.mean for f in feats]),
+        "text": _pad([np.concatenate([f.label, f.mean], axis=1) for f in feats]),
         "kind": _pad([f.kind for f in feats], dtype=torch.long),
         "role": _pad([f.role for f in feats], dtype=torch.long),
         "num": _pad([f.num for f in feats]),

@@ -1,0 +1,312 @@
+"""Online imitation learning curve of the stage-1/stage-2 networks.
+
+Ingests the facts of a JSON-lines file in order (``text``, optional ``path`` for purity)
+with a :class:`~langchain_membrain.pipeline.Learner`: teacher forcing for the first half
+(``execute="teacher", query="always"``), then ``execute="auto", query="uncertain"``.
+Every decision is also put to an evaluation copy of the teacher (the *shadow*: never
+counted as a teacher call, never trained on), so agreement is measured on all decisions,
+not only on the ones the policy chose to ask about.
+
+    python -m langchain_membrain.bench learning --data FILE.jsonl --json OUT.json \\
+        [--teacher heuristic|oracle] [--out-dir DIR]
+
+Reported ("last200": over the last 200 decisions or inserts):
+
+- ``stage1_agreement_last200``: the model's argmax equals the teacher's index;
+  ``stage1_trivial_agreement_last200``: the same for the fixed rule "descend into the
+  child aspect with the most similar mean embedding"; ``stage1_stop_recall_last200``: of
+  the teacher's "attach here" (child aspects existed), the share the model also chose;
+  ``placement_agreement_last200``: inserts whose stage-1 parent is where the teacher,
+  descending alone on the same tree, would have attached the fact.
+- ``stage2_agreement_last200``: the decoded action series equals the teacher's (as sets;
+  Group labels ignored); ``stage2_idle_baseline_last200``: the teacher's series is empty;
+  ``stage2_nonidle_recall_last200`` / ``_precision_``: over individual non-Idle actions.
+- ``teacher_calls_per_insert_last200`` (every teacher question; naming a new aspect is
+  counted apart in ``naming_calls_per_insert_last200``), ``insert_p50_ms`` /
+  ``insert_p95_ms`` (wall clock of ``place``: descent, attach, stage 2, apply; over the
+  second-half inserts decided by the model alone, i.e. the model path; embedding excluded:
+  all texts are embedded in one batch before the timed loop), the same in CPU time
+  (``insert_p50_cpu_ms``: the machine may be shared) and over every second-half insert,
+  teacher questions included (``insert_all_p50_ms``),
+  ``train_step_ms`` (mean time of one optimiser step), ``train_ms_per_insert``,
+  ``dendrogram_purity`` (class ``tuple(path[:2])``) of the learned tree, and
+  ``teacher_only_purity`` (the same facts inserted by the teacher alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import machine_description
+
+WINDOW = 200
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="JSON lines with 'text' and optionally 'path'")
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--teacher", choices=("heuristic", "oracle"), default="heuristic")
+    parser.add_argument("--out-dir", default=None, help="where the CSV curve and PNG plot go "
+                        "(default: next to --json, else the current directory)")
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N facts")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: latency)")
+    parser.add_argument("--cache", default=None, help="an .npy file caching the embeddings of --data")
+    parser.add_argument("--confidence", type=float, default=0.9,
+                        help="stage-1 gate: calibrated probability of agreeing with the teacher")
+    parser.add_argument("--confidence2", type=float, default=0.6,
+                        help="stage-2 gate: calibrated probability that the whole action series agrees")
+    parser.add_argument("--audit-rate", type=float, default=0.02)
+    parser.add_argument("--idle-margin", type=float, default=0.0,
+                        help="decoder: nats by which a stage-2 action must beat Idle")
+
+
+def _embed(texts: list[str], cache: str | None) -> np.ndarray:
+    if cache and Path(cache).is_file():
+        arr = np.load(cache)
+        if arr.shape[0] == len(texts):
+            return arr.astype(np.float32)
+    from ..embeddings import MiniLMEmbeddings
+
+    arr = MiniLMEmbeddings().embed_array(texts)
+    if cache:
+        np.save(cache, arr)
+    return arr
+
+
+def _make_teacher(kind: str):
+    if kind == "oracle":
+        from .oracle import OracleTeacher
+
+        return OracleTeacher()
+    from ..teachers.heuristic import HeuristicTeacher
+
+    return HeuristicTeacher()
+
+
+def _rate(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
+    """The agreement metrics over the last ``window`` decisions/inserts of ``results``
+    (InsertResults of a Learner that had a shadow teacher)."""
+    from ..decoding import action_key
+
+    s1 = [s for r in results for s in r.record.steps if s.shadow_choice is not None][-window:]
+    stops = [s for s in s1 if s.shadow_choice == 0]
+    placed = [r for r in results if r.record.shadow_parent is not None][-window:]
+    s2 = [r.record.stage2 for r in results
+          if r.record.stage2 is not None and r.record.stage2.shadow_actions is not None][-window:]
+    agree2 = idle2 = hit = n_teacher = n_model = 0
+    by_type = {t: [0, 0, 0] for t in ("promote", "demote", "group")}  # hits, teacher, model
+    for d in s2:
+        mine = {action_key(a) for a in d.model_actions}
+        theirs = {action_key(a) for a in d.shadow_actions}
+        agree2 += mine == theirs
+        idle2 += not theirs
+        hit += len(mine & theirs)
+        n_teacher += len(theirs)
+        n_model += len(mine)
+        for k in mine & theirs:
+            by_type[k[0]][0] += 1
+        for k in theirs:
+            by_type[k[0]][1] += 1
+        for k in mine:
+            by_type[k[0]][2] += 1
+    last = results[-window:]
+    return {
+        "stage1_agreement_last200": _rate(sum(s.model_choice == s.shadow_choice for s in s1), len(s1)),
+        "stage1_trivial_agreement_last200": _rate(sum(s.trivial_choice == s.shadow_choice for s in s1), len(s1)),
+        "stage1_stop_recall_last200": _rate(sum(s.model_choice == 0 for s in stops), len(stops)),
+        "placement_agreement_last200": _rate(sum(r.placed_under == r.record.shadow_parent for r in placed),
+                                             len(placed)),
+        "stage2_agreement_last200": _rate(agree2, len(s2)),
+        "stage2_idle_baseline_last200": _rate(idle2, len(s2)),
+        "stage2_nonidle_recall_last200": _rate(hit, n_teacher),
+        "stage2_nonidle_precision_last200": _rate(hit, n_model),
+        **{f"stage2_{t}_recall_last200": _rate(v[0], v[1]) for t, v in by_type.items()},
+        **{f"stage2_{t}_precision_last200": _rate(v[0], v[2]) for t, v in by_type.items()},
+        "teacher_calls_per_insert_last200": _rate(sum(r.teacher_calls for r in last), len(last)),
+        "stage1_asked_per_insert_last200": _rate(sum(s.teacher_choice is not None for r in last
+                                                      for s in r.record.steps), len(last)),
+        "stage2_asked_per_insert_last200": _rate(sum(r.record.stage2 is not None
+                                                      and r.record.stage2.teacher_actions is not None
+                                                      for r in last), len(last)),
+        "audit_calls_per_insert_last200": _rate(sum(r.supervision.teacher_calls for r in last), len(last)),
+        "stage1_decisions_last200": len(s1),
+        "stage1_teacher_stops_last200": len(stops),
+        "stage2_decisions_last200": len(s2),
+        "stage2_teacher_nonidle_actions_last200": n_teacher,
+    }
+
+
+def _purity(tree, fact_ids: list[str], rows) -> float | None:
+    from ..evaluation import dendrogram_purity, path_class
+
+    classes = {fid: path_class(r.path) for fid, r in zip(fact_ids, rows) if r.path is not None}
+    if sum(c is not None for c in classes.values()) < 2:
+        return None
+    try:
+        return float(dendrogram_purity(tree, classes))
+    except ValueError:
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..evaluation import load_labelled_facts
+    from ..pipeline import Learner, LearnerConfig, insert_with_teacher
+    from ..teachers.base import NewFact
+    from ..training import Policy
+    from ..tree import MembrainTree
+
+    torch.set_num_threads(max(1, args.threads))
+    console = Console()
+    rows = load_labelled_facts(args.data, limit=args.limit)
+    texts = [r.text for r in rows]
+    t0 = time.perf_counter()
+    emb = _embed(texts, args.cache)
+    embed_s = time.perf_counter() - t0
+    facts = [NewFact(r.text, emb[i], {"path": r.path, "path_ids": r.path_ids, "id": r.id})
+             for i, r in enumerate(rows)]
+    dim = int(emb.shape[1])
+
+    teacher = _make_teacher(args.teacher)
+    shadow = _make_teacher(args.teacher)
+    cfg = LearnerConfig(seed=args.seed)
+    cfg.decode.idle_margin = args.idle_margin
+    cfg.model.dim = dim
+    cfg.training.seed = args.seed
+    cfg.stage1 = Policy(execute="teacher", query="always")
+    cfg.stage2 = Policy(execute="teacher", query="always")
+    learner = Learner(teacher, cfg, shadow=shadow)
+    subject = rows[0].path[0] if rows and rows[0].path else "memories"
+    tree = MembrainTree(subject, dim=dim)
+
+    half = len(facts) // 2
+    results, curve = [], []
+    t_start = time.perf_counter()
+    for i, nf in enumerate(facts):
+        if i == half:
+            auto = dict(execute="auto", query="uncertain", audit_rate=args.audit_rate)
+            learner.stage1_policy = Policy(confidence=args.confidence, **auto)
+            learner.stage2_policy = Policy(confidence=args.confidence2, **auto)
+        res = learner.insert(tree, nf)
+        results.append(res)
+        if (i + 1) % 10 == 0 or i + 1 == len(facts):
+            m = metrics_of(results, window=50)
+            curve.append({"inserts": i + 1, "phase": "teacher" if i < half else "auto",
+                          **{k.replace("_last200", "_last50"): v for k, v in m.items()},
+                          "place_ms_last50": float(np.median([r.record.place_ms for r in results[-50:]]))})
+    total_s = time.perf_counter() - t_start
+    learner.trainer.flush()
+
+    # Reference: the same facts inserted by the teacher alone (no model).
+    ref_tree = MembrainTree(subject, dim=dim)
+    ref_teacher = _make_teacher(args.teacher)
+    ref_ids = [insert_with_teacher(ref_tree, nf, ref_teacher) for nf in facts]
+
+    c1, c2 = learner.counters["stage1"], learner.counters["stage2"]
+    steps = c1.steps + c2.steps
+    auto_phase = results[half:]
+    alone = [r.record for r in auto_phase if r.record.teacher_calls == 0]
+    model_path = alone or [r.record for r in auto_phase]  # none decided alone: time them all
+    wall = np.array([r.place_ms for r in model_path])
+    cpu = np.array([r.place_cpu_ms for r in model_path])
+    every = np.array([r.record.place_ms for r in auto_phase])
+    last = results[-WINDOW:]
+    out: dict = {
+        **{k: v for k, v in metrics_of(results).items()},
+        "naming_calls_per_insert_last200": sum(r.naming_calls for r in last) / len(last),
+        "insert_p50_ms": float(np.percentile(wall, 50)),
+        "insert_p95_ms": float(np.percentile(wall, 95)),
+        "insert_p50_cpu_ms": float(np.percentile(cpu, 50)),
+        "insert_p95_cpu_ms": float(np.percentile(cpu, 95)),
+        "insert_model_path_share": len(alone) / max(len(auto_phase), 1),
+        "insert_all_p50_ms": float(np.percentile(every, 50)),
+        "insert_all_p95_ms": float(np.percentile(every, 95)),
+        "train_step_ms": (c1.train_ms + c2.train_ms) / steps if steps else None,
+        "train_ms_per_insert": (c1.train_ms + c2.train_ms) / len(facts),
+        "dendrogram_purity": _purity(tree, [r.fact_id for r in results], rows),
+        "teacher_only_purity": _purity(ref_tree, ref_ids, rows),
+        "teacher_failures": c1.teacher_failures + c2.teacher_failures,
+        "teacher_calls_total": c1.teacher_calls + c2.teacher_calls,
+        "stage1_prequential_agreement": c1.agreement,
+        "stage2_prequential_agreement": c2.agreement,
+        "stage1_temperature": learner.trainer.calib["stage1"].temperature,
+        "stage2_temperature": learner.trainer.calib["stage2"].temperature,
+        "optimiser_steps": steps,
+        "facts": len(facts),
+        "teacher": args.teacher,
+        "confidence_gates": [args.confidence, args.confidence2],
+        "audit_rate": args.audit_rate,
+        "idle_margin": args.idle_margin,
+        "embed_s": embed_s,
+        "ingest_s": total_s,
+        "device": str(learner.trainer.device),
+        "machine": machine_description(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    out["naming_calls_total"] = learner.naming_calls
+
+    out_dir = Path(args.out_dir) if args.out_dir else (Path(args.json).parent if args.json else Path("."))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / "learning_curve.csv"
+    with csv_path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(curve[0].keys()))
+        w.writeheader()
+        w.writerows(curve)
+    png_path = out_dir / "learning_curve.png"
+    _plot(curve, half, png_path)
+    out["curve_csv"], out["curve_png"] = str(csv_path), str(png_path)
+
+    table = Table(title=f"learning: {len(facts)} facts, teacher={args.teacher} (last {WINDOW})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in out.items():
+        if isinstance(v, float):
+            table.add_row(k, f"{v:.3f}")
+        elif v is None or isinstance(v, (int, str)):
+            table.add_row(k, str(v))
+    console.print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+def _plot(curve: list[dict], half: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [c["inserts"] for c in curve]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for key, label in [("stage1_agreement_last50", "stage 1 agreement"),
+                       ("stage1_trivial_agreement_last50", "stage 1 trivial rule"),
+                       ("stage1_stop_recall_last50", "stage 1 stop recall"),
+                       ("stage2_agreement_last50", "stage 2 agreement"),
+                       ("stage2_nonidle_recall_last50", "stage 2 non-Idle recall")]:
+        ax.plot(x, [c[key] if c[key] is not None else np.nan for c in curve], label=label)
+    ax2 = ax.twinx()
+    ax2.plot(x, [c["teacher_calls_per_insert_last50"] for c in curve], "k--", label="teacher calls / insert")
+    ax2.set_ylabel("teacher calls per insert")
+    ax.axvline(half, color="grey", lw=0.8)
+    ax.set_xlabel("inserts")
+    ax.set_ylabel("rate (last 50)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(loc="lower left", fontsize=7)
+    ax2.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,175 @@
+"""The learned insert: the fact is never lost, whatever the teacher answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from langchain_membrain.actions import Demote, Group, Promote
+from langchain_membrain.errors import DimensionError
+from langchain_membrain.models import ModelConfig
+from langchain_membrain.pipeline import Learner, LearnerConfig, insert_with_teacher
+from langchain_membrain.teachers.base import BaseTeacher, NewFact
+from langchain_membrain.teachers.heuristic import HeuristicTeacher
+from langchain_membrain.training import Policy, StageTraining, TrainingConfig
+from langchain_membrain.tree import MembrainTree
+
+DIM = 16
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def facts(n: int, seed: int = 0) -> list[NewFact]:
+    centers = np.random.default_rng(42).normal(size=(6, DIM))
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        v = centers[rng.integers(6)] / np.sqrt(DIM) * 2 + 0.3 * rng.normal(size=DIM) / np.sqrt(DIM)
+        out.append(NewFact(f"fact {i}", (v / np.linalg.norm(v)).astype(np.float32), {"i": i}))
+    return out
+
+
+class GarbageTeacher(BaseTeacher):
+    """Answers every question wrongly, in a different way each time."""
+
+    def __init__(self):
+        self.n = 0
+
+    def choose_stage1(self, new_fact, subtree):
+        self.n += 1
+        return [99, -1, "1", None, 1.5, True, len(subtree.candidates)][self.n % 7]
+
+    def choose_stage2(self, tree, closure):
+        self.n += 1
+        k = self.n % 6
+        if k == 0:
+            raise RuntimeError("teacher down")
+        if k == 1:
+            return [Promote("no-such-node")]
+        if k == 2:
+            return [Demote(closure.fact_id, closure.fact_id)]
+        if k == 3:
+            return [Group((closure.fact_id,))]
+        if k == 4:
+            return "not a list of actions"
+        return [Promote(closure.parent_id)]  # an aspect: not allowed
+
+    def name_aspect(self, fact_texts):
+        return None
+
+
+def config(execute="teacher", query="always") -> LearnerConfig:
+    cfg = LearnerConfig(model=ModelConfig(dim=DIM, d_model=32, heads=4),
+                        training=TrainingConfig(stage1=StageTraining(batch_size=8), stage2=StageTraining(batch_size=4),
+                                                device="cpu"))
+    cfg.stage1 = Policy(execute=execute, query=query)
+    cfg.stage2 = Policy(execute=execute, query=query)
+    return cfg
+
+
+@pytest.mark.parametrize("execute,query", [("teacher", "always"), ("auto", "uncertain"), ("model", "always")])
+def test_a_garbage_teacher_never_loses_a_fact(execute, query):
+    learner = Learner(GarbageTeacher(), config(execute, query))
+    tree = MembrainTree("s", dim=DIM)
+    ids = []
+    for nf in facts(40):
+        res = learner.insert(tree, nf)
+        assert res.fact_id in tree and tree.node(res.fact_id).kind == "fact"
+        assert tree.parent(res.fact_id) == res.parent_id
+        ids.append(res.fact_id)
+    assert sorted(ids) == sorted(tree.facts())
+    assert [tree.node(i).metadata["i"] for i in ids] == list(range(40))
+    tree.check_invariants()
+    c1, c2 = learner.counters["stage1"], learner.counters["stage2"]
+    # every answer was garbage: every call is a counted failure, nothing was learned from it
+    assert c1.teacher_calls + c2.teacher_calls > 0
+    assert c1.teacher_failures == c1.teacher_calls and c2.teacher_failures == c2.teacher_calls
+    assert c1.labelled == 0 and c2.labelled == 0
+
+
+def test_a_good_teacher_is_followed_under_teacher_forcing():
+    teacher = HeuristicTeacher()
+    learner = Learner(teacher, config())
+    tree = MembrainTree("s", dim=DIM)
+    ref = MembrainTree("s", dim=DIM)
+    ref_teacher = HeuristicTeacher()
+    for nf in facts(40):
+        res = learner.insert(tree, nf)
+        insert_with_teacher(ref, nf, ref_teacher)
+        assert res.stage1_by in ("teacher", "forced")
+        assert res.teacher_failures == 0
+    # teacher forcing builds the teacher's own tree (same shape, same fact partition)
+    def shape(t):
+        return sorted(sorted(t.node(c).metadata["i"] for c in t.child_facts(n)) for n in [t.root_id, *t.aspects()])
+    assert shape(tree) == shape(ref)
+
+
+def test_place_then_supervise_on_a_changed_tree():
+    """The tree changes between place and supervise (here: the aspect the fact was placed
+    under loses all its facts and is pruned); supervise re-validates ids and never fails."""
+    teacher = HeuristicTeacher()
+    learner = Learner(teacher, config())
+    tree = MembrainTree("s", dim=DIM)
+    for nf in facts(30):
+        learner.insert(tree, nf)
+    learner.config.stage1 = Policy(execute="model", query="always")
+    learner.config.stage2 = Policy(execute="model", query="always")
+    for nf in facts(10, seed=1):
+        rec = learner.place(tree, nf)
+        parent = tree.parent(rec.fact_id)
+        for f in list(tree.child_facts(parent)):
+            tree.remove(f)  # may prune the aspect and the record's nodes
+        sup = learner.supervise(tree, rec)
+        assert sup.corrections == []  # the fact is gone: nothing to correct
+        assert learner.supervise(tree, rec).teacher_calls == 0  # a second call does nothing
+    tree.check_invariants()
+
+
+class RootTeacher(BaseTeacher):
+    """Always "attach here" and never any action: everything belongs under the root."""
+
+    def choose_stage1(self, new_fact, subtree):
+        return 0
+
+    def choose_stage2(self, tree, closure):
+        return []
+
+    def name_aspect(self, fact_texts):
+        return "x"
+
+
+def test_supervise_returns_corrections_that_insert_applies():
+    tree = MembrainTree("s", dim=DIM)
+    teacher = HeuristicTeacher()
+    for nf in facts(40):
+        insert_with_teacher(tree, nf, teacher)
+    assert tree.aspects()
+    learner = Learner(RootTeacher(), config("model", "always"))
+    moved = 0
+    for nf in facts(20, seed=2):
+        res = learner.insert(tree, nf)
+        for c in res.corrections:
+            # the untrained model descended; the teacher says "root": corrected and moved
+            assert c.fact_id == res.fact_id and c.to_parent == tree.root_id
+            assert tree.parent(res.fact_id) == tree.root_id == res.parent_id
+            moved += 1
+        if res.record.placed_under != tree.root_id and not res.corrections:
+            # no correction only when stage 2 had already taken the fact elsewhere
+            assert tree.parent(res.fact_id) != res.record.placed_under
+    assert moved > 0
+    tree.check_invariants()
+
+
+def test_dimension_mismatch_is_a_typed_error():
+    learner = Learner(HeuristicTeacher(), config())
+    tree = MembrainTree("s", dim=DIM)
+    with pytest.raises(DimensionError):
+        learner.insert(tree, NewFact("x", np.ones(DIM + 1, np.float32)))
+    assert tree.facts() == []
