@@ -196,6 +196,19 @@ class Correction:
 
 
 @dataclass
+class PendingLevel:
+    """A stage-1 level whose decision the policy sends to the teacher now."""
+
+    sub: Subtree
+    feats: Stage1Features
+    logits: np.ndarray
+    model_choice: int
+    confidence: float
+    calibrate: bool
+    trivial_choice: int
+
+
+@dataclass
 class PlaceRecord:
     """What :meth:`Learner.place` decided, for :meth:`Learner.supervise` and the caller."""
 
@@ -211,6 +224,12 @@ class PlaceRecord:
     place_cpu_ms: float = 0.0  # CPU time of this process during place(), shadow excluded
     shadow_parent: str | None = None
     supervised: bool = False
+    # Progress of the step functions (descend_model / teacher_level / ... / apply_stage2):
+    cursor: str = ""  # the node the descent stands on
+    descended: bool = False  # the descent chose "attach here" (or had no choice)
+    pending: "PendingLevel | None" = None  # a stage-1 level waiting for the teacher
+    stage2_pending: bool = False  # the stage-2 decision is waiting for the teacher
+    clock: tuple[float, float, float] = (0.0, 0.0, 0.0)  # (wall start, CPU start, shadow seconds)
 
 
 @dataclass
@@ -416,62 +435,163 @@ class Learner:
     def place(self, tree: MembrainTree, new_fact: NewFact, *, node_id: str | None = None) -> PlaceRecord:
         """The fast half of an insert: descend, attach, rewrite the closure.
 
-        The fact is attached before anything that can fail for the teacher's sake, and
+        The same steps the insert graph (graph.py) runs as nodes, called in order. The
+        fact is attached before anything that can fail for the teacher's sake, and
         teacher answers are validated, so the fact is never lost.
         """
+        rec = self.begin(tree, new_fact)
+        while not rec.descended:
+            if self.descend_model(tree, rec):
+                self.teacher_level(tree, rec)
+        self.attach(tree, rec, node_id=node_id)
+        if self.propose_stage2(tree, rec):
+            self.teacher_stage2(tree, rec)
+        self.apply_stage2(tree, rec)
+        return rec
+
+    # The steps of place(), in order. Each takes the tree as it is when it runs (a graph
+    # may run them under separate locks), so each re-validates the ids it reads.
+    def begin(self, tree: MembrainTree, new_fact: NewFact) -> PlaceRecord:
+        """Start an insert at the root."""
         self._check_fact(tree, new_fact)
-        t0, c0 = time.perf_counter(), time.process_time()
-        shadow_s = 0.0  # wall and CPU time are both net of the shadow (it is single-threaded)
-        top_k = self.config.model.top_k
-        pol = self.config.stage1
-        rec = PlaceRecord("", new_fact, tree.root_id, [], None, [])
-        cur = tree.root_id
+        rec = PlaceRecord("", new_fact, tree.root_id, [], None, [], cursor=tree.root_id)
+        rec.clock = (time.perf_counter(), time.process_time(), 0.0)
+        return rec
+
+    def _shadow_time(self, rec: PlaceRecord, seconds: float) -> None:
+        t0, c0, s = rec.clock
+        rec.clock = (t0, c0, s + seconds)
+
+    def descend_model(self, tree: MembrainTree, rec: PlaceRecord) -> bool:
+        """Descend by the model's decisions from ``rec.cursor`` until it attaches (returns
+        False, ``rec.descended`` set) or reaches a level the policy sends to the teacher
+        now (returns True, ``rec.pending`` set)."""
+        if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
+            rec.cursor = tree.root_id  # the tree changed under us: start again
+        new_fact, pol = rec.new_fact, self.config.stage1
         for _ in range(MAX_DESCENT):
-            cands = stage1_candidates(tree, cur, new_fact.embedding, top_k)
-            sub = Subtree(tree, cur, cands)
+            cands = stage1_candidates(tree, rec.cursor, new_fact.embedding, self.config.model.top_k)
             if len(cands) == 1:
                 break  # no child aspect: nothing to decide, attach here
+            sub = Subtree(tree, rec.cursor, cands)
             feats = self._feats1(tree, new_fact, sub)
             logits = self.trainer.predict_stage1(feats)
             conf = self.trainer.confidence_stage1(logits)
             mchoice = int(np.argmax(logits))
             ask_now, audit, calibrate = self._gate(pol, "stage1", conf)
-            teacher = self._ask1(new_fact, sub, rec) if ask_now else None
-            executed = teacher if teacher is not None else mchoice
-            by: By = "teacher" if teacher is not None else "model"
             best_cos = feats.num[1:1 + feats.n_candidates, S1["is_best_cos"]]
             trivial = int(np.argmax(best_cos)) if best_cos.max() > 0 else 0
-            step = Stage1Decision(cur, cands, feats, logits, mchoice, conf, executed, by, teacher,
-                                  audit and teacher is None, calibrate, trivial_choice=trivial)
-            if by == "model":
-                self.trainer.counters["stage1"].model_executed += 1
-            self.trainer.counters["stage1"].decisions += 1
-            if self.shadow is not None:
-                s0 = time.perf_counter()
-                step.shadow_choice = self._shadow1(new_fact, sub)
-                shadow_s += time.perf_counter() - s0
-            rec.steps.append(step)
-            if executed == 0:
-                break
-            cur = cands[executed]
+            if ask_now:
+                rec.pending = PendingLevel(sub, feats, logits, mchoice, conf, calibrate, trivial)
+                return True
+            step = Stage1Decision(rec.cursor, cands, feats, logits, mchoice, conf, mchoice, "model", None,
+                                  audit, calibrate, trivial_choice=trivial)
+            self.trainer.counters["stage1"].model_executed += 1
+            if self._record_step(tree, rec, step):
+                return False
+        rec.descended = True
+        return False
+
+    def teacher_level(self, tree: MembrainTree, rec: PlaceRecord) -> None:
+        """Ask the teacher about the pending level and execute its answer (the model's own
+        choice if the answer is not valid)."""
+        p, rec.pending = rec.pending, None
+        if p is None or p.sub.node_id not in tree or tree.node(p.sub.node_id).kind == "fact":
+            return  # nothing pending, or the level vanished: descend_model starts again
+        teacher = self._ask1(rec.new_fact, p.sub, rec)
+        executed = teacher if teacher is not None else p.model_choice
+        step = Stage1Decision(p.sub.node_id, p.sub.candidates, p.feats, p.logits, p.model_choice, p.confidence,
+                              executed, "teacher" if teacher is not None else "model", teacher, False,
+                              p.calibrate, trivial_choice=p.trivial_choice)
+        if teacher is None:
+            self.trainer.counters["stage1"].model_executed += 1
+        self._record_step(tree, rec, step)
+
+    def _record_step(self, tree: MembrainTree, rec: PlaceRecord, step: Stage1Decision) -> bool:
+        """Count and keep one executed level; move the cursor. True when it attaches here."""
+        self.trainer.counters["stage1"].decisions += 1
+        if self.shadow is not None:
+            s0 = time.perf_counter()
+            step.shadow_choice = self._shadow1(rec.new_fact, Subtree(tree, step.node_id, step.candidates))
+            self._shadow_time(rec, time.perf_counter() - s0)
+        rec.steps.append(step)
+        if step.executed == 0:
+            rec.descended = True
+            return True
+        rec.cursor = step.candidates[step.executed]
+        return False
+
+    def attach(self, tree: MembrainTree, rec: PlaceRecord, *, node_id: str | None = None) -> str:
+        """Attach the new fact where the descent stopped (the root if that node is gone)."""
+        new_fact = rec.new_fact
         if self.shadow is not None:
             s0 = time.perf_counter()
             try:
                 rec.shadow_parent, _ = descend(tree, new_fact, lambda s: self.shadow.choose_stage1(new_fact, s),
-                                               top_k=top_k)
+                                               top_k=self.config.model.top_k)
             except Exception:
                 rec.shadow_parent = None
-            shadow_s += time.perf_counter() - s0
-        rec.placed_under = cur
-        rec.fact_id = attach(tree, new_fact, cur, node_id=node_id)
+            self._shadow_time(rec, time.perf_counter() - s0)
+        if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
+            rec.cursor = tree.root_id
+        rec.placed_under = rec.cursor
+        rec.fact_id = attach(tree, new_fact, rec.cursor, node_id=node_id)
+        self.inserts += 1
+        return rec.fact_id
+
+    def propose_stage2(self, tree: MembrainTree, rec: PlaceRecord) -> bool:
+        """The model's stage-2 actions on the new fact's closure; True when the policy
+        sends the decision to the teacher now."""
+        if rec.fact_id not in tree:
+            return False
         try:
-            shadow_s += self._place_stage2(tree, rec)
+            feats = self._feats2(tree, rec.fact_id)
+            mask = feats.type_mask()
+            if not mask[:, 1:].any():
+                return False  # only Idle is possible: no decision
+            t_logits, d_logits, g_logits = self.trainer.predict_stage2(feats)
+            model_actions = decode(tree, feats, t_logits, d_logits, g_logits, self.config.decode)
+        except MembrainError:
+            return False  # stage 2 is an improvement; a failure in it must never undo the insert
+        conf = self.trainer.confidence_stage2(t_logits, mask)
+        ask_now, audit, calibrate = self._gate(self.config.stage2, "stage2", conf)
+        rec.stage2 = Stage2Decision(feats, t_logits, model_actions, conf, model_actions, "model", None,
+                                    audit and not ask_now, calibrate)
+        rec.stage2_pending = ask_now
+        return ask_now
+
+    def teacher_stage2(self, tree: MembrainTree, rec: PlaceRecord) -> None:
+        """Ask the teacher for the stage-2 actions; a valid answer replaces the model's."""
+        dec, rec.stage2_pending = rec.stage2, False
+        if dec is None or rec.fact_id not in tree:
+            return
+        teacher = self._ask2(tree, rec.fact_id, rec)
+        if teacher is not None:
+            dec.teacher_actions, dec.executed, dec.by = teacher, teacher, "teacher"
+
+    def apply_stage2(self, tree: MembrainTree, rec: PlaceRecord) -> list[Action]:
+        """Apply the chosen stage-2 actions (each re-validated) and close the record."""
+        dec = rec.stage2
+        try:
+            if dec is not None and rec.fact_id in tree:
+                c = self.trainer.counters["stage2"]
+                c.decisions += 1
+                c.model_executed += dec.by == "model"
+                if self.shadow is not None:
+                    s0 = time.perf_counter()
+                    try:
+                        dec.shadow_actions = list(self.shadow.choose_stage2(tree, tree.closure(rec.fact_id)))
+                    except Exception:
+                        dec.shadow_actions = None
+                    self._shadow_time(rec, time.perf_counter() - s0)
+                rec.applied, _ = rewrite(tree, dec.executed, name_aspect=self._name, embed_label=self.embed_label,
+                                         allow_aspects=self.config.allow_aspects)
         except MembrainError:
             pass  # stage 2 is an improvement; a failure in it must never undo the insert
+        t0, c0, shadow_s = rec.clock
         rec.place_ms = (time.perf_counter() - t0 - shadow_s) * 1000
         rec.place_cpu_ms = max(time.process_time() - c0 - shadow_s, 0.0) * 1000
-        self.inserts += 1
-        return rec
+        return rec.applied
 
     def _shadow1(self, new_fact: NewFact, sub: Subtree) -> int | None:
         try:
@@ -479,38 +599,6 @@ class Learner:
             return int(i) if 0 <= int(i) < len(sub.candidates) else None
         except Exception:
             return None
-
-    def _place_stage2(self, tree: MembrainTree, rec: PlaceRecord) -> float:
-        """Stage 2 of :meth:`place`; returns seconds spent on the shadow teacher."""
-        feats = self._feats2(tree, rec.fact_id)
-        mask = feats.type_mask()
-        if not mask[:, 1:].any():
-            return 0.0  # only Idle is possible: no decision
-        pol = self.config.stage2
-        t_logits, d_logits, g_logits = self.trainer.predict_stage2(feats)
-        model_actions = decode(tree, feats, t_logits, d_logits, g_logits, self.config.decode)
-        conf = self.trainer.confidence_stage2(t_logits, mask)
-        ask_now, audit, calibrate = self._gate(pol, "stage2", conf)
-        teacher = self._ask2(tree, rec.fact_id, rec) if ask_now else None
-        executed = teacher if teacher is not None else model_actions
-        by: By = "teacher" if teacher is not None else "model"
-        dec = Stage2Decision(feats, t_logits, model_actions, conf, executed, by, teacher,
-                             audit and teacher is None, calibrate)
-        c = self.trainer.counters["stage2"]
-        c.decisions += 1
-        c.model_executed += by == "model"
-        shadow_s = 0.0
-        if self.shadow is not None:
-            s0 = time.perf_counter()
-            try:
-                dec.shadow_actions = list(self.shadow.choose_stage2(tree, tree.closure(rec.fact_id)))
-            except Exception:
-                dec.shadow_actions = None
-            shadow_s = time.perf_counter() - s0
-        rec.stage2 = dec
-        rec.applied, _ = rewrite(tree, executed, name_aspect=self._name, embed_label=self.embed_label,
-                                 allow_aspects=self.config.allow_aspects)
-        return shadow_s
 
     # ------------------------------------------------------------------ supervise
     def supervise(self, tree: MembrainTree, record: PlaceRecord) -> SupervisionResult:
