@@ -14,70 +14,91 @@ namespace's lock, so many threads can add and search at once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import json
+import logging
 import os
+import queue
 import sys
 import threading
 import time
-import uuid
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import get_text_at_path, tokenize_path
 
 from .embeddings import MiniLMEmbeddings, embed_texts
-from .errors import InvalidOperationError, MembrainError
+from .errors import DimensionError, InvalidOperationError
 from .filters import check_filter, matches
-from .pipeline import cosine
+from .graph import InsertPipeline
+from .inputs import DEFAULT_NAMESPACE, MAX_TEXT_CHARS, Namespace, NamespaceError, as_namespace, check_text
+from .inputs import json_copy as _json_copy
+from .pipeline import Learner, LearnerConfig, PlaceRecord, cosine
 from .storage import Storage, open_storage
-from .teachers.base import NewFact
+from .teachers.base import Teacher
 from .tree import MembrainTree
 
-Namespace = tuple[str, ...]
-DEFAULT_NAMESPACE: Namespace = ("memories",)
-MAX_TEXT_CHARS = 100_000
+logger = logging.getLogger("langchain_membrain")
 
+CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
 
-class NamespaceError(MembrainError):
-    """A namespace that is not a non-empty tuple of non-empty strings without dots' misuse."""
+def resolve_teacher(teacher: Any, model: str | None = None) -> Teacher:
+    """What ``MembrainMemory(teacher=...)`` accepts, as a Teacher: None (the offline
+    HeuristicTeacher), a LangChain chat model (LLMTeacher), an ``openai.OpenAI`` client
+    with ``model`` (OpenAITeacher), or any Teacher. LLM teachers raise on a failed answer
+    so that the learner counts the failure and uses its own model's decision."""
+    from .teachers.heuristic import HeuristicTeacher
 
-
-def as_namespace(namespace: str | Sequence[str] | None) -> Namespace:
-    """Normalise ``"a/b"``, ``["a", "b"]`` or ``("a", "b")`` to ``("a", "b")``."""
-    if namespace is None:
-        return DEFAULT_NAMESPACE
-    if isinstance(namespace, str):
-        parts = tuple(p for p in namespace.split("/"))
-    elif isinstance(namespace, (tuple, list)):
-        parts = tuple(namespace)
-    else:
-        raise NamespaceError(f"a namespace is a str or a tuple of str, got {type(namespace).__name__}")
-    if not parts or any(not isinstance(p, str) or not p for p in parts):
-        raise NamespaceError(f"invalid namespace {namespace!r}: labels must be non-empty strings")
-    return parts
-
-
-def check_text(text: Any) -> str:
-    if not isinstance(text, str):
-        raise InvalidOperationError(f"memory text must be a str, got {type(text).__name__}")
-    if not text.strip():
-        raise InvalidOperationError("memory text is empty")
-    if "\x00" in text:
-        raise InvalidOperationError("memory text may not contain NUL characters")
-    if len(text) > MAX_TEXT_CHARS:
-        raise InvalidOperationError(f"memory text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-    return text
-
-
-def _json_copy(value: Any) -> Any:
-    """A deep copy through JSON: rejects what could not be persisted."""
+    if teacher is None:
+        return HeuristicTeacher()
     try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise InvalidOperationError(f"values must be JSON-serialisable: {exc}") from None
+        import openai
+    except ImportError:  # pragma: no cover - openai is a core dependency
+        openai = None
+    if openai is not None and isinstance(teacher, (openai.OpenAI, openai.AsyncOpenAI)):
+        from .teachers.openai_teacher import OpenAITeacher
+
+        if not model:
+            raise InvalidOperationError("an OpenAI client needs teacher_model='...' (the model name)")
+        if isinstance(teacher, openai.AsyncOpenAI):
+            return OpenAITeacher(async_client=teacher, model=model, raise_on_failure=True)
+        return OpenAITeacher(teacher, model, raise_on_failure=True)
+    from langchain_core.language_models import BaseChatModel
+
+    if isinstance(teacher, BaseChatModel):
+        from .teachers.llm import LLMTeacher
+
+        return LLMTeacher(teacher, raise_on_failure=True)
+    if all(callable(getattr(teacher, m, None)) for m in ("choose_stage1", "choose_stage2", "name_aspect")):
+        return teacher
+    raise TypeError(f"a teacher is a Teacher, a LangChain chat model or an openai.OpenAI client, "
+                    f"not {type(teacher).__name__}")
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int) -> Iterator[Callable[[], None]]:
+    """A rich progress bar (rate and ETA) when enabled; yields the function that advances it."""
+    if not enabled:
+        yield lambda: None
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn)
+
+    columns = [TextColumn("adding memories"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]}"), TimeRemainingColumn()]
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("add", total=total, rate="")
+        start = time.perf_counter()
+
+        def advance() -> None:
+            done = bar.tasks[0].completed + 1
+            bar.update(task, advance=1, rate=f"{done / max(time.perf_counter() - start, 1e-9):.0f}/s")
+
+        yield advance
 
 
 @dataclass
@@ -112,13 +133,47 @@ class MembrainMemory:
     heuristic teacher, everything in memory.
     """
 
-    def __init__(self, storage: str | os.PathLike[str] | Storage | None = None, *, teacher: Any = None,
-                 embeddings: Embeddings | None = None, index_fields: Sequence[str] | None = None,
-                 refresh_interval: float = 1.0):
+    def __init__(
+        self,
+        storage: str | os.PathLike[str] | Storage | None = None,
+        *,
+        teacher: Any = None,
+        teacher_model: str | None = None,
+        embeddings: Embeddings | None = None,
+        index_fields: Sequence[str] | None = None,
+        learner: LearnerConfig | None = None,
+        device: str | None = None,
+        background: bool = True,
+        refresh_interval: float = 1.0,
+        checkpoint_every: int = 50,
+    ):
+        """
+        Args:
+            storage: None keeps everything in this process; a path opens (or creates) a
+                SQLite database; a ``postgresql://`` URL a PostgreSQL one (extra
+                ``[postgres]``); or an open :class:`~.storage.Storage`.
+            teacher: who the models imitate: None (the offline :class:`HeuristicTeacher`),
+                a LangChain chat model, an ``openai.OpenAI`` client (with ``teacher_model``),
+                or any :class:`~.teachers.Teacher`.
+            embeddings: any LangChain ``Embeddings`` (default: the bundled MiniLM).
+            index_fields: value fields embedded by ``put`` (default ``content``, then
+                ``text``, else the value's JSON).
+            learner: policies and model sizes (:class:`~.pipeline.LearnerConfig`).
+            device: torch device for the models (default CUDA when available, else CPU).
+            background: train in a background thread (``add`` returns once the fact is
+                placed); False trains inside each ``add``.
+            refresh_interval: seconds between checks for other processes' writes.
+            checkpoint_every: inserts between model checkpoints (with storage).
+        """
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
-        self.teacher = teacher
+        self.teacher = resolve_teacher(teacher, teacher_model)
         self.refresh_interval = float(refresh_interval)
+        self.background = bool(background)
+        self.checkpoint_every = int(checkpoint_every)
+        self._learner_config = learner or LearnerConfig()
+        if device is not None:
+            self._learner_config.training.device = device
         self._forest = _Forest()
         self._storage: Storage | None = (
             storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
@@ -126,6 +181,17 @@ class MembrainMemory:
         self._synced: dict[Namespace, int] = {}  # namespace -> stored version our tree reflects
         self._checked: dict[Namespace, float] = {}  # namespace -> monotonic time of last check
         self._closed = False
+        self._learner: Learner | None = None
+        self._learner_lock = threading.RLock()
+        self._is_trainer = False
+        self._checkpoint_seen = 0
+        self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0}
+        self._recent_calls: deque[int] = deque(maxlen=100)  # teacher calls of the last inserts
+        self._last_worker_error: str | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._pipeline = InsertPipeline(self)
+        self._graph = None
 
     # ------------------------------------------------------------- namespaces
     def _load(self, ns: Namespace) -> MembrainTree | None:
@@ -236,40 +302,64 @@ class MembrainMemory:
 
     def add(self, text: str, *, namespace: str | Sequence[str] | None = None,
             metadata: dict[str, Any] | None = None, key: str | None = None) -> str:
-        """Store one memory and return its key."""
+        """Store one memory (value ``{"content": text, **metadata}``) and return its key."""
         return self.add_many([text], namespace=namespace, metadatas=[metadata], keys=[key])[0]
 
     def add_many(self, texts: Sequence[str], *, namespace: str | Sequence[str] | None = None,
                  metadatas: Sequence[dict[str, Any] | None] | None = None,
-                 keys: Sequence[str | None] | None = None) -> list[str]:
+                 keys: Sequence[str | None] | None = None, progress: bool | None = None) -> list[str]:
         """Store many memories (embedded in one batch) and return their keys.
 
-        Each memory's value is ``{"content": text, **metadata}``."""
-        ns = as_namespace(namespace)
-        texts = [check_text(t) for t in texts]
+        ``progress``: show a progress bar (default: on a terminal, for 200 memories or more).
+        Every input is validated before anything is stored.
+        """
+        if isinstance(texts, str):
+            raise InvalidOperationError("add_many takes a list of texts; use add() for one")
+        texts = list(texts)
         metadatas = list(metadatas) if metadatas is not None else [None] * len(texts)
         keys = list(keys) if keys is not None else [None] * len(texts)
         if not (len(metadatas) == len(keys) == len(texts)):
             raise InvalidOperationError("texts, metadatas and keys must have the same length")
-        values = []
-        for meta in metadatas:
-            if meta is not None and not isinstance(meta, dict):
-                raise InvalidOperationError("metadata must be a dict")
-            if meta and "content" in meta:
-                raise InvalidOperationError("metadata may not use the key 'content' (it holds the text)")
-            values.append(_json_copy(meta or {}))
-        vecs = self._embed(texts)
-        return [self._write(ns, key or uuid.uuid4().hex, {"content": text, **value}, text, vec)
-                for text, value, vec, key in zip(texts, values, vecs, keys)]
+        prepared = [self._prepare(namespace, t, m) for t, m in zip(texts, metadatas)]
+        for k in keys:
+            if k is not None and (not isinstance(k, str) or not k):
+                raise InvalidOperationError("a key is a non-empty str")
+        vecs = self._embed([text for _, _, text in prepared])
+        if progress is None:
+            progress = len(texts) >= 200 and sys.stderr.isatty()
+        out = []
+        with _progress(progress, len(texts)) as advance:
+            for (ns, value, text), vec, key in zip(prepared, vecs, keys):
+                out.append(self._insert(ns, key, value, text, vec))
+                advance()
+        return out
+
+    def _prepare(self, namespace: Any, text: Any, metadata: Any) -> tuple[Namespace, dict[str, Any], str]:
+        """Validate one memory; returns (namespace, value, text)."""
+        ns = as_namespace(namespace)
+        text = check_text(text)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidOperationError("metadata must be a dict")
+        if metadata and "content" in metadata:
+            raise InvalidOperationError("metadata may not use the key 'content' (it holds the text)")
+        return ns, {"content": text, **_json_copy(metadata or {})}, text
+
+    def _insert(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str,
+                vec: np.ndarray) -> str:
+        """Place one embedded memory through the insert pipeline; returns its key."""
+        state = self._pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
+                                    "embedding": vec})
+        return state["key"]
 
     def put(self, namespace: str | Sequence[str], key: str, value: dict[str, Any], *,
             index: bool | Sequence[str] | None = None) -> None:
         """Insert or replace the value under ``key`` (LangGraph store semantics).
 
-        The embedded text comes from ``index`` (a list of value fields), else the memory's
-        ``index_fields``: by default ``content``, then ``text``, else the value's JSON.
-        ``index=False`` stores the value without embedding it (not placed, not found by a
-        query). When the text of an existing key changes, the fact is placed again.
+        The embedded text comes from ``index`` (a list of value fields or paths), else the
+        memory's ``index_fields``: by default ``content``, then ``text``, else the value's
+        JSON. ``index=False`` stores the value without embedding it (not placed, listed
+        after the scored results of a query). When the text of an existing key changes,
+        the fact is placed again; otherwise only its value changes. ``created_at`` is kept.
         """
         ns = as_namespace(namespace)
         if not isinstance(key, str) or not key:
@@ -278,10 +368,12 @@ class MembrainMemory:
             raise InvalidOperationError(f"a value is a dict, got {type(value).__name__}")
         value = _json_copy(value)
         if index is False:
-            self._write(ns, key, value, None, None)
+            self._update_in_place(ns, key, value, None, placed=False)
             return
         text = check_text(self.text_of(value, None if index in (None, True) else list(index)))
-        self._write(ns, key, value, text, self._embed([text])[0])
+        if self._update_in_place(ns, key, value, text, placed=True):
+            return
+        self._insert(ns, key, value, text, self._embed([text])[0])
 
     def text_of(self, value: dict[str, Any], fields: list[str] | None = None) -> str:
         """The text embedded for ``value``: the first present of ``fields`` (default
@@ -296,34 +388,36 @@ class MembrainMemory:
             return "\n".join(found)
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
-    def _write(self, ns: Namespace, key: str, value: dict[str, Any], text: str | None,
-               vec: np.ndarray | None) -> str:
-        """Insert or update one fact (one transaction with storage)."""
-        meta = {"value": value, "indexed": vec is not None}
+    def _update_in_place(self, ns: Namespace, key: str, value: dict[str, Any], text: str | None, *,
+                         placed: bool) -> bool:
+        """Store ``value`` without (re)placing the fact: an unindexed value (``placed`` False:
+        always done; the fact sits under the root with no embedding), or a placed fact whose
+        text is unchanged. Returns False when the fact must go through the pipeline."""
 
-        def write(tree: MembrainTree) -> str:
-            if key in tree:
-                node = tree.node(key)
-                if node.kind != "fact":
-                    raise InvalidOperationError(f"key {key!r} is used by an aspect")
-                if vec is None or (node.text == text and node.embedding is not None):
-                    tree.update_fact(key, text=text if text is not None else node.text,
-                                     embedding=vec, metadata=meta)
-                    return key
-                created = node.created_at  # the text changed: place the fact again
+        def write(tree: MembrainTree) -> bool:
+            exists = key in tree
+            if exists and tree.node(key).kind != "fact":
+                raise InvalidOperationError(f"key {key!r} is used by an aspect")
+            if placed:
+                if not exists or tree.node(key).text != text or tree.node(key).embedding is None:
+                    return False
+                tree.update_fact(key, metadata={"value": value, "indexed": True})
+                return True
+            meta = {"value": value, "indexed": False}
+            if exists:
+                created = tree.node(key).created_at
                 tree.remove(key)
-                self._place(tree, NewFact(text, vec, meta), key, created_at=created)
-            elif vec is None:
-                tree.add_fact(tree.root_id, "", node_id=key, metadata=meta)
+                tree.add_fact(tree.root_id, "", node_id=key, metadata=meta, created_at=created)
             else:
-                self._place(tree, NewFact(text, vec, meta), key)
-            return key
+                tree.add_fact(tree.root_id, "", node_id=key, metadata=meta)
+            return True
 
+        if placed:  # cheap check first: most puts of new keys need no transaction here
+            with self._forest.lock(ns):
+                tree = self._tree(ns, create=False)
+                if tree is None or key not in tree:
+                    return False
         return self._mutate(ns, write)
-
-    def _place(self, tree: MembrainTree, new_fact: NewFact, key: str, *, created_at: float | None = None) -> None:
-        tree.add_fact(tree.root_id, new_fact.text, embedding=new_fact.embedding, node_id=key,
-                      metadata=new_fact.metadata, created_at=created_at)
 
     def delete(self, key: str, *, namespace: str | Sequence[str] | None = None) -> bool:
         """Delete a memory; returns False if there was none."""
@@ -406,24 +500,199 @@ class MembrainMemory:
                 out.append((f, cosine(node.embedding, q)))
         return out
 
+    # --------------------------------------------------------------- learning
+    def _learner_for(self, dim: int) -> Learner:
+        """The learner, created on first use with the embedder's dimension (and the latest
+        checkpoint, when storage holds one). Call under ``_learner_lock``."""
+        if self._learner is None:
+            cfg = self._learner_config
+            cfg.model.dim = int(dim)
+            learner = Learner(self.teacher, cfg, embed_label=lambda label: self._embed([label])[0])
+            if self._storage is not None:
+                self._is_trainer = self._storage.try_acquire_trainer(CHECKPOINT_NAME)
+                found = self._storage.load_checkpoint(CHECKPOINT_NAME)
+                if found is not None:
+                    learner.load_bytes(found[0])  # CheckpointError if it does not fit
+                    self._checkpoint_seen = self._storage.checkpoint_version(CHECKPOINT_NAME)
+            else:
+                self._is_trainer = True
+            self._learner = learner
+        elif self._learner.config.model.dim != dim:
+            raise DimensionError(f"the models read {self._learner.config.model.dim}-d embeddings, got {dim}")
+        return self._learner
+
+    def _after_place(self, ns: Namespace, record: PlaceRecord) -> None:
+        """An insert was placed: count it, then train on it (now, or in the worker)."""
+        self._counts["inserts"] += 1
+        if not self._is_trainer:
+            self._recent_calls.append(record.teacher_calls)
+            self._maybe_reload_checkpoint()
+            return
+        if not self.background:
+            self._supervise(ns, record)
+            return
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._work, name="membrain-trainer", daemon=True)
+            self._worker.start()
+        self._queue.put((ns, record))
+
+    def _work(self) -> None:
+        """The background trainer: supervise queued inserts until told to stop. A failure
+        is logged and counted (see ``stats()``), never raised into the host process."""
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._supervise(*item)
+            except Exception as exc:  # noqa: BLE001 - the worker must survive anything
+                self._counts["worker_errors"] += 1
+                self._last_worker_error = f"{type(exc).__name__}: {exc}"
+                logger.exception("membrain: background training failed")
+            finally:
+                self._queue.task_done()
+
+    def _supervise(self, ns: Namespace, record: PlaceRecord) -> None:
+        """Deferred teacher queries and training for one insert; apply the teacher's
+        corrections (moves, stage-2 actions) as one committed write."""
+        with self._forest.lock(ns):
+            tree = self._tree(ns, create=False)
+            if tree is None:
+                return
+            with self._learner_lock:
+                result = self._learner.supervise(tree, record)
+        self._recent_calls.append(record.teacher_calls + result.teacher_calls)
+        self._counts["supervised"] += 1
+        if self._learner.config.apply_corrections and (result.corrections or result.actions):
+            def write(t: MembrainTree) -> None:
+                with self._learner_lock:
+                    self._learner.apply_corrections(t, result)
+
+            self._mutate(ns, write)
+            self._counts["corrections"] += len(result.corrections) + bool(result.actions)
+        if self._storage is not None and self._counts["supervised"] % max(self.checkpoint_every, 1) == 0:
+            self._save_checkpoint()
+
+    def _save_checkpoint(self) -> None:
+        if self._storage is None or self._learner is None or not self._is_trainer:
+            return
+        with self._learner_lock:
+            data = self._learner.state_bytes()
+        self._storage.save_checkpoint(CHECKPOINT_NAME, data, dict(self._counts))
+        self._checkpoint_seen = self._storage.checkpoint_version(CHECKPOINT_NAME)
+
+    def _maybe_reload_checkpoint(self) -> None:
+        """A process that does not train picks up the trainer's newer checkpoints, and
+        takes over training if the trainer went away."""
+        if self._storage is None or self._learner is None:
+            return
+        if self._storage.try_acquire_trainer(CHECKPOINT_NAME):
+            self._is_trainer = True
+        version = self._storage.checkpoint_version(CHECKPOINT_NAME)
+        if version > self._checkpoint_seen:
+            found = self._storage.load_checkpoint(CHECKPOINT_NAME)
+            if found is not None:
+                with self._learner_lock:
+                    self._learner.load_bytes(found[0])
+            self._checkpoint_seen = version
+
+    # ------------------------------------------------------------------ reports
     def stats(self) -> dict[str, Any]:
-        trees = self._forest.trees
-        return {
-            "namespaces": len(trees),
-            "facts": sum(len(t.facts()) for t in trees.values()),
-            "aspects": sum(len(t.aspects()) for t in trees.values()),
+        """Counts of the forest and of learning: facts, aspects, depth, inserts, teacher
+        calls (per insert overall and over the last 100 inserts), agreement per stage,
+        corrections, pending training, worker errors and the teacher's own cost stats."""
+        names = self.namespaces()
+        facts = aspects = depth = 0
+        for ns in names:
+            with self._forest.lock(ns):
+                tree = self._tree(ns, create=False)
+                if tree is not None:
+                    facts += tree.fact_count(tree.root_id)
+                    aspects += len(tree.aspects())
+                    depth = max(depth, tree.height())
+        out: dict[str, Any] = {
+            "namespaces": len(names), "facts": facts, "aspects": aspects, "max_depth": depth,
+            **self._counts,
+            "pending_training": self._queue.unfinished_tasks,
+            "last_worker_error": self._last_worker_error,
+            "trainer": self._is_trainer,
+            "recent_teacher_calls_per_insert": (sum(self._recent_calls) / len(self._recent_calls)
+                                                if self._recent_calls else None),
         }
+        if self._learner is not None:
+            with self._learner_lock:
+                for stage, c in self._learner.counters.items():
+                    out[stage] = {"decisions": c.decisions, "model_executed": c.model_executed,
+                                  "teacher_calls": c.teacher_calls, "teacher_failures": c.teacher_failures,
+                                  "agreement": c.agreement, "labelled": c.labelled, "loss": c.loss,
+                                  "optimiser_steps": c.steps}
+                calls = sum(c.teacher_calls for c in self._learner.counters.values())
+            out["teacher_calls"] = calls
+            out["teacher_calls_per_insert"] = calls / max(self._counts["inserts"], 1)
+        if callable(getattr(self.teacher, "stats", None)):
+            out["teacher"] = self.teacher.stats()
+        return out
+
+    # ------------------------------------------------------------- integrations
+    @property
+    def graph(self):
+        """The insert pipeline as a compiled LangGraph ``StateGraph`` (see graph.py)."""
+        if self._graph is None:
+            self._graph = self._pipeline.compile()
+        return self._graph
+
+    @property
+    def store(self):
+        """This memory as a LangGraph ``BaseStore`` (:class:`~.store.MembrainStore`)."""
+        from .store import MembrainStore
+
+        return MembrainStore(self)
+
+    def as_retriever(self, namespace: str | Sequence[str] | None = None, *, k: int = 4,
+                     filter: dict[str, Any] | None = None):
+        """A LangChain retriever over one namespace (and the namespaces below it)."""
+        from .retriever import MembrainRetriever
+
+        return MembrainRetriever(memory=self, namespace=as_namespace(namespace), k=k, filter=filter)
+
+    def tools(self, namespace: str | Sequence[str] | None = None) -> list:
+        """LangChain tools to save, update, delete and search memories in a namespace."""
+        from .tools import memory_tools
+
+        return memory_tools(self, as_namespace(namespace))
+
+    # -------------------------------------------------------------------- async
+    async def aadd(self, text: str, **kwargs: Any) -> str:
+        return await asyncio.to_thread(self.add, text, **kwargs)
+
+    async def aadd_many(self, texts: Sequence[str], **kwargs: Any) -> list[str]:
+        return await asyncio.to_thread(self.add_many, texts, **kwargs)
+
+    async def asearch(self, query: str | None = None, **kwargs: Any) -> list[MemoryRecord]:
+        return await asyncio.to_thread(self.search, query, **kwargs)
+
+    async def aget(self, key: str, **kwargs: Any) -> MemoryRecord | None:
+        return await asyncio.to_thread(self.get, key, **kwargs)
+
+    async def adelete(self, key: str, **kwargs: Any) -> bool:
+        return await asyncio.to_thread(self.delete, key, **kwargs)
 
     # -------------------------------------------------------------- lifecycle
     def flush(self) -> None:
-        """Wait until background training has caught up."""
+        """Wait until background training has caught up (and save a checkpoint)."""
+        if self._worker is not None and self._worker.is_alive():
+            self._queue.join()
+        self._save_checkpoint()
 
     def close(self) -> None:
-        """Wait for background work, then release the storage (idempotent)."""
+        """Finish background training, save the models, release the storage (idempotent)."""
         if self._closed:
             return
         self.flush()
         self._closed = True
+        if self._worker is not None and self._worker.is_alive():
+            self._queue.put(None)
+            self._worker.join(timeout=30)
         if self._storage is not None:
             self._storage.close()
 

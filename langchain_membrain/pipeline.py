@@ -521,7 +521,8 @@ class Learner:
         rec.cursor = step.candidates[step.executed]
         return False
 
-    def attach(self, tree: MembrainTree, rec: PlaceRecord, *, node_id: str | None = None) -> str:
+    def attach(self, tree: MembrainTree, rec: PlaceRecord, *, node_id: str | None = None,
+               created_at: float | None = None) -> str:
         """Attach the new fact where the descent stopped (the root if that node is gone)."""
         new_fact = rec.new_fact
         if self.shadow is not None:
@@ -535,7 +536,7 @@ class Learner:
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id
         rec.placed_under = rec.cursor
-        rec.fact_id = attach(tree, new_fact, rec.cursor, node_id=node_id)
+        rec.fact_id = attach(tree, new_fact, rec.cursor, node_id=node_id, created_at=created_at)
         self.inserts += 1
         return rec.fact_id
 

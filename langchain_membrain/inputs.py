@@ -1,0 +1,60 @@
+"""Validation of what callers hand to a memory: namespaces, texts and values.
+
+One place, so that the memory, the store, the graph and the CLI reject bad input the same
+way, with a :class:`~.errors.MembrainError` (a ``ValueError``) that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from .errors import InvalidOperationError, MembrainError
+
+Namespace = tuple[str, ...]
+DEFAULT_NAMESPACE: Namespace = ("memories",)
+MAX_TEXT_CHARS = 100_000  # a memory is a fact, not a document: longer texts are refused
+
+
+class NamespaceError(MembrainError):
+    """A namespace that is not a non-empty sequence of non-empty strings."""
+
+
+def as_namespace(namespace: str | Sequence[str] | None) -> Namespace:
+    """Normalise ``"a/b"``, ``["a", "b"]`` or ``("a", "b")`` to ``("a", "b")``; None is
+    the default namespace ``("memories",)``."""
+    if namespace is None:
+        return DEFAULT_NAMESPACE
+    if isinstance(namespace, str):
+        parts = tuple(namespace.split("/"))
+    elif isinstance(namespace, (tuple, list)):
+        parts = tuple(namespace)
+    else:
+        raise NamespaceError(f"a namespace is a str or a tuple of str, got {type(namespace).__name__}")
+    if not parts or any(not isinstance(p, str) or not p for p in parts):
+        raise NamespaceError(f"invalid namespace {namespace!r}: labels must be non-empty strings")
+    return parts
+
+
+def check_text(text: Any) -> str:
+    """A memory's text: a non-blank str without NUL, at most MAX_TEXT_CHARS long."""
+    if not isinstance(text, str):
+        raise InvalidOperationError(f"memory text must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise InvalidOperationError("memory text is empty")
+    if "\x00" in text:
+        raise InvalidOperationError("memory text may not contain NUL characters")
+    if len(text) > MAX_TEXT_CHARS:
+        raise InvalidOperationError(f"memory text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+    return text
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy through JSON: rejects what could not be persisted (NaN, objects, NUL)."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOperationError(f"values must be JSON-serialisable: {exc}") from None
+    if "\\u0000" in text:
+        raise InvalidOperationError("values may not contain NUL characters")
+    return json.loads(text)
