@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import zlib
 from collections.abc import Mapping
 from datetime import timezone
 from types import MappingProxyType
@@ -23,28 +22,10 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from helpers import WordEmbeddings
 from langchain_membrain.embeddings import MiniLMEmbeddings
 from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.store import MembrainStore
-
-
-class WordEmbeddings(Embeddings):
-    """Bag of words hashed into 64 buckets: texts sharing words are similar. Instant."""
-
-    dimensions = 64
-
-    def _vec(self, text: str) -> list[float]:
-        v = np.zeros(self.dimensions)
-        for word in text.lower().replace("?", " ").replace(".", " ").split():
-            v[zlib.crc32(word.encode()) % self.dimensions] += 1.0
-        n = np.linalg.norm(v)
-        return (v / n if n else v).tolist()
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self._vec(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._vec(text)
 
 
 @pytest.fixture

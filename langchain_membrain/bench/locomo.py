@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..embeddings import embed_texts
 from ..retrieval import FactIndex, RetrievalConfig
 
 CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
@@ -130,8 +131,6 @@ class EmbeddingCache:
         path = self.dir / f"{h.hexdigest()[:24]}.npy"
         if path.exists():
             return np.load(path)
-        from ..embeddings import embed_texts
-
         t0 = time.perf_counter()
         vecs = np.asarray(embed_texts(self.embedder, list(texts)), dtype=np.float32)
         self.seconds += time.perf_counter() - t0
@@ -303,6 +302,14 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         embedder = MiniLMEmbeddings()
     cache = EmbeddingCache(embedder, cache_dir or Path(tempfile.gettempdir()) / "membrain-locomo-cache")
     kmax = max(ks)
+    labels: dict[str, np.ndarray] = {}
+
+    def label_vec(label: str) -> np.ndarray:
+        # aspect labels are embedded one at a time, as the tree creates them (ingest time)
+        if label not in labels:
+            labels[label] = np.asarray(embed_texts(embedder, [label]), dtype=np.float32)[0]
+        return labels[label]
+
     ranked: dict[str, list[list[str]]] = {m: [] for m in methods}
     latency: dict[str, list[float]] = {m: [] for m in methods}
     ingest: dict[str, Any] = {}
@@ -316,17 +323,18 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         retrievers: dict[str, Retriever] = {}
         index = tree = None
         if "membrain" in methods or "flat_pipeline" in methods:
-            index, tree = build_membrain(conv, embs, config=config, stats=ingest,
-                                         embed_label=lambda s: cache.embed([s])[0])
             flat, _ = build_membrain(conv, embs, config=flat_config or config, with_tree=False)
-            stripped = sorted({index.dense_query_text(q) for q in qs})
+            if "membrain" in methods:
+                index, tree = build_membrain(conv, embs, config=config, stats=ingest, embed_label=label_vec)
+            stripped = sorted({flat.dense_query_text(q) for q in qs})
             qstrip = dict(zip(stripped, cache.embed(stripped)))
             lookup = {**qfull, **qstrip}.__getitem__
             if "membrain" in methods:
                 retrievers["membrain"] = MembrainNamespace(index, tree, lookup, mode)
             if "flat_pipeline" in methods:
                 retrievers["flat_pipeline"] = MembrainNamespace(flat, None, lookup, "exact")
-            shapes.append(_tree_shape(tree))
+            if tree is not None:
+                shapes.append(_tree_shape(tree))
         if "bm25" in methods:
             retrievers["bm25"] = BM25Retriever(conv)
         if "dense" in methods:

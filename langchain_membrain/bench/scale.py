@@ -1,0 +1,205 @@
+"""Add and search latency against the number of facts N, with precomputed embeddings.
+
+Data (seeded, synthetic): 384-d unit embeddings drawn around ``sqrt(N)`` random cluster
+centres (``normalize(centre + 0.6 * noise / sqrt(d))``), so that nearest neighbours are
+meaningful as in real text embeddings; each fact's text is a few words of its cluster's
+topic vocabulary plus Zipf-distributed common words; every 20 consecutive facts form one
+session (so neighbour terms are exercised). A query is a stored fact's embedding plus noise,
+with three of that fact's words.
+
+Methods: membrain ``FactIndex`` in ``fast`` mode (posting lists + HNSW candidates) and in
+``exact`` mode (every fact scored); numpy brute force (``E @ q`` then ``argpartition``, dense
+only); LangGraph's ``InMemoryStore`` (its own search, sizes up to ``--store-max`` only: it
+scores every item in Python). Reported: add p50/p95 (one fact per call, embedding
+excluded), search p50/p95, recall@10 of fast against exact (overlap of the two top-10 sets),
+resident memory of the index scaled to 100k facts, and a log-log plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..retrieval import FactIndex, RetrievalConfig
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def synthetic(n: int, n_queries: int, dim: int = 384, seed: int = 0, *,
+              kind: str = "clustered") -> dict[str, Any]:
+    """Clustered unit embeddings, topic texts and noisy queries (see the module docstring).
+    ``kind="random"``: embeddings uniform on the sphere (no cluster structure: the hardest
+    case for an ANN index) and queries uniform too, not near any fact."""
+    rng = np.random.default_rng(seed)
+    n_clusters = max(1, int(np.sqrt(n)))
+    centres = rng.normal(size=(n_clusters, dim)).astype(np.float32)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    labels = rng.integers(0, n_clusters, size=n)
+    emb = centres[labels] + 0.6 * rng.normal(size=(n, dim)).astype(np.float32) / np.sqrt(dim)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    common = rng.zipf(1.3, size=(n, 6)) % 5000
+    topic = rng.integers(0, 30, size=(n, 3))
+    texts = [" ".join([f"t{labels[i]}x{w}" for w in topic[i]] + [f"w{w}" for w in common[i]]) for i in range(n)]
+    src = rng.integers(0, n, size=n_queries)
+    q = emb[src] + 0.05 * rng.normal(size=(n_queries, dim)).astype(np.float32)
+    if kind == "random":
+        emb = rng.normal(size=(n, dim)).astype(np.float32)
+        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+        q = rng.normal(size=(n_queries, dim)).astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    qtexts = [" ".join(texts[i].split()[j] for j in (0, 3, 4)) for i in src]
+    return {"emb": emb.astype(np.float32), "texts": texts, "q": q.astype(np.float32), "qtexts": qtexts}
+
+
+def _pct(xs: list[float]) -> dict[str, float]:
+    return {"p50_ms": 1e3 * float(np.percentile(xs, 50)), "p95_ms": 1e3 * float(np.percentile(xs, 95))}
+
+
+def bench_size(n: int, n_queries: int, *, store_max: int, k: int = 10,
+               kind: str = "clustered") -> dict[str, Any]:
+    data = synthetic(n, n_queries, kind=kind)
+    emb, texts = data["emb"], data["texts"]
+    out: dict[str, Any] = {"n": n}
+    gc.collect()
+    rss0 = _rss_mb()
+    index = FactIndex(RetrievalConfig())
+    add = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        index.add(i, texts[i], emb[i], {"session": i // 20})
+        add.append(time.perf_counter() - t0)
+    gc.collect()
+    out["rss_mb_per_100k"] = (_rss_mb() - rss0) * 100_000 / n
+    out["membrain_add"] = _pct(add)
+    res: dict[str, list] = {"fast": [], "exact": []}
+    for mode in ("fast", "exact"):
+        lat = []
+        for qt, qv in zip(data["qtexts"], data["q"]):
+            t0 = time.perf_counter()
+            res[mode].append([f for f, _ in index.search(qt, qv, k, mode=mode)])
+            lat.append(time.perf_counter() - t0)
+        out[f"membrain_{mode}"] = _pct(lat)
+    out["recall@10_fast_vs_exact"] = float(np.mean(
+        [len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(res["fast"], res["exact"])]))
+    # the dense part alone: HNSW top-10 against the exact top-10 (no lexical candidates)
+    if index._hnsw is not None:
+        hits = []
+        for qv in data["q"]:
+            labels, _ = index._hnsw.knn_query(qv.reshape(1, -1), k=k)
+            hits.append(len(set(labels[0].tolist()) & set(np.argsort(-(emb @ qv))[:k].tolist())) / k)
+        out["recall@10_hnsw_dense_only"] = float(np.mean(hits))
+    del index
+    gc.collect()
+    lat = []
+    for qv in data["q"]:
+        t0 = time.perf_counter()
+        sims = emb @ qv
+        top = np.argpartition(-sims, k)[:k]
+        top[np.argsort(-sims[top])]
+        lat.append(time.perf_counter() - t0)
+    out["numpy_bruteforce"] = _pct(lat)
+    if n <= store_max:
+        out.update(_bench_store(data, k))
+    return out
+
+
+def _bench_store(data: dict[str, Any], k: int) -> dict[str, Any]:
+    from langgraph.store.memory import InMemoryStore
+
+    vec_of = {t: v for t, v in zip(data["texts"], data["emb"])}
+    vec_of.update({t: v for t, v in zip(data["qtexts"], data["q"])})
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [vec_of[t].tolist() for t in texts]
+
+    store = InMemoryStore(index={"dims": data["emb"].shape[1], "embed": embed, "fields": ["text"]})
+    add = []
+    for i, t in enumerate(data["texts"]):
+        t0 = time.perf_counter()
+        store.put(("scale",), str(i), {"text": t})
+        add.append(time.perf_counter() - t0)
+    lat = []
+    for qt in data["qtexts"][:50]:
+        t0 = time.perf_counter()
+        store.search(("scale",), query=qt, limit=k)
+        lat.append(time.perf_counter() - t0)
+    return {"inmemorystore_add": _pct(add), "inmemorystore_search": _pct(lat)}
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in [("membrain_fast", "membrain fast"), ("membrain_exact", "membrain exact"),
+                       ("numpy_bruteforce", "numpy brute force (dense only)"),
+                       ("inmemorystore_search", "InMemoryStore"), ("membrain_add", "membrain add")]:
+        pts = [(r["n"], r[key]["p50_ms"]) for r in rows if key in r]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=label, linestyle="--" if "add" in key else "-")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("facts (N)")
+    ax.set_ylabel("p50 latency (ms)")
+    ax.set_title("search latency against N (2 cores)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated N")
+    parser.add_argument("--queries", type=int, default=200, help="queries per size")
+    parser.add_argument("--store-max", type=int, default=10000,
+                        help="largest N for LangGraph's InMemoryStore (it scans every item)")
+    parser.add_argument("--embeddings", choices=["clustered", "random"], default="clustered",
+                        help="synthetic embeddings: clustered (text-like) or uniform random (ANN worst case)")
+    parser.add_argument("--json", default=None, help="write the rows here")
+    parser.add_argument("--plot", default="bench_out/scale.png", help="log-log PNG of latency against N")
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = []
+    for n in [int(x) for x in args.sizes.split(",") if x]:
+        row = bench_size(n, args.queries, store_max=args.store_max, kind=args.embeddings)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print_table(rows)
+    if args.plot:
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        plot(rows, Path(args.plot))
+        print(f"wrote {args.plot}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    cols = ["membrain_add", "membrain_fast", "membrain_exact", "numpy_bruteforce",
+            "inmemorystore_add", "inmemorystore_search"]
+    print("N\t" + "\t".join(f"{c} p50/p95 ms" for c in cols) + "\trecall@10 fast\tRSS MB/100k")
+    for r in rows:
+        cells = [f"{r[c]['p50_ms']:.3f}/{r[c]['p95_ms']:.3f}" if c in r else "skipped" for c in cols]
+        print(f"{r['n']}\t" + "\t".join(cells) + f"\t{r['recall@10_fast_vs_exact']:.3f}\t{r['rss_mb_per_100k']:.0f}")

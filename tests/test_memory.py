@@ -1,0 +1,257 @@
+"""MembrainMemory as users meet it: adding, searching, training behind the scenes,
+threads, persistence, and the insert graph."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+import pytest
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from helpers import WordEmbeddings
+from langchain_membrain import InvalidOperationError, MembrainError
+from langchain_membrain.inputs import NamespaceError
+from langchain_membrain.memory import MembrainMemory
+from langchain_membrain.pipeline import LearnerConfig
+from langchain_membrain.training import StageTraining, TrainingConfig
+from langchain_membrain.teachers.heuristic import HeuristicTeacher
+
+TOPICS = {
+    "pets": ["my dog rex loves the park", "the cat sleeps on the sofa", "rex the dog barks at night",
+             "we feed the cat fish on fridays", "the dog needs a new leash"],
+    "food": ["pasta with tomato sauce for dinner", "I bake bread every sunday", "pizza on friday evenings",
+             "fresh bread from the bakery", "tomato soup with bread"],
+    "work": ["the quarterly report is due monday", "meeting with the design team at noon",
+             "my manager approved the budget", "the report needs new charts", "budget review with the team"],
+}
+
+
+def memory(**kw) -> MembrainMemory:
+    return MembrainMemory(embeddings=WordEmbeddings(), **kw)
+
+
+def all_facts():
+    return [t for texts in TOPICS.values() for t in texts]
+
+
+def test_add_search_get_delete():
+    with memory() as mem:
+        keys = mem.add_many(all_facts(), namespace="me")
+        mem.flush()
+        hits = mem.search("when is the report due", namespace="me", limit=3)
+        assert hits[0].text == "the quarterly report is due monday"
+        assert hits[0].score is not None and hits[0].namespace == ("me",)
+        rec = mem.get(keys[0], namespace="me")
+        assert rec.value == {"content": all_facts()[0]} and rec.path == mem.path(keys[0], namespace="me")
+        assert mem.delete(keys[0], namespace="me") and mem.get(keys[0], namespace="me") is None
+        assert not mem.delete(keys[0], namespace="me")
+        mem.tree("me").check_invariants()
+
+
+def test_bad_input_is_refused_with_typed_errors():
+    with memory() as mem:
+        for bad in (None, 42, "", "   ", "x" * 100_001, "nul\x00byte"):
+            with pytest.raises(MembrainError):
+                mem.add(bad)
+        with pytest.raises(NamespaceError):
+            mem.add("ok", namespace=("a", ""))
+        with pytest.raises(InvalidOperationError):
+            mem.add("ok", metadata={"content": "clash"})
+        with pytest.raises(InvalidOperationError):
+            mem.add("ok", metadata={"x": float("nan")})
+        with pytest.raises(InvalidOperationError):
+            mem.add_many(["fine", 3])  # validated before anything is stored
+        assert mem.stats()["facts"] == 0
+
+
+def test_training_happens_in_the_background_and_flush_waits():
+    with memory() as mem:
+        mem.add_many(all_facts() * 3, namespace="me")
+        mem.flush()
+        stats = mem.stats()
+        assert stats["inserts"] == 45 and stats["supervised"] == 45 and stats["pending_training"] == 0
+        assert stats["stage1"]["labelled"] + stats["stage2"]["labelled"] > 0
+        assert stats["stage2"]["optimiser_steps"] > 0
+        assert stats["worker_errors"] == 0
+
+
+class ExplodingTeacher(HeuristicTeacher):
+    """A teacher that works while placing, then fails while the worker supervises."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def choose_stage2(self, tree, closure):
+        self.calls += 1
+        if self.calls > 3:
+            raise RuntimeError("teacher exploded")
+        return super().choose_stage2(tree, closure)
+
+
+def test_a_failing_teacher_never_loses_a_fact():
+    cfg = LearnerConfig()
+    with memory(teacher=ExplodingTeacher(), learner=cfg) as mem:
+        keys = mem.add_many(all_facts(), namespace="me")
+        mem.flush()
+        assert all(mem.get(k, namespace="me") for k in keys)
+        assert mem.stats()["stage2"]["teacher_failures"] > 0
+        mem.tree("me").check_invariants()
+
+
+def test_a_crash_in_the_worker_is_counted_not_raised():
+    with memory() as mem:
+        mem.add("first fact about dogs", namespace="me")
+        mem.flush()
+        # Break the learner the worker uses; adds go on, the failure shows in stats().
+        original = mem._learner.supervise
+        mem._learner.supervise = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))
+        mem.add("second fact about cats", namespace="me")
+        mem.flush()
+        stats = mem.stats()
+        assert stats["worker_errors"] == 1 and "boom" in stats["last_worker_error"]
+        mem._learner.supervise = original
+        mem.add("third fact about birds", namespace="me")
+        mem.flush()
+        assert mem.stats()["facts"] == 3
+
+
+def test_many_threads_add_search_and_delete_at_once():
+    # Training runs in the background throughout; lighter optimiser settings keep it quick.
+    light = TrainingConfig(stage1=StageTraining(batch_size=32), stage2=StageTraining(batch_size=32))
+    mem = memory(learner=LearnerConfig(training=light))
+    acked: list[str] = []
+    deleted: list[str] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    texts = all_facts()
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        mine: list[str] = []
+        try:
+            for i in range(50):
+                r = rng.random()
+                if r < 0.6 or not mine:
+                    key = mem.add(f"{rng.choice(texts)} #{seed}-{i}", namespace="shared")
+                    mine.append(key)
+                    with lock:
+                        acked.append(key)
+                elif r < 0.85:
+                    mem.search(rng.choice(texts), namespace="shared", limit=3)
+                else:
+                    key = mine.pop(rng.randrange(len(mine)))
+                    assert mem.delete(key, namespace="shared")
+                    with lock:
+                        deleted.append(key)
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    mem.flush()
+    assert not errors, errors[:3]
+    tree = mem.tree("shared")
+    tree.check_invariants()
+    present = set(tree.facts())
+    assert set(acked) - set(deleted) == present
+    assert mem.stats()["worker_errors"] == 0
+    mem.close()
+
+
+def test_persistence_round_trip(tmp_path):
+    db = tmp_path / "membrain.db"
+    with memory(storage=str(db)) as mem:
+        keys = mem.add_many(all_facts(), namespace="me")
+        mem.flush()
+        before = mem.tree("me").to_dict()
+        hits = [(r.key, round(r.score, 6)) for r in mem.search("fresh bread", namespace="me")]
+        decision = _model_choice(mem)
+    with memory(storage=str(db)) as again:
+        assert again.tree("me").to_dict() == before
+        assert [(r.key, round(r.score, 6)) for r in again.search("fresh bread", namespace="me")] == hits
+        assert all(again.get(k, namespace="me") for k in keys)
+        assert _model_choice(again) == decision  # the checkpoint was loaded
+        again.add("the dog likes the beach", namespace="me")
+        assert again.stats()["facts"] == len(keys) + 1
+
+
+def _model_choice(mem: MembrainMemory) -> list[float]:
+    """The stage-1 logits of the learned model on a fixed decision."""
+    from langchain_membrain.pipeline import stage1_candidates
+    from langchain_membrain.teachers.base import NewFact, Subtree
+
+    tree = MembrainMemory.tree(mem, "me")
+    vec = np.asarray(mem.embeddings.embed_query("a dog in the park"), dtype=np.float32)
+    fact = NewFact("a dog in the park", vec)
+    sub = Subtree(tree, tree.root_id, stage1_candidates(tree, tree.root_id, vec))
+    with mem._learner_lock:
+        learner = mem._learner_for(vec.size)
+        return np.round(learner.trainer.predict_stage1(learner._feats1(tree, fact, sub)), 5).tolist()
+
+
+def test_two_memories_share_one_database(tmp_path):
+    db = str(tmp_path / "shared.db")
+    a, b = memory(storage=db, refresh_interval=0.0), memory(storage=db, refresh_interval=0.0)
+    try:
+        ka = a.add("alice keeps bees", namespace="team")
+        kb = b.add("bob grows tomatoes", namespace="team")
+        assert {r.key for r in a.search("bees tomatoes", namespace="team", limit=5)} == {ka, kb}
+        assert b.get(ka, namespace="team") is not None
+        a.tree("team").check_invariants()
+    finally:
+        a.close(), b.close()
+
+
+def test_put_replaces_and_keeps_created_at():
+    with memory() as mem:
+        mem.put("me", "k", {"content": "the dog sleeps"})
+        first = mem.get("k", namespace="me")
+        mem.put("me", "k", {"content": "the dog sleeps", "mood": "calm"})  # same text: value only
+        mem.put("me", "k", {"content": "the cat hunts"})  # new text: placed again
+        last = mem.get("k", namespace="me")
+        assert last.text == "the cat hunts" and last.created_at == first.created_at
+        assert mem.stats()["facts"] == 1
+
+
+def test_graph_is_the_pipeline_and_composes_as_a_subgraph():
+    with memory() as mem:
+        mermaid = mem.graph.get_graph().draw_mermaid()
+        for node in ("embed", "stage1_descend", "stage1_teacher", "attach", "stage2_rewrite",
+                     "stage2_teacher", "apply_actions", "train"):
+            assert node in mermaid
+        out = mem.graph.invoke({"text": "the dog needs a bath", "namespace": "me"})
+        assert mem.get(out["key"], namespace="me").text == "the dog needs a bath"
+
+        class Outer(TypedDict, total=False):
+            text: str
+            namespace: str
+            key: str
+            parent_path: list[str]
+            reply: str
+
+        def respond(state: Outer) -> dict:
+            return {"reply": f"stored {state['key']} under {state['parent_path']}"}
+
+        outer = StateGraph(Outer)
+        outer.add_node("remember", mem.graph)
+        outer.add_node("respond", respond)
+        outer.add_edge(START, "remember")
+        outer.add_edge("remember", "respond")
+        outer.add_edge("respond", END)
+        result = outer.compile().invoke({"text": "pizza on saturday", "namespace": "me"})
+        assert result["reply"].startswith("stored ") and mem.get(result["key"], namespace="me")
+
+
+async def test_async_parity():
+    with memory() as mem:
+        key = await mem.aadd("the cat chases mice", namespace="me")
+        hits = await mem.asearch("cat", namespace="me")
+        assert hits[0].key == key and (await mem.aget(key, namespace="me")).text == "the cat chases mice"
+        assert await mem.adelete(key, namespace="me")

@@ -1,0 +1,275 @@
+"""FactIndex: incremental equals rebuilt, each pipeline part does what it says, fast vs exact."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import numpy as np
+import pytest
+
+from langchain_membrain.bench.locomo import normalize_evidence
+from langchain_membrain.retrieval import FactIndex, RetrievalConfig, date_tokens, tokenize
+
+DIM = 16
+
+
+def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
+    x = rng.normal(size=(n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+WORDS = "apple banana cherry river mountain guitar painting swimming camping pottery dog cat".split()
+
+
+def make_facts(n: int, seed: int = 0) -> list[tuple[str, str, np.ndarray, dict]]:
+    rng = np.random.default_rng(seed)
+    r = random.Random(seed)
+    vecs = unit(rng, n)
+    facts = []
+    for i in range(n):
+        text = " ".join(r.choice(WORDS) for _ in range(r.randint(2, 6)))
+        meta = {"speaker": r.choice(["Alice", "Bob"]), "session": r.randint(1, 4),
+                "date": f"1:00 pm on {r.randint(1, 28)} May, 2023"}
+        facts.append((f"f{i}", text, vecs[i], meta))
+    return facts
+
+
+def snapshot(index: FactIndex) -> dict:
+    """Postings and fields by fact id (slots differ between two indexes)."""
+    ids = sorted(index.ids())
+    postings = {}
+    for t, plist in index._postings.items():
+        postings[t] = sorted((index._ids[s], round(w, 9)) for s, w in plist.items())
+    return {"fields": {f: index.field_of(f) for f in ids}, "postings": postings,
+            "total": round(index._total_len, 6)}
+
+
+def test_incremental_index_equals_rebuilt_after_adds_removes_updates():
+    facts = make_facts(60)
+    inc = FactIndex()
+    for f in facts:
+        inc.add(*f)
+    r = random.Random(1)
+    removed = set(r.sample([f[0] for f in facts], 20))
+    for fid in removed:
+        inc.remove(fid)
+    # an update of text keeps the fact's place in its session
+    kept = [f for f in facts if f[0] not in removed]
+    fid, _, vec, meta = kept[5]
+    inc.update(fid, text="guitar guitar river")
+    kept[5] = (fid, "guitar guitar river", vec, meta)
+
+    fresh = FactIndex()
+    for f in kept:
+        fresh.add(*f)
+    assert snapshot(inc) == snapshot(fresh)
+    q = unit(np.random.default_rng(5), 1)[0]
+    for query in ["Alice guitar river", "camping with Bob in May", "pottery"]:
+        a = inc.search(query, q, 10, mode="exact")
+        b = fresh.search(query, q, 10, mode="exact")
+        assert [x for x, _ in a] == [x for x, _ in b]
+        assert np.allclose([s for _, s in a], [s for _, s in b])
+        assert not removed & {x for x, _ in a}
+
+
+def test_neighbour_terms_are_half_weighted_and_follow_removal():
+    idx = FactIndex(RetrievalConfig(stem=False, date_terms=False))
+    idx.add("a", "apple", None, {"session": 1})
+    idx.add("b", "banana", None, {"session": 1})
+    idx.add("c", "cherry", None, {"session": 1})
+    idx.add("x", "river", None, {"session": 2})
+    assert idx.field_of("b") == {"banana": 1.0, "apple": 0.5, "cherry": 0.5}
+    assert idx.field_of("x") == {"river": 1.0}  # another session: no neighbours
+    idx.remove("b")
+    assert idx.field_of("a") == {"apple": 1.0, "cherry": 0.5}
+    assert idx.field_of("c") == {"cherry": 1.0, "apple": 0.5}
+
+
+def test_stemming_matches_inflections():
+    idx = FactIndex()
+    idx.add("run", "She was running marathons every weekend", None, {})
+    idx.add("other", "A quiet afternoon with tea", None, {})
+    assert idx.search("marathon runner runs", None, 1)[0][0] == "run"
+    plain = FactIndex(RetrievalConfig(stem=False))
+    plain.add("run", "She was running marathons every weekend", None, {})
+    assert plain.search("marathon runs", None, 1) == []  # nothing matches unstemmed
+    assert tokenize("Paintings painted", None) == ["paintings", "painted"]
+
+
+def test_date_terms_from_metadata():
+    assert date_tokens("1:56 pm on 8 May, 2023") == ["may", "2023"]
+    assert date_tokens("2024-01-15") == ["january", "2024"]
+    assert date_tokens(None) == []
+    idx = FactIndex()
+    idx.add("m", "we met", None, {"date": "10:00 am on 3 July, 2022", "session": 1})
+    idx.add("n", "we met", None, {"date": "10:00 am on 3 March, 2021", "session": 2})
+    assert idx.search("what happened in July 2022", None, 1)[0][0] == "m"
+
+
+def test_speaker_named_in_query_boosts_that_speaker():
+    rng = np.random.default_rng(0)
+    v = unit(rng, 2)
+    cfg_off = RetrievalConfig(speaker_boost=0.0, dense_weight=0.0)
+    for cfg, expect in [(RetrievalConfig(dense_weight=0.0), "bob"), (cfg_off, "alice")]:
+        idx = FactIndex(cfg)
+        # Alice's fact matches the query terms better; Bob's less, but the query names Bob.
+        idx.add("alice", "I love hiking in the mountains and hiking trails", v[0], {"speaker": "Alice"})
+        idx.add("bob", "hiking is fine", v[1], {"speaker": "Bob"})
+        assert idx.named_speaker("What does Bob think of hiking trails?") == "Bob"
+        assert idx.search("What does Bob think of hiking trails?", None, 1)[0][0] == expect
+    assert idx.named_speaker("Do Alice and Bob like hiking?") is None  # two names: no boost
+
+
+def test_dense_query_drops_speaker_names():
+    idx = FactIndex()
+    idx.add("1", "x", None, {"speaker": "Caroline"})
+    idx.add("2", "y", None, {"speaker": "Melanie Smith"})
+    assert idx.dense_query_text("What did Caroline's friends give Melanie?") == "What did friends give ?"
+    assert FactIndex(RetrievalConfig(strip_names=False)).dense_query_text("Caroline?") == "Caroline?"
+
+
+def test_embed_query_is_used_on_the_stripped_text():
+    seen = []
+    idx = FactIndex(embed_query=lambda t: seen.append(t) or np.ones(DIM))
+    idx.add("1", "Anna: tea", np.ones(DIM), {"speaker": "Anna"})
+    idx.search("Does Anna like tea?", k=1)
+    assert seen == ["Does like tea?"]
+
+
+def test_session_prior_lifts_facts_of_the_best_session():
+    cfg = RetrievalConfig(dense_weight=0.0, neighbour_weight=0.0, date_terms=False)
+    for prior, expect in [(0.5, "s1b"), (0.0, "s2")]:
+        idx = FactIndex(RetrievalConfig(**{**cfg.__dict__, "session_prior": prior}))
+        idx.add("s1a", "guitar concert tonight guitar", None, {"session": 1})
+        idx.add("s1b", "concert", None, {"session": 1})
+        idx.add("s2", "concert concert", None, {"session": 2})
+        top = [f for f, _ in idx.search("guitar concert", None, 3)]
+        assert top[0] == "s1a" and top[1] == expect
+
+
+def test_metadata_free_facts_work():
+    rng = np.random.default_rng(3)
+    v = unit(rng, 3)
+    idx = FactIndex()
+    idx.add("a", "the user prefers dark roast coffee", v[0])
+    idx.add("b", "the user lives in Lyon", v[1])
+    idx.add("c", "the user has a cat named Miso", v[2], metadata={})
+    assert idx.search("coffee preference", v[0], 1)[0][0] == "a"
+    assert idx.search("xyzzy", v[2], 1)[0][0] == "c"  # dense only
+    assert idx.search("Lyon", None, 1)[0][0] == "b"  # lexical only
+    assert idx.speakers() == [] and idx.named_speaker("where does the user live") is None
+    assert {f for f, _ in idx.search("user", None, 5, filter_ids=["a", "c"])} == {"a", "c"}
+
+
+def test_z_score_uses_exact_moments():
+    rng = np.random.default_rng(7)
+    v = unit(rng, 50)
+    idx = FactIndex(RetrievalConfig(dense_weight=1.0, session_prior=0.0))
+    for i in range(50):
+        idx.add(i, "w", v[i])
+    idx.remove(3)
+    q = unit(rng, 1)[0]
+    keep = np.array([i for i in range(50) if i != 3])
+    cos = v[keep] @ q
+    z = (cos - cos.mean()) / cos.std()
+    got = dict(idx.search("nothing", q, 49, mode="exact"))
+    assert np.allclose([got[i] for i in keep], z, atol=1e-4)
+
+
+@pytest.mark.skipif(pytest.importorskip("hnswlib") is None, reason="hnswlib missing")
+def test_fast_mode_recall_against_exact_on_random_data():
+    rng = np.random.default_rng(11)
+    n, dim = 3000, 32
+    vecs = unit(rng, n, dim)
+    idx = FactIndex(RetrievalConfig(ann_min_facts=1000))
+    for i in range(n):
+        idx.add(i, f"w{i % 50} w{i % 7}", vecs[i])
+    for i in range(0, 300, 3):
+        idx.remove(i)
+    assert idx._hnsw is not None
+    hits = total = 0
+    for j in range(40):
+        q = unit(rng, 1, dim)[0]
+        text = f"w{j % 50}" if j % 2 else "nothing matches"
+        fast = {f for f, _ in idx.search(text, q, 10, mode="fast")}
+        exact = {f for f, _ in idx.search(text, q, 10, mode="exact")}
+        hits += len(fast & exact)
+        total += len(exact)
+        assert not any(i < 300 and i % 3 == 0 for i in fast)  # removed facts never return
+    assert hits / total >= 0.95
+
+
+def test_duplicate_and_bad_dimension_are_rejected():
+    idx = FactIndex()
+    idx.add("a", "x", np.ones(4))
+    with pytest.raises(ValueError):
+        idx.add("a", "y", np.ones(4))
+    with pytest.raises(ValueError):
+        idx.add("b", "y", np.ones(5))
+    with pytest.raises(KeyError):
+        idx.remove("zz")
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (["D1:3"], ["D1:3"]),
+    (["D8:6; D9:17"], ["D8:6", "D9:17"]),
+    (["D:11:26"], ["D11:26"]),
+    (["D30:05"], ["D30:5"]),
+    (["D"], []),
+    (["D1:3 D1:4", "D1:3"], ["D1:3", "D1:4"]),
+    ("D2:1, D2:2", ["D2:1", "D2:2"]),
+])
+def test_normalize_evidence(raw, expected):
+    assert normalize_evidence(raw) == expected
+
+
+def test_normalize_evidence_drops_ids_that_name_no_turn():
+    assert normalize_evidence(["D10:19", "D1:2"], valid={"D1:1", "D1:2"}) == ["D1:2"]
+
+
+class _HashEmbeddings:
+    """A deterministic bag-of-words embedder (no model): each word adds a seeded vector."""
+
+    def embed_array(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), DIM), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i] += np.random.default_rng(zlib.crc32(w.encode())).normal(size=DIM)
+            out[i] /= np.linalg.norm(out[i]) or 1.0
+        return out
+
+
+def test_locomo_bench_end_to_end_on_a_tiny_conversation(tmp_path):
+    import json
+
+    from langchain_membrain.bench.locomo import load_locomo, run_locomo
+
+    turns1 = [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a puppy named Rex"},
+              {"speaker": "Bo", "dia_id": "D1:2", "text": "Lovely, I went sailing on the lake",
+               "blip_caption": "a boat on a lake"}]
+    turns2 = [{"speaker": "Ann", "dia_id": "D2:1", "text": "Rex learned to fetch the ball"},
+              {"speaker": "Bo", "dia_id": "D2:2", "text": "I painted a sunset over the sea"}]
+    sample = {"sample_id": "conv-x", "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bo", "session_1": turns1, "session_2": turns2,
+        "session_1_date_time": "1:00 pm on 8 May, 2023", "session_2_date_time": "2:00 pm on 9 June, 2023",
+        "session_3_date_time": "3:00 pm on 1 July, 2023"},
+        "qa": [{"question": "What is the name of Ann's puppy?", "evidence": ["D1:01"], "category": 4},
+               {"question": "What did Bo paint and where did he sail?", "evidence": ["D2:2; D1:2"], "category": 1},
+               {"question": "When did Ann adopt a puppy?", "evidence": ["D"], "category": 2},
+               {"question": "Unanswerable?", "evidence": ["D1:1"], "category": 5}]}
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps([sample]))
+    conv = load_locomo(path)[0]
+    assert conv.turns[1].text == "Bo: Lovely, I went sailing on the lake [shares image: a boat on a lake]"
+    assert [q.evidence for q in conv.questions] == [["D1:1"], ["D2:2", "D1:2"]] and conv.skipped == 1
+    out = run_locomo(str(path), ks=(1, 4), cache_dir=str(tmp_path / "cache"), embedder=_HashEmbeddings(),
+                     log=lambda s: None)
+    res = out["results"]
+    assert set(res) == {"membrain", "flat_pipeline", "bm25", "dense", "inmemorystore"}
+    for method in res:
+        assert res[method]["overall"]["all@4"] == 1.0  # 4 turns: everything is found at k=4
+        assert set(res[method]) == {"overall", "multi_hop", "single_hop"}
+    assert res["flat_pipeline"]["single_hop"]["all@1"] == 1.0
+    assert out["timing"]["membrain"]["ingest_ms_per_turn"] > 0
+    assert len(list((tmp_path / "cache").glob("*.npy"))) >= 2  # embeddings cached for reruns
