@@ -38,7 +38,8 @@ from .filters import check_filter, matches
 from .graph import InsertPipeline
 from .inputs import DEFAULT_NAMESPACE, MAX_TEXT_CHARS, Namespace, NamespaceError, as_namespace, check_text
 from .inputs import json_copy as _json_copy
-from .pipeline import Learner, LearnerConfig, PlaceRecord, cosine
+from .pipeline import Learner, LearnerConfig, PlaceRecord
+from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
 from .teachers.base import Teacher
 from .tree import MembrainTree
@@ -78,6 +79,11 @@ def resolve_teacher(teacher: Any, model: str | None = None) -> Teacher:
         return teacher
     raise TypeError(f"a teacher is a Teacher, a LangChain chat model or an openai.OpenAI client, "
                     f"not {type(teacher).__name__}")
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(np.dot(a, b) / (na * nb)) if na and nb else 0.0
 
 
 @contextlib.contextmanager
@@ -146,6 +152,8 @@ class MembrainMemory:
         background: bool = True,
         refresh_interval: float = 1.0,
         checkpoint_every: int = 50,
+        retrieval: RetrievalConfig | None = None,
+        search_mode: str = "fast",
     ):
         """
         Args:
@@ -164,6 +172,9 @@ class MembrainMemory:
                 placed); False trains inside each ``add``.
             refresh_interval: seconds between checks for other processes' writes.
             checkpoint_every: inserts between model checkpoints (with storage).
+            retrieval: the search pipeline's switches and weights (:class:`RetrievalConfig`).
+            search_mode: ``"fast"`` (posting lists and an HNSW index: sub-linear) or
+                ``"exact"`` (every fact scored).
         """
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
@@ -192,6 +203,14 @@ class MembrainMemory:
         self._worker: threading.Thread | None = None
         self._pipeline = InsertPipeline(self)
         self._graph = None
+        if search_mode not in ("fast", "exact"):
+            raise InvalidOperationError(f"search_mode is 'fast' or 'exact', not {search_mode!r}")
+        self.retrieval = retrieval or RetrievalConfig()
+        self.search_mode = search_mode
+        # Per namespace, beside the tree and under its lock: the search index, and for each
+        # indexed fact the (text, value) it was indexed with, to skip rows that only moved.
+        self._indexes: dict[Namespace, FactIndex] = {}
+        self._indexed: dict[Namespace, dict[str, tuple[str, str]]] = {}
 
     # ------------------------------------------------------------- namespaces
     def _load(self, ns: Namespace) -> MembrainTree | None:
@@ -199,12 +218,57 @@ class MembrainMemory:
         loaded = self._storage.load_tree(ns)
         self._checked[ns] = time.monotonic()
         if loaded is None:
-            self._forest.trees.pop(ns, None)
-            self._synced.pop(ns, None)
+            self._drop(ns)
             return None
         tree, version = loaded
         self._forest.trees[ns], self._synced[ns] = tree, version
+        self._rebuild_index(ns, tree)
         return tree
+
+    def _drop(self, ns: Namespace) -> None:
+        """Forget a namespace's in-memory state (it is reloaded from storage on next use)."""
+        self._forest.trees.pop(ns, None)
+        self._synced.pop(ns, None)
+        self._indexes.pop(ns, None)
+        self._indexed.pop(ns, None)
+
+    # ------------------------------------------------------------------ search index
+    def _rebuild_index(self, ns: Namespace, tree: MembrainTree) -> None:
+        """Index every fact of a (re)loaded tree, oldest first (the order sessions read)."""
+        self._indexes.pop(ns, None)
+        self._indexed.pop(ns, None)
+        facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
+        self._sync_index(ns, [tree.node_row(f) for f in facts], [])
+
+    def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str]) -> None:
+        """Bring the namespace's search index up to date with a write's changed rows."""
+        index = self._indexes.get(ns)
+        if index is None:
+            index = self._indexes[ns] = FactIndex(self.retrieval, embed_query=lambda t: self._embed([t])[0])
+            self._indexed[ns] = {}
+        seen = self._indexed[ns]
+        for rid in removed:
+            if rid in index:
+                index.remove(rid)
+            seen.pop(rid, None)
+        for row in rows:
+            if row["kind"] != "fact":
+                continue
+            rid, meta = row["id"], row["metadata"]
+            if not meta.get("indexed") or row["embedding"] is None:
+                if rid in index:
+                    index.remove(rid)
+                    seen.pop(rid, None)
+                continue
+            value = meta.get("value") or {}
+            signature = (row["text"], json.dumps(value, sort_keys=True))
+            if seen.get(rid) == signature:
+                continue  # moved in the tree only: the index does not care
+            if rid in index:
+                index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value)
+            else:
+                index.add(rid, row["text"], row["embedding"], metadata=value)
+            seen[rid] = signature
 
     def _tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
         """The namespace's tree for reading: refreshed from storage when another process
@@ -231,10 +295,12 @@ class MembrainMemory:
         with self._forest.lock(ns):
             if self._storage is None:
                 tree = self._tree(ns, create=True)
-                result = write(tree)
-                tree.drain_changes()  # nothing to persist; keep the journal empty
+                try:
+                    result = write(tree)
+                finally:
+                    self._sync_index(ns, *tree.drain_changes())
                 if tree.fact_count(tree.root_id) == 0 and not tree.aspects():
-                    self._forest.trees.pop(ns, None)
+                    self._drop(ns)
                 return result
             try:
                 with self._storage.namespace_lock(ns):
@@ -248,15 +314,14 @@ class MembrainMemory:
                     rows, removed = tree.drain_changes()
                     if tree.fact_count(tree.root_id) == 0 and not tree.aspects():
                         self._storage.delete_namespace(ns)  # an emptied namespace is not listed
-                        self._forest.trees.pop(ns, None)
-                        self._synced.pop(ns, None)
+                        self._drop(ns)
                     elif rows or removed:
                         self._synced[ns] = self._storage.write(ns, rows, removed, expected_version=stored)
+                        self._sync_index(ns, rows, removed)
                     self._checked[ns] = time.monotonic()
                 return result
             except BaseException:
-                self._forest.trees.pop(ns, None)
-                self._synced.pop(ns, None)
+                self._drop(ns)
                 raise
 
     def namespaces(self) -> list[Namespace]:
@@ -468,37 +533,57 @@ class MembrainMemory:
         check_filter(filter)
         if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
             raise InvalidOperationError("limit and offset are non-negative integers")
+        if limit == 0:
+            return []
         spaces = [ns for ns in self.namespaces()
                   if ns == prefix or (not exact_namespace and ns[: len(prefix)] == prefix)]
-        q = self._embed([check_text(query)])[0] if query is not None else None
+        query = check_text(query) if query is not None else None
+        embedded: dict[str, np.ndarray] = {}  # one embedding per distinct dense query text
         hits: list[MemoryRecord] = []
+        vectors: dict[tuple[Namespace, str], np.ndarray] = {}  # for merging across namespaces
         for ns in spaces:
             with self._forest.lock(ns):
                 tree = self._tree(ns, create=False)
                 if tree is None:
                     continue
-                for key, score in self._rank(ns, tree, q, query, filter):
+                for key, score in self._rank(ns, tree, query, filter, offset + limit, embedded):
                     hits.append(self._record(ns, tree, key, score))
-        if q is None:
+                    if score is not None:
+                        vectors[ns, key] = tree.node(key).embedding
+        if query is None:
             hits.sort(key=lambda r: (-r.updated_at, r.key))
-        else:
-            # As LangGraph's stores do, items stored without an embedding come last, unscored.
-            hits.sort(key=lambda r: (r.score is None, -(r.score or 0.0), -r.updated_at))
+            return hits[offset: offset + limit]
+        if len({h.namespace for h in hits if h.score is not None}) > 1:
+            # Each namespace's fused scores are relative to that namespace (BM25 over its
+            # best hit, z-scored cosines): merge its best candidates by plain cosine instead.
+            q = next(iter(embedded.values())) if len(embedded) == 1 else self._embed([query])[0]
+            for h in hits:
+                if h.score is not None:
+                    h.score = _cosine(vectors[h.namespace, h.key], q)
+        # As LangGraph's stores do, items stored without an embedding come last, unscored.
+        hits.sort(key=lambda r: (r.score is None, -(r.score or 0.0), -r.updated_at))
         return hits[offset: offset + limit]
 
-    def _rank(self, ns: Namespace, tree: MembrainTree, q: np.ndarray | None, query: str | None,
-              filter: dict[str, Any] | None) -> list[tuple[str, float | None]]:
-        """(key, score) of the facts of one tree that match ``filter``."""
-        out = []
-        for f in tree.facts():
-            node = tree.node(f)
-            if not matches(node.metadata.get("value", {}), filter):
-                continue
-            if q is None or node.embedding is None:
-                out.append((f, None))
-            else:
-                out.append((f, cosine(node.embedding, q)))
-        return out
+    def _rank(self, ns: Namespace, tree: MembrainTree, query: str | None, filter: dict[str, Any] | None,
+              k: int, embedded: dict[str, np.ndarray]) -> list[tuple[str, float | None]]:
+        """(key, score) of up to ``k`` best facts of one namespace matching ``filter``, then
+        its matching unembedded facts (score None). Without a query: every matching fact."""
+        facts = tree.facts()
+        if filter:
+            facts = [f for f in facts if matches(tree.node(f).metadata.get("value", {}), filter)]
+        if query is None:
+            return [(f, None) for f in facts]
+        index = self._indexes.get(ns)
+        scored: list[tuple[str, float | None]] = []
+        if index is not None and len(index):
+            dense_text = index.dense_query_text(query)
+            if dense_text not in embedded:
+                embedded[dense_text] = self._embed([dense_text])[0]
+            scored = [(f, float(s)) for f, s in index.search(
+                query, embedded[dense_text], k, tree=tree, mode=self.search_mode,
+                filter_ids=facts if filter else None)]
+        unscored = [(f, None) for f in facts if not tree.node(f).metadata.get("indexed", True)]
+        return scored + unscored
 
     # --------------------------------------------------------------- learning
     def _learner_for(self, dim: int) -> Learner:

@@ -61,7 +61,7 @@ def test_documents_carry_text_key_namespace_path_score_and_value_fields(memory):
     meta = doc.metadata
     assert meta["key"] == "nurse" and meta["namespace"] == ("users", "alice")
     assert meta["path"] == memory.path("nurse", namespace=("users", "alice"))
-    assert meta["score"] == pytest.approx(1.0)
+    assert isinstance(meta["score"], float) and meta["score"] > 0  # the fused retrieval score
     assert meta["kind"] == "job" and meta["since"] == 2019
     assert "content" not in meta  # the text is the page content, not repeated
 
