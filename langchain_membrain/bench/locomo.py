@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from langchain_core.embeddings import Embeddings
 
 from ..embeddings import embed_texts
 from ..retrieval import FactIndex, RetrievalConfig
@@ -206,69 +207,53 @@ class MembrainNamespace(Retriever):
         return [str(f) for f, _ in self.index.search(q, emb, k, tree=self.tree, mode=self.mode)]
 
 
-def build_membrain(conv: Conversation, embs: np.ndarray, *, config: RetrievalConfig | None = None,
-                   with_tree: bool = True, embed_label: Callable[[str], Any] | None = None,
-                   stats: dict[str, Any] | None = None) -> tuple[FactIndex, Any]:
-    """Ingest a conversation turn by turn into a tree and a FactIndex (the one place to switch
-    to ``MembrainMemory`` once it owns both). Fact ids are the ``dia_id``s.
-
-    The tree is built online by ``pipeline.insert_with_teacher`` with the ``HeuristicTeacher``
-    when that teacher exists, else every fact goes under the root. ``stats`` receives the
-    ingest time per turn (embedding excluded: embeddings are precomputed) and teacher calls.
-    """
-    from ..tree import MembrainTree
-
+def build_flat(conv: Conversation, embs: np.ndarray, config: RetrievalConfig | None = None) -> FactIndex:
+    """The strong flat pipeline alone: a FactIndex over the turns, no tree."""
     index = FactIndex(config)
-    tree = MembrainTree(conv.sample_id) if with_tree else None
-    teacher = _heuristic_teacher() if with_tree else None
-    calls = {"n": 0}
-    if teacher is not None:
-        teacher = _CountingTeacher(teacher, calls)
-    t0 = time.perf_counter()
     for turn, emb in zip(conv.turns, embs):
-        meta = {"dia_id": turn.dia_id, "speaker": turn.speaker, "session": turn.session, "date": turn.date}
-        if tree is not None:
-            if teacher is not None:
-                from ..pipeline import insert_with_teacher
-                from ..teachers.base import NewFact
+        index.add(turn.dia_id, turn.text, emb, _turn_metadata(turn))
+    return index
 
-                insert_with_teacher(tree, NewFact(turn.text, emb, meta), teacher, node_id=turn.dia_id,
-                                    embed_label=embed_label)
-            else:
-                tree.add_fact(tree.root_id, turn.text, embedding=emb, node_id=turn.dia_id, metadata=meta)
-        index.add(turn.dia_id, turn.text, emb, meta)
-    if stats is not None:
+
+def _turn_metadata(turn: Turn) -> dict[str, Any]:
+    return {"dia_id": turn.dia_id, "speaker": turn.speaker, "session": turn.session, "date": turn.date}
+
+
+class CachedEmbeddings(Embeddings):
+    """A LangChain embedder over an :class:`EmbeddingCache` (reruns do not embed)."""
+
+    def __init__(self, cache: EmbeddingCache):
+        self.cache = cache
+
+    def embed_array(self, texts: list[str]) -> np.ndarray:
+        return self.cache.embed(texts)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.cache.embed(texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.cache.embed([text])[0].tolist()
+
+
+class MemoryNamespace(Retriever):
+    """membrain as a user runs it: one conversation ingested turn by turn into its own
+    namespace of a :class:`MembrainMemory` (learned placement, training behind the
+    scenes), searched with ``memory.search``."""
+
+    def __init__(self, memory: Any, conv: Conversation, embs: np.ndarray, stats: dict[str, Any]):
+        self.memory, self.ns = memory, ("locomo", conv.sample_id)
+        t0 = time.perf_counter()
+        calls0 = memory.stats().get("teacher_calls", 0)
+        memory.add_many([t.text for t in conv.turns], namespace=self.ns, keys=[t.dia_id for t in conv.turns],
+                        metadatas=[_turn_metadata(t) for t in conv.turns], progress=False)
         stats.setdefault("ingest_s", []).append(time.perf_counter() - t0)
+        memory.flush()
         stats.setdefault("turns", []).append(len(conv.turns))
-        stats.setdefault("teacher_calls", []).append(calls["n"])
-        stats["teacher"] = type(teacher.inner).__name__ if teacher is not None else None
-    return index, tree
+        stats.setdefault("teacher_calls", []).append(memory.stats().get("teacher_calls", 0) - calls0)
+        stats["teacher"] = type(memory.teacher).__name__
 
-
-def _heuristic_teacher() -> Any:
-    try:
-        from ..teachers.heuristic import HeuristicTeacher
-    except ImportError:
-        return None
-    return HeuristicTeacher()
-
-
-class _CountingTeacher:
-    """Wraps a teacher to count its decisions (teacher calls per turn)."""
-
-    def __init__(self, inner: Any, counter: dict[str, int]):
-        self.inner, self.counter = inner, counter
-
-    def choose_stage1(self, *a: Any) -> int:
-        self.counter["n"] += 1
-        return self.inner.choose_stage1(*a)
-
-    def choose_stage2(self, *a: Any) -> Any:
-        self.counter["n"] += 1
-        return self.inner.choose_stage2(*a)
-
-    def name_aspect(self, *a: Any) -> str:
-        return self.inner.name_aspect(*a)
+    def search(self, q: str, k: int) -> list[str]:
+        return [r.key for r in self.memory.search(q, namespace=self.ns, limit=k, exact_namespace=True)]
 
 
 # ------------------------------------------------------------------------ scoring
@@ -302,14 +287,7 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         embedder = MiniLMEmbeddings()
     cache = EmbeddingCache(embedder, cache_dir or Path(tempfile.gettempdir()) / "membrain-locomo-cache")
     kmax = max(ks)
-    labels: dict[str, np.ndarray] = {}
-
-    def label_vec(label: str) -> np.ndarray:
-        # aspect labels are embedded one at a time, as the tree creates them (ingest time)
-        if label not in labels:
-            labels[label] = np.asarray(embed_texts(embedder, [label]), dtype=np.float32)[0]
-        return labels[label]
-
+    memory = None  # one MembrainMemory (one pair of models) across conversations, as a user has
     ranked: dict[str, list[list[str]]] = {m: [] for m in methods}
     latency: dict[str, list[float]] = {m: [] for m in methods}
     ingest: dict[str, Any] = {}
@@ -321,20 +299,21 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         qs = [q.question for q in conv.questions]
         qfull = dict(zip(qs, cache.embed(qs)))
         retrievers: dict[str, Retriever] = {}
-        index = tree = None
         if "membrain" in methods or "flat_pipeline" in methods:
-            flat, _ = build_membrain(conv, embs, config=flat_config or config, with_tree=False)
-            if "membrain" in methods:
-                index, tree = build_membrain(conv, embs, config=config, stats=ingest, embed_label=label_vec)
+            flat = build_flat(conv, embs, flat_config or config)
             stripped = sorted({flat.dense_query_text(q) for q in qs})
             qstrip = dict(zip(stripped, cache.embed(stripped)))
             lookup = {**qfull, **qstrip}.__getitem__
             if "membrain" in methods:
-                retrievers["membrain"] = MembrainNamespace(index, tree, lookup, mode)
+                if memory is None:
+                    from ..memory import MembrainMemory
+
+                    memory = MembrainMemory(embeddings=CachedEmbeddings(cache), retrieval=config,
+                                            search_mode=mode)
+                retrievers["membrain"] = MemoryNamespace(memory, conv, embs, ingest)
+                shapes.append(_tree_shape(memory.tree(("locomo", conv.sample_id))))
             if "flat_pipeline" in methods:
                 retrievers["flat_pipeline"] = MembrainNamespace(flat, None, lookup, "exact")
-            if tree is not None:
-                shapes.append(_tree_shape(tree))
         if "bm25" in methods:
             retrievers["bm25"] = BM25Retriever(conv)
         if "dense" in methods:
@@ -363,6 +342,8 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         timing.setdefault("membrain", {})["ingest_ms_per_turn"] = 1e3 * sum(ingest["ingest_s"]) / n_turns
         timing["membrain"]["teacher_calls_per_turn"] = sum(ingest["teacher_calls"]) / n_turns
         timing["membrain"]["teacher"] = ingest.get("teacher")
+    if memory is not None:
+        memory.close()
     return {"results": results, "timing": timing, "tree": shapes,
             "questions": len(questions), "embedding_s": cache.seconds,
             "ranked": ranked, "question_list": questions}
