@@ -25,6 +25,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -46,9 +47,9 @@ from rich.progress import (
 )
 from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
 
 from .errors import MembrainError
+from .export import tree_to_rich
 
 DEFAULT_DB = "./membrain.db"
 IN_MEMORY = ":memory:"
@@ -87,6 +88,11 @@ def _storage(db: str | None) -> str | None:
     return db
 
 
+def redact(db: str) -> str:
+    """``db`` with any password in a URL replaced by ``***`` (safe to print)."""
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", db)
+
+
 def teacher_from_env(offline: bool = False) -> tuple[Any, str]:
     """The teacher the environment asks for, and a one-line description of it.
 
@@ -99,21 +105,39 @@ def teacher_from_env(offline: bool = False) -> tuple[Any, str]:
         return None, "offline heuristic teacher"
     if importlib.util.find_spec("langchain_membrain.teachers.openai_teacher") is None:
         return None, "offline heuristic teacher (this build has no OpenAI teacher)"
+    from .errors import TeacherError
     from .teachers.openai_teacher import OpenAITeacher
 
-    teacher = OpenAITeacher.from_env()
+    try:
+        teacher = OpenAITeacher.from_env()
+    except TeacherError as exc:
+        raise UserError(f"{exc} (or pass --offline to use the heuristic teacher)") from None
     model = getattr(teacher, "model", None) or os.environ.get("MEMBRAIN_TEACHER_MODEL") or "LLM"
     where = os.environ.get("OPENAI_BASE_URL") or "OpenAI"
     return teacher, f"LLM teacher {model} at {where}"
 
 
 @contextmanager
-def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB) -> Iterator[Any]:
-    """Open the MembrainMemory that ``--db`` names, with the environment's teacher."""
+def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB,
+                must_exist: bool = False) -> Iterator[Any]:
+    """Open the MembrainMemory that ``--db`` names, with the environment's teacher.
+
+    ``must_exist``: a read command; a database file that is not there is a mistake (and
+    is not created empty)."""
     from .memory import MembrainMemory
 
+    given = getattr(args, "memory", None)
+    if given is not None:  # main(argv, memory=...): an open memory the caller owns
+        teacher = getattr(given, "teacher", None)
+        args.teacher_label = "offline heuristic teacher" if teacher is None else type(teacher).__name__
+        yield given
+        given.flush()
+        return
     db = args.db if args.db is not None else (os.environ.get("MEMBRAIN_DB") or default_db)
     storage = _storage(db)
+    if must_exist and storage is not None and "://" not in storage and not Path(storage).exists():
+        raise UserError(f"no memory at {storage} yet: add some with 'membrain add TEXT' or "
+                        "'membrain import FILE', or pass --db")
     teacher, args.teacher_label = teacher_from_env(args.offline)
     try:
         memory = MembrainMemory(storage, teacher=teacher)
@@ -122,7 +146,8 @@ def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB
     except Exception as exc:  # a driver's own error (sqlite3, psycopg...): the user's database
         if args.debug:
             raise
-        raise UserError(f"cannot open the memory at {db!r}: {type(exc).__name__}: {exc}") from None
+        raise UserError(f"cannot open the memory at {redact(db)}: {type(exc).__name__}: "
+                        f"{redact(str(exc))}") from None
     with memory:
         yield memory
 
@@ -159,52 +184,33 @@ def teacher_calls(stats: dict[str, Any]) -> int | None:
 
 
 def agreement(stats: dict[str, Any]) -> float | None:
-    """The model/teacher agreement rate reported by ``stats()``, or None."""
+    """The model/teacher agreement rate reported by ``stats()`` (the mean over the stages
+    that report one), or None."""
+    rates = list(agreements(stats).values())
+    return sum(rates) / len(rates) if rates else None
+
+
+def agreements(stats: dict[str, Any]) -> dict[str, float]:
+    """Agreement rates by name (``{"stage1": 0.9, "stage2": 0.7}``) found in ``stats()``."""
+    out = {}
     for key, value in _flatten(stats).items():
         if "agree" in key and isinstance(value, (int, float)) and 0.0 <= value <= 1.0:
-            return float(value)
-    return None
+            out[key.rsplit(".", 1)[0] if "." in key else key] = float(value)
+    return out
 
 
-def shorten(text: str, width: int = 72) -> str:
-    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
-
-
-def rich_tree(tree: Any, *, depth: int | None = None, max_facts: int | None = 5, width: int = 72,
-              title: str | None = None) -> Tree:
-    """A :class:`rich.tree.Tree` of a MembrainTree: aspects with their fact counts, facts
-    shortened to ``width`` characters, at most ``max_facts`` facts per node (None: all),
-    aspects down to ``depth`` levels (None: all)."""
-    root_id = tree.root_id
-    n = tree.fact_count(root_id)
-    label = title or (tree.subject or "memories")
-    top = Tree(Text.assemble((label, "bold"), (f"  {n} fact{'s' if n != 1 else ''}", "dim")),
-               guide_style="grey50")
-
-    def fill(branch: Tree, node_id: str, level: int) -> None:
-        children = tree.children(node_id)
-        aspects = [c for c in children if tree.node(c).kind == "aspect"]
-        facts = [c for c in children if tree.node(c).kind == "fact"]
-        if depth is not None and level >= depth:
-            if aspects or facts:
-                branch.add(Text("…", style="dim"))
-            return
-        for a in aspects:
-            count = tree.fact_count(a)
-            sub = branch.add(Text.assemble((tree.node(a).text or "(unnamed)", "bold cyan"),
-                                           (f" ({count})", "dim")))
-            fill(sub, a, level + 1)
-        shown = facts if max_facts is None else facts[:max_facts]
-        for f in shown:
-            branch.add(Text(shorten(tree.node(f).text, width)))
-        if len(facts) > len(shown):
-            more = len(facts) - len(shown)
-            branch.add(Text(f"… and {more} more fact{'s' if more != 1 else ''}", style="dim italic"))
-
-    fill(top, root_id, 0)
-    return top
+def decision_counts(stats: dict[str, Any]) -> tuple[int, int] | None:
+    """(teacher calls, decisions) summed over the stages whose ``stats()`` entry reports
+    both, or None when no stage does."""
+    calls = decisions = 0
+    found = False
+    for value in stats.values():
+        if isinstance(value, dict) and isinstance(value.get("decisions"), (int, float)) \
+                and isinstance(value.get("teacher_calls"), (int, float)):
+            calls += int(value["teacher_calls"])
+            decisions += int(value["decisions"])
+            found = True
+    return (calls, decisions) if found else None
 
 
 def _pick_namespaces(memory: Any, ns: tuple[str, ...] | None) -> list[tuple[str, ...]]:
@@ -279,11 +285,20 @@ def read_records(path: str) -> list[dict[str, Any]]:
     return records
 
 
+def _warm_up(memory: Any) -> None:
+    """Load the embedder now, so that progress rates and timings measure inserts only."""
+    embeddings = getattr(memory, "embeddings", None)
+    if embeddings is not None and hasattr(embeddings, "embed_query"):
+        embeddings.embed_query("warm up")
+
+
 class _RateColumn(ProgressColumn):
     """Facts per second, as rich measures it."""
 
     def render(self, task: Any) -> Text:
         speed = task.finished_speed or task.speed
+        if speed is None and task.completed and task.elapsed:
+            speed = task.completed / task.elapsed
         return Text("     ? facts/s" if speed is None else f"{speed:8.1f} facts/s", style="green")
 
 
@@ -326,7 +341,8 @@ def cmd_import(args: argparse.Namespace, console: Console) -> int:
         return 0
     batch = max(1, args.batch_size)
     with open_memory(args) as memory:
-        console.print(f"[dim]{args.teacher_label}[/]")
+        console.print(f"[dim]{escape(args.teacher_label)}; loading the embedder…[/]")
+        _warm_up(memory)
         columns = (TextColumn("[bold]importing[/]"), BarColumn(), MofNCompleteColumn(), _RateColumn(),
                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
         start = time.perf_counter()
@@ -350,16 +366,10 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     ns = _namespace(args.ns)
     if args.k < 1:
         raise UserError("-k must be at least 1")
-    with open_memory(args) as memory:
+    with open_memory(args, must_exist=True) as memory:
         if ns is not None:
-            _pick_namespaces(memory, ns)
-            hits = memory.search(args.query, namespace=ns, limit=args.k)
-        else:  # every namespace: one search per top-level label, merged by score
-            hits = []
-            for top in sorted({s[:1] for s in memory.namespaces()}):
-                hits += memory.search(args.query, namespace=top, limit=args.k)
-            hits.sort(key=lambda r: -(r.score or 0.0))
-            hits = hits[: args.k]
+            _pick_namespaces(memory, ns)  # an unknown namespace is a mistake, not "no results"
+        hits = memory.search(args.query, namespace=ns if ns is not None else (), limit=args.k)  # (): all
         if not hits:
             console.print("[yellow]no memories found[/] (add some with [bold]membrain add TEXT[/])")
             return 0
@@ -385,14 +395,14 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     ns = _namespace(args.ns)
     if args.depth is not None and args.depth < 0:
         raise UserError("--depth must be 0 or more")
-    with open_memory(args) as memory:
+    with open_memory(args, must_exist=True) as memory:
         spaces = _pick_namespaces(memory, ns)
         if not spaces:
             console.print("[yellow]the memory is empty[/]: add something with [bold]membrain add TEXT[/]")
             return 0
         for s in spaces:
             tree = memory.tree(s)
-            console.print(rich_tree(tree, depth=args.depth, max_facts=None if args.facts < 0 else args.facts,
+            console.print(tree_to_rich(tree, depth=args.depth, max_facts=None if args.facts < 0 else args.facts,
                                     width=args.width, title=_ns_str(s)))
     return 0
 
@@ -404,7 +414,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     ns = _namespace(args.ns)
     if args.output and Path(args.output).parent != Path("") and not Path(args.output).parent.is_dir():
         raise UserError(f"directory {str(Path(args.output).parent)!r} does not exist")
-    with open_memory(args) as memory:
+    with open_memory(args, must_exist=True) as memory:
         chosen = _one_namespace(memory, ns)
         tree = memory.tree(chosen)
         if args.format == "json":
@@ -427,7 +437,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 def cmd_stats(args: argparse.Namespace, console: Console) -> int:
     """``membrain stats``: facts, aspects and depth per namespace, and the memory's counters."""
     ns = _namespace(args.ns)
-    with open_memory(args) as memory:
+    with open_memory(args, must_exist=True) as memory:
         spaces = _pick_namespaces(memory, ns)
         per_ns = []
         for s in spaces:
@@ -478,11 +488,11 @@ def load_sample_conversation() -> list[dict[str, Any]]:
 
 
 DEMO_QUERIES = (
-    "What food should I avoid cooking for Maya?",
-    "How is her knee doing?",
-    "Where did the family travel?",
-    "What is Maya working on at her job?",
-    "What music does she play?",
+    "Any food allergies?",
+    "How is the knee injury?",
+    "Which trips has the family taken?",
+    "What is the database migration at work?",
+    "Which instrument does she play?",
 )
 
 
@@ -495,32 +505,32 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.rule("[bold]membrain demo")
     console.print(f"Maya told her assistant {len(turns)} things over {len(sessions)} sessions. "
                   f"membrain files each one into a tree for [bold]{escape(_ns_str(ns))}[/].")
+    args.offline = True  # the demo never calls an LLM: it shows the offline models learning
     with open_memory(args, default_db=None) as memory:
         console.print(f"[dim]{escape(args.teacher_label)}; loading the embedder…[/]")
-        memory.search("warm up", namespace=ns, limit=1)  # loads MiniLM before the clock starts
-        rates: list[tuple[int, int, int | None]] = []
+        _warm_up(memory)
+        rates: list[tuple[int, float | None, str]] = []
         start = time.perf_counter()
         for idx, (session, group) in enumerate(sessions):
-            before = teacher_calls(_stats(memory))
+            before = _teacher_snapshot(_stats(memory))
             memory.add_many([t["text"] for t in group], namespace=ns,
                             metadatas=[{"speaker": t["speaker"], "session": t["session"], "date": t["date"]}
                                        for t in group])
             memory.flush()
-            after = teacher_calls(_stats(memory))
-            calls = None if before is None or after is None else after - before
-            rates.append((session, len(group), calls))
+            rate, what = _teacher_rate(before, _teacher_snapshot(_stats(memory)), len(group))
+            rates.append((session, rate, what))
             tree = memory.tree(ns)
-            asked = ("" if calls is None else
-                     f" · teacher asked [bold]{calls}[/] times ({calls / len(group):.1f} per fact)")
-            console.print(f"\n[bold]session {session}[/] [dim]({group[0]['date']})[/]: +{len(group)} facts → "
-                          f"{tree.fact_count(tree.root_id)} facts, {len(tree.aspects())} aspects, "
-                          f"depth {tree.height()}{asked}")
+            n_aspects = len(tree.aspects())
+            asked = "" if rate is None else f" · teacher [bold]{_fmt_rate(rate, what)}[/]"
+            console.print(f"\n[bold]session {session}[/] [dim]({group[0]['date']})[/] +{len(group)} → "
+                          f"{tree.fact_count(tree.root_id)} facts, {n_aspects} aspect{'s' if n_aspects != 1 else ''}, "
+                          f"depth {tree.height()}{asked}", overflow="ellipsis", no_wrap=True)
             if idx in (0, len(sessions) // 2):
-                console.print(rich_tree(tree, depth=2, max_facts=2, width=60, title=_ns_str(ns)))
+                console.print(tree_to_rich(tree, depth=2, max_facts=2, width=60, title=_ns_str(ns)))
         took = time.perf_counter() - start
         console.print()
         console.rule(f"[bold]the tree after {len(turns)} facts[/] [dim]({took:.1f} s)")
-        console.print(rich_tree(memory.tree(ns), depth=None, max_facts=3, width=64, title=_ns_str(ns)))
+        console.print(tree_to_rich(memory.tree(ns), depth=None, max_facts=3, width=64, title=_ns_str(ns)))
         console.print()
         _print_teacher_rates(console, rates, _stats(memory))
         console.rule("[bold]searches")
@@ -528,8 +538,9 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
             hits = memory.search(query, namespace=ns, limit=2)
             console.print(f"\n[bold]? {escape(query)}[/]")
             for r in hits:
-                path = " › ".join(r.path) or "·"
-                console.print(f"  [green]{r.score:.2f}[/] {escape(shorten(r.text, 70))}  [cyan]{escape(path)}[/]")
+                path = " › ".join(r.path) or "(top level)"
+                console.print(f"  [green]{r.score:.2f}[/] {escape(r.text)}", overflow="ellipsis", no_wrap=True)
+                console.print(f"       [cyan]↳ {escape(path)}[/]", overflow="ellipsis", no_wrap=True)
     console.print()
     console.rule()
     console.print("Next: [bold]membrain import FILE[/], [bold]membrain show[/], "
@@ -537,19 +548,51 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _print_teacher_rates(console: Console, rates: list[tuple[int, int, int | None]], stats: dict[str, Any]) -> None:
-    if any(calls is None for _, _, calls in rates):
+def _teacher_snapshot(stats: dict[str, Any]) -> tuple[int, int | None] | None:
+    """(teacher calls, decisions or None) from ``stats()``; None if calls are not reported."""
+    counts = decision_counts(stats)
+    if counts is not None:
+        return counts
+    calls = teacher_calls(stats)
+    return None if calls is None else (calls, None)
+
+
+def _teacher_rate(before: tuple[int, int | None] | None, after: tuple[int, int | None] | None,
+                  facts: int) -> tuple[float | None, str]:
+    """The share of decisions the teacher took between two snapshots (or calls per fact).
+    A memory may report nothing before its first insert: that counts as zero."""
+    if after is None:
+        return None, ""
+    before = before or (0, 0 if after[1] is not None else None)
+    calls = after[0] - before[0]
+    if after[1] is not None and before[1] is not None:
+        decisions = after[1] - before[1]
+        return (calls / decisions if decisions else 0.0), "decisions"
+    return calls / max(facts, 1), "per fact"
+
+
+def _fmt_rate(rate: float, what: str) -> str:
+    return f"asked {rate:.0%}" if what == "decisions" else f"{rate:.1f} calls/fact"
+
+
+def _print_teacher_rates(console: Console, rates: list[tuple[int, float | None, str]],
+                         stats: dict[str, Any]) -> None:
+    if not rates or any(rate is None for _, rate, _ in rates):
         console.print("[dim]teacher-call rate: not reported by this build's MembrainMemory.stats()[/]")
         return
-    console.print("[bold]teacher calls per new fact[/] (the small models take over as they learn)")
-    peak = max((calls / n for _, n, calls in rates), default=0.0) or 1.0
-    for session, n, calls in rates:
-        per = calls / n
-        bar = "█" * max(int(round(30 * per / peak)), 0)
-        console.print(f"  session {session}  [magenta]{bar:<30}[/] {per:4.1f}")
-    agree = agreement(stats)
-    if agree is not None:
-        console.print(f"  agreement with the teacher: [bold]{agree:.0%}[/]")
+    what = rates[0][2]
+    title = "share of decisions the teacher was asked" if what == "decisions" else "teacher calls per new fact"
+    console.print(f"[bold]{title}[/], session by session")
+    peak = max((rate for _, rate, _ in rates), default=0.0) or 1.0
+    for session, rate, kind in rates:
+        bar = "█" * int(round(30 * rate / peak))
+        value = f"{rate:4.0%}" if kind == "decisions" else f"{rate:4.1f}"
+        console.print(f"  session {session}  [magenta]{bar:<30}[/] {value}")
+    agree = agreements(stats)
+    if agree:
+        parts = ", ".join(f"{name} {value:.0%}" for name, value in agree.items())
+        console.print(f"  the models agree with the teacher: [bold]{escape(parts)}[/]")
+    console.print()
 
 
 # -------------------------------------------------------------------- parser
@@ -568,7 +611,7 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``membrain`` (options may come before or after the command)."""
     parser = argparse.ArgumentParser(prog="membrain", description="Tree-shaped long-term memory for agents.",
-                                     epilog="Run 'membrain demo' for a two-minute tour.")
+                                     epilog="Run 'membrain demo' for a one-minute offline tour.")
     _common(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -625,13 +668,21 @@ def _bench_args(argv: list[str]) -> list[str] | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``membrain`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+def main(argv: Sequence[str] | None = None, *, memory: Any = None) -> int:
+    """Run ``membrain`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    ``memory``: an open MembrainMemory to run against instead of opening ``--db`` (for
+    programs that embed the CLI, and tests); it is flushed but not closed.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    # The embedder's loading bars would break the rich output; real errors still show.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     bench = _bench_args(argv)
     if bench is not None:
         return cmd_bench(bench)
     args = build_parser().parse_args(argv)
+    args.memory = memory
     console = Console(highlight=False)
     errors = Console(stderr=True, highlight=False)
     try:

@@ -6,6 +6,7 @@ All three are pure functions of the tree; they never modify it.
   :meth:`MembrainTree.from_dict <langchain_membrain.tree.MembrainTree.from_dict>`.
 - :func:`tree_to_mermaid`: a Mermaid ``flowchart`` (paste it into a Markdown file on GitHub,
   or any Mermaid viewer).
+- :func:`tree_to_rich`: a :class:`rich.tree.Tree` for the terminal (``membrain show``).
 - :func:`tree_to_html`: one HTML file with inline CSS and JavaScript (no CDN, no web fonts, so
   it opens offline): collapsible aspects with their fact counts and a search box that filters
   the facts and opens the aspects above each match.
@@ -18,9 +19,12 @@ import re
 import time
 from typing import Any
 
+from rich.text import Text
+from rich.tree import Tree
+
 from .tree import MembrainTree
 
-__all__ = ["tree_to_html", "tree_to_json", "tree_to_mermaid"]
+__all__ = ["shorten", "tree_to_html", "tree_to_json", "tree_to_mermaid", "tree_to_rich"]
 
 
 # ---------------------------------------------------------------------- JSON
@@ -61,17 +65,18 @@ _MERMAID_ESCAPES = {
 _MERMAID_RE = re.compile("[" + re.escape("".join(_MERMAID_ESCAPES)) + "]")
 
 
-def _shorten(text: str, limit: int) -> str:
-    """One line of at most ``limit`` characters (an ellipsis marks a cut)."""
+def shorten(text: str, width: int = 72) -> str:
+    """``text`` on one line of at most ``width`` characters (an ellipsis marks a cut;
+    ``width <= 0`` keeps it whole)."""
     text = " ".join(str(text).split())
-    if limit > 0 and len(text) > limit:
-        return text[: max(limit - 1, 0)].rstrip() + "…"
+    if width > 0 and len(text) > width:
+        return text[: max(width - 1, 0)].rstrip() + "…"
     return text
 
 
 def mermaid_label(text: str, max_label: int = 40) -> str:
     """``text`` shortened and escaped so that it is safe inside a quoted Mermaid label."""
-    return _MERMAID_RE.sub(lambda m: _MERMAID_ESCAPES[m.group(0)], _shorten(text, max_label))
+    return _MERMAID_RE.sub(lambda m: _MERMAID_ESCAPES[m.group(0)], shorten(text, max_label))
 
 
 def tree_to_mermaid(tree: MembrainTree, max_label: int = 40, *, max_facts: int | None = None) -> str:
@@ -126,6 +131,45 @@ def tree_to_mermaid(tree: MembrainTree, max_label: int = 40, *, max_facts: int |
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------- rich
+def tree_to_rich(tree: MembrainTree, *, depth: int | None = None, max_facts: int | None = 10,
+                 width: int = 72, title: str | None = None) -> Tree:
+    """The tree as a :class:`rich.tree.Tree` (``rich.print`` it).
+
+    Aspects come first with their fact counts, then the facts, shortened to ``width``
+    characters; at most ``max_facts`` facts per node (None: all) and aspects down to
+    ``depth`` levels (None: all); ``title`` replaces the subject on the top line."""
+    root_id = tree.root_id
+    n = tree.fact_count(root_id)
+    label = title or (tree.subject or "memories")
+    top = Tree(Text.assemble((label, "bold"), (f"  {n} fact{'s' if n != 1 else ''}", "dim")),
+               guide_style="grey50")
+
+    def fill(branch: Tree, node_id: str, level: int) -> None:
+        children = tree.children(node_id)
+        aspects = [c for c in children if tree.node(c).kind == "aspect"]
+        facts = [c for c in children if tree.node(c).kind == "fact"]
+        if depth is not None and level >= depth:
+            if aspects or facts:
+                branch.add(Text("…", style="dim"))
+            return
+        for a in aspects:
+            count = tree.fact_count(a)
+            label = Text.assemble((tree.node(a).text or "(unnamed)", "bold cyan"), (f" ({count})", "dim"))
+            label.no_wrap, label.overflow = True, "ellipsis"
+            sub = branch.add(label)
+            fill(sub, a, level + 1)
+        shown = facts if max_facts is None else facts[:max_facts]
+        for f in shown:
+            branch.add(Text(shorten(tree.node(f).text, width), no_wrap=True, overflow="ellipsis"))
+        if len(facts) > len(shown):
+            more = len(facts) - len(shown)
+            branch.add(Text(f"… and {more} more fact{'s' if more != 1 else ''}", style="dim italic"))
+
+    fill(top, root_id, 0)
+    return top
+
+
 # ---------------------------------------------------------------------- HTML
 _CSS = """
 :root { --fg:#1d2733; --muted:#6b7785; --line:#d9e0e7; --accent:#2f6fad; --hit:#fff2a8;
@@ -137,7 +181,7 @@ header { position: sticky; top: 0; z-index: 2; background: #f7f9fb; border-botto
          padding: 12px 20px; display: flex; flex-wrap: wrap; gap: 10px 18px; align-items: center; }
 header h1 { font-size: 18px; margin: 0; }
 header .meta { color: var(--muted); font-size: 13px; }
-#q { flex: 1 1 260px; max-width: 460px; padding: 7px 10px; font-size: 15px; border: 1px solid #b9c4cf;
+#q { flex: 1 1 200px; max-width: 360px; padding: 7px 10px; font-size: 15px; border: 1px solid #b9c4cf;
      border-radius: 6px; }
 button { font: inherit; font-size: 13px; padding: 5px 10px; border: 1px solid #b9c4cf; background: #fff;
          border-radius: 6px; cursor: pointer; }
@@ -145,7 +189,7 @@ button:hover { border-color: var(--accent); }
 #status { color: var(--muted); font-size: 13px; min-width: 8em; }
 main { padding: 14px 20px 40px; }
 details { margin: 2px 0 2px 0; }
-details > ul, .root > ul { list-style: none; margin: 2px 0 4px 9px; padding: 0 0 0 14px;
+details > ul { list-style: none; margin: 2px 0 4px 9px; padding: 0 0 0 14px;
                            border-left: 1px solid var(--line); }
 summary { cursor: pointer; padding: 3px 6px; border-radius: 5px; list-style-position: outside; }
 summary:hover { background: var(--aspect); }
@@ -235,9 +279,9 @@ def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: in
     """One self-contained HTML page showing the tree.
 
     Aspects are ``<details>`` elements (collapsible without JavaScript) labelled with their
-    fact count; aspects down to ``open_depth`` levels start open. The search box filters
-    the facts (every word must appear, case-insensitive), hides aspects left empty and opens
-    the aspects above each match; ``page.html#q=words`` opens with a search filled in.
+    fact count; aspects down to ``open_depth`` levels start open (0: only the root). The
+    search box filters the facts (every word must appear, case-insensitive), hides aspects
+    left empty and opens the aspects above each match; ``page.html#q=words`` opens with a search filled in.
     All text is HTML-escaped and nothing is loaded from the network, so the file can be
     mailed or opened offline. A few thousand facts render in well under a second.
     """
@@ -260,7 +304,7 @@ def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: in
         node = tree.node(node_id)
         kind = "root" if node.kind == "root" else "aspect"
         label = subject if node.kind == "root" else node.text
-        is_open = " open" if depth < max(open_depth, 1) or node.kind == "root" else ""
+        is_open = " open" if depth <= open_depth or node.kind == "root" else ""
         count = tree.fact_count(node_id)
         unit = "fact" if count == 1 else "facts"
         out.append(f'<li class="{kind}" data-id="{esc(node_id)}"><details class="{kind}"{is_open}>'

@@ -1,0 +1,94 @@
+"""The examples run offline (no API key, HF_HUB_OFFLINE=1) in a subprocess, with a timeout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from langchain_membrain.memory import MembrainMemory
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+TIMEOUT = 300
+
+
+def run_example(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMBRAIN_TEACHER_MODEL", "MEMBRAIN_CHAT_MODEL")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", COLUMNS="120")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def test_quickstart(tmp_path):
+    out = run_example("quickstart.py", cwd=tmp_path).stdout
+    lines = out.splitlines()
+    assert "allergic to peanuts" in lines[0] or "vegetarian" in lines[0]  # the best hit first
+    assert "users/maya" in out and "7 facts" in out
+
+
+class _Words:
+    """A tiny embedder for the persistence probe (no model load)."""
+
+    def embed_documents(self, texts):
+        return [[1.0, float(len(t) % 7), 0.5] for t in texts]
+
+    def embed_query(self, text):
+        return self.embed_documents([text])[0]
+
+
+def _persists(tmp_path: Path) -> bool:
+    db = str(tmp_path / "probe.db")
+    with MembrainMemory(db, embeddings=_Words()) as mem:
+        mem.add("probe", key="probe")
+    with MembrainMemory(db, embeddings=_Words()) as mem:
+        return mem.get("probe") is not None
+
+
+FIRST_VISIT = ("# first visit\nHi, I'm Maya and I live in Lisbon.\nI am allergic to peanuts.\n"
+               "/tree\nCan you suggest a snack without peanuts?\n")
+
+
+def chat(tmp_path: Path, turns: str, name: str) -> str:
+    script = tmp_path / name
+    script.write_text(turns, encoding="utf-8")
+    return run_example("chatbot.py", "--db", "chat.db", "--user", "maya", "--script", str(script),
+                       cwd=tmp_path).stdout
+
+
+def test_chatbot_script_recalls_earlier_turns(tmp_path):
+    out = chat(tmp_path, FIRST_VISIT, "turns.txt")
+    assert "offline" in out
+    assert "0 memories of maya from earlier conversations" in out
+    assert "2 facts" in out  # /tree after two turns
+    assert "recalled" in out and "I am allergic to peanuts." in out.split("snack")[-1]
+    assert "3 memories of maya kept in chat.db" in out
+
+
+def test_chatbot_remembers_across_runs(tmp_path):
+    """To be completed: runs once MembrainMemory(path) persists (the persistence issue)."""
+    if not _persists(tmp_path):
+        pytest.skip("MembrainMemory(path) does not persist yet: a second run cannot remember")
+    chat(tmp_path, FIRST_VISIT, "turns.txt")
+    out = chat(tmp_path, "What should I avoid eating?\n", "again.txt")
+    assert "3 memories of maya from earlier conversations" in out
+    assert "recalled" in out and "peanuts" in out
+
+
+def test_langgraph_subgraph(tmp_path):
+    """The insert graph composed into a user's graph (runs once MembrainMemory has .graph)."""
+    with MembrainMemory(embeddings=_Words()) as mem:
+        if not hasattr(mem, "graph"):
+            pytest.skip("MembrainMemory.graph is not wired yet")
+    out = run_example("langgraph_subgraph.py", cwd=tmp_path).stdout
+    assert "membrain: embed" in out and "membrain: train" in out  # the subgraph's own steps
+    assert "note taker: confirm" in out
+    assert out.count("Noted under") == 4
+    assert "From my notes:\n- My passport expires in March 2027" in out
+    assert "notes/me" in out and "4 facts" in out
