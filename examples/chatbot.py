@@ -29,7 +29,7 @@ from rich.markup import escape
 
 from langchain_membrain.errors import MembrainError
 from langchain_membrain.export import shorten, tree_to_rich
-from langchain_membrain.memory import MembrainMemory
+from langchain_membrain import MembrainMemory
 
 SYSTEM = ("You are a friendly assistant with a long-term memory of this user. "
           "Use what you remember when it helps; do not invent memories.\n"

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from langchain_membrain.memory import MembrainMemory
+from langchain_membrain import MembrainMemory
 
 
 class NoteState(TypedDict, total=False):

@@ -1,6 +1,6 @@
 """Quickstart: the README's first ten lines. Runs offline (no API key needed)."""
 
-from langchain_membrain.memory import MembrainMemory
+from langchain_membrain import MembrainMemory
 from langchain_membrain.export import tree_to_rich
 from rich import print
 

