@@ -36,9 +36,9 @@ from .embeddings import MiniLMEmbeddings, embed_texts
 from .errors import DimensionError, InvalidOperationError
 from .filters import check_filter, matches
 from .graph import InsertPipeline
-from .inputs import DEFAULT_NAMESPACE, MAX_TEXT_CHARS, Namespace, NamespaceError, as_namespace, check_text
+from .inputs import Namespace, as_namespace, check_text
 from .inputs import json_copy as _json_copy
-from .pipeline import Learner, LearnerConfig, PlaceRecord
+from .pipeline import Learner, LearnerConfig, PlaceRecord, cosine
 from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
 from .teachers.base import Teacher
@@ -47,6 +47,7 @@ from .tree import MembrainTree
 logger = logging.getLogger("langchain_membrain")
 
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
+
 
 def resolve_teacher(teacher: Any, model: str | None = None) -> Teacher:
     """What ``MembrainMemory(teacher=...)`` accepts, as a Teacher: None (the offline
@@ -79,11 +80,6 @@ def resolve_teacher(teacher: Any, model: str | None = None) -> Teacher:
         return teacher
     raise TypeError(f"a teacher is a Teacher, a LangChain chat model or an openai.OpenAI client, "
                     f"not {type(teacher).__name__}")
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    return float(np.dot(a, b) / (na * nb)) if na and nb else 0.0
 
 
 @contextlib.contextmanager
@@ -559,7 +555,7 @@ class MembrainMemory:
             q = next(iter(embedded.values())) if len(embedded) == 1 else self._embed([query])[0]
             for h in hits:
                 if h.score is not None:
-                    h.score = _cosine(vectors[h.namespace, h.key], q)
+                    h.score = cosine(vectors[h.namespace, h.key], q)
         # As LangGraph's stores do, items stored without an embedding come last, unscored.
         hits.sort(key=lambda r: (r.score is None, -(r.score or 0.0), -r.updated_at))
         return hits[offset: offset + limit]

@@ -8,9 +8,7 @@ from collections.abc import Mapping
 from datetime import timezone
 from types import MappingProxyType
 
-import numpy as np
 import pytest
-from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
     GetOp,
     InvalidNamespaceError,

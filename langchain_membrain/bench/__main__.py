@@ -1,4 +1,4 @@
-"""Entry point: ``python -m langchain_membrain.bench {tree,learning,hierarchy,locomo,scale}``."""
+"""Entry point: ``python -m langchain_membrain.bench {tree,learning,hierarchy,locomo,scale,graph}``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "hierarchy": "dendrogram purity of the online tree against baselines",
     "locomo": "retrieval on LoCoMo against flat baselines",
     "scale": "add/search latency and recall against N",
+    "graph": "cost of the compiled insert graph against walking its nodes directly",
 }
 
 

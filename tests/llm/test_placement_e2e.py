@@ -12,7 +12,8 @@ import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_openai import ChatOpenAI
 from llm_helpers import new_fact
-from openai_server import answer, http_error, last_user_text, refusal, schema_name, slow, text, truncated
+from openai_server import answer, http_error, last_user_text, refusal, schema_name, slow, truncated
+from openai_server import text as text_answer
 
 from langchain_membrain.actions import Promote, apply_action
 from langchain_membrain.pipeline import insert_with_teacher, stage1_candidates
@@ -347,7 +348,7 @@ BAD = {  # name: (a reply to every request, the failure kind counted)
         {**NULLS, "type": "promote", "node": 77}]}), "invalid"),
     "precondition broken": (lambda req: answer({"choice": 99, "parent": 1, "label": "x", "actions": [
         {**NULLS, "type": "promote", "node": 0}]}), "invalid"),  # under the root: no grandparent
-    "malformed JSON": (lambda req: text('{"choice": 1, "actions": ['), "malformed"),
+    "malformed JSON": (lambda req: text_answer('{"choice": 1, "actions": ['), "malformed"),
     "refusal": (lambda req: refusal(), "refusal"),
     "truncated": (lambda req: truncated(), "truncated"),
     "timeout": (lambda req: slow(0.6, answer({"choice": 0})), "timeout"),
