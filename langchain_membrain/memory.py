@@ -641,7 +641,10 @@ class MembrainMemory:
             if tree is None:
                 return
             with self._learner_lock:
-                result = self._learner.supervise(tree, record)
+                result = self._learner.supervise(tree, record, train=False)
+        # Optimiser steps outside both locks: the trainer locks itself per step, so adds and
+        # searches wait for one step at most, never for a whole batch.
+        result.steps = self._learner.trainer.train_ready()
         self._recent_calls.append(record.teacher_calls + result.teacher_calls)
         self._counts["supervised"] += 1
         if self._learner.config.apply_corrections and (result.corrections or result.actions):

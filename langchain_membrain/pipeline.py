@@ -602,7 +602,7 @@ class Learner:
             return None
 
     # ------------------------------------------------------------------ supervise
-    def supervise(self, tree: MembrainTree, record: PlaceRecord) -> SupervisionResult:
+    def supervise(self, tree: MembrainTree, record: PlaceRecord, *, train: bool = True) -> SupervisionResult:
         """The slow half: deferred teacher queries, training, corrections.
 
         Labels answered during :meth:`place` are queued for training as they are.
@@ -613,7 +613,9 @@ class Learner:
         differs from what was executed yields a :class:`Correction`: the teacher's choice,
         then the model's own descent below it. An audited stage-2 decision where the
         teacher's actions differ from the model's returns the teacher's actions.
-        Calling it twice for one record does nothing the second time.
+        Calling it twice for one record does nothing the second time. With ``train=False``
+        the labels are only queued: the caller runs ``trainer.train_ready()`` itself (a
+        background worker does so without holding the tree's lock).
         """
         res = SupervisionResult([], [], 0, 0, 0, 0.0)
         if record.supervised:
@@ -666,9 +668,10 @@ class Learner:
                                           calibrate=dec.calibrate)
                         if not agreed:
                             res.actions = teacher
-        t0 = time.perf_counter()
-        res.steps = tr.train_ready()
-        res.train_ms = (time.perf_counter() - t0) * 1000
+        if train:
+            t0 = time.perf_counter()
+            res.steps = tr.train_ready()
+            res.train_ms = (time.perf_counter() - t0) * 1000
         return res
 
     def apply_corrections(self, tree: MembrainTree, res: SupervisionResult) -> list[Action]:

@@ -34,6 +34,7 @@ replaced, so a bad checkpoint raises :class:`~.errors.CheckpointError` and chang
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 import random
@@ -233,8 +234,11 @@ def resolve_device(device: str | None) -> torch.device:
 class OnlineTrainer:
     """Both networks, trained online from teacher labels.
 
-    Thread-safe: one lock guards the networks, so a background thread can train while
-    inserts predict.
+    Thread-safe and double-buffered: the optimiser updates the training networks
+    (``stage1``, ``stage2``) under ``lock``; predictions read separate inference copies
+    (``infer1``, ``infer2``) under ``infer_lock``, refreshed by a parameter copy after each
+    batch. A thread placing facts therefore never waits for an optimiser step, only for
+    that copy (well under a millisecond for these sizes).
     """
 
     def __init__(self, model_config: ModelConfig, config: TrainingConfig | None = None):
@@ -256,7 +260,19 @@ class OnlineTrainer:
         self.replay1: deque = deque(maxlen=self.config.stage1.replay_size)
         self.replay2: deque = deque(maxlen=self.config.stage2.replay_size)
         self.lock = threading.RLock()
-        self._fast1: Any = None  # traced Stage1Net sharing self.stage1's parameters
+        self.infer_lock = threading.RLock()
+        self.infer1 = copy.deepcopy(self.stage1).eval()
+        self.infer2 = copy.deepcopy(self.stage2).eval()
+        self._fast1: Any = None  # traced Stage1Net sharing self.infer1's parameters
+
+    def _publish(self) -> None:
+        """Copy the training networks' parameters into the inference copies (in place, so
+        the trace of ``infer1`` stays valid)."""
+        with self.lock:
+            s1, s2 = self.stage1.state_dict(), self.stage2.state_dict()
+            with self.infer_lock:
+                self.infer1.load_state_dict(s1)
+                self.infer2.load_state_dict(s2)
 
     @staticmethod
     def _optimiser(net: torch.nn.Module, st: StageTraining) -> torch.optim.Optimizer:
@@ -268,7 +284,7 @@ class OnlineTrainer:
     # ------------------------------------------------------------------ predict
     def predict_stage1(self, feats: Stage1Features) -> np.ndarray:
         """Logits over the candidates (length ``feats.n_candidates``)."""
-        with self.lock, torch.inference_mode():
+        with self.infer_lock, torch.inference_mode():
             b = collate_stage1([feats], self.device)
             logits = self._stage1_inference(b)[0]
         return logits[1:1 + feats.n_candidates].double().cpu().numpy()
@@ -285,17 +301,17 @@ class OnlineTrainer:
 
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    self._fast1 = torch.jit.trace(self.stage1, (b,), strict=False, check_trace=False)
+                    self._fast1 = torch.jit.trace(self.infer1, (b,), strict=False, check_trace=False)
             except Exception:
                 self.config.trace_inference = False
-        if self._fast1 is not None and not self.stage1.training:
+        if self._fast1 is not None:
             return self._fast1(b)
-        return self.stage1(b)
+        return self.infer1(b)
 
     def predict_stage2(self, feats: Stage2Features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(type (N, 4), demote (N, A), group (N, N)) logits."""
-        with self.lock, torch.inference_mode():
-            t, d, g = self.stage2(collate_stage2([feats], self.device))
+        with self.infer_lock, torch.inference_mode():
+            t, d, g = self.infer2(collate_stage2([feats], self.device))
         return t[0].double().cpu().numpy(), d[0].double().cpu().numpy(), g[0].double().cpu().numpy()
 
     def confidence_stage1(self, logits: np.ndarray) -> float:
@@ -358,44 +374,53 @@ class OnlineTrainer:
 
     def train_ready(self) -> int:
         """Train every stage whose queue holds a full batch; returns steps taken."""
-        steps = 0
-        with self.lock:
-            if len(self.pending1) >= self.config.stage1.batch_size:
-                steps += self._train1()
-            if len(self.pending2) >= self.config.stage2.batch_size:
-                steps += self._train2()
-        return steps
+        return self._train(full_only=True)
 
     def flush(self) -> int:
         """Train on whatever is queued, even a partial batch."""
+        return self._train(full_only=False)
+
+    def _train(self, *, full_only: bool) -> int:
+        # The lock is taken per optimiser step, not for a whole batch, so that a thread
+        # placing facts (predict_*) waits for at most one step while another one trains.
         steps = 0
         with self.lock:
-            if self.pending1:
-                steps += self._train1()
-            if self.pending2:
-                steps += self._train2()
+            take1 = len(self.pending1) >= (self.config.stage1.batch_size if full_only else 1)
+            take2 = len(self.pending2) >= (self.config.stage2.batch_size if full_only else 1)
+            batch1, batch2 = (self.pending1 if take1 else []), (self.pending2 if take2 else [])
+            if take1:
+                self.pending1 = []
+            if take2:
+                self.pending2 = []
+        if batch1:
+            steps += self._train1(batch1)
+        if batch2:
+            steps += self._train2(batch2)
+        if steps:
+            self._publish()
         return steps
 
     def _batch(self, pending: list, replay: deque, st: StageTraining) -> list:
         k = min(st.replay_batch, len(replay))
         return pending + (self.rng.sample(list(replay), k) if k else [])
 
-    def _train1(self) -> int:
+    def _train1(self, pending: list) -> int:
         st, c = self.config.stage1, self.counters["stage1"]
         t0 = time.perf_counter()
-        self.stage1.train()
         for _ in range(st.steps_per_batch):
-            batch = self._batch(self.pending1, self.replay1, st)
-            b = collate_stage1([f for f, _ in batch], self.device)
-            target = torch.tensor([1 + y for _, y in batch], device=self.device)
-            loss = F.cross_entropy(self.stage1(b), target)
-            self._step(self.opt1, self.stage1, loss)
-            c.loss = loss.item() if c.steps == 0 else 0.9 * c.loss + 0.1 * loss.item()
-            c.steps += 1
-        self.stage1.eval()
-        self.replay1.extend((_compact1(f), y) for f, y in self.pending1)
-        self.pending1 = []
-        c.train_ms += (time.perf_counter() - t0) * 1000
+            with self.lock:
+                self.stage1.train()
+                batch = self._batch(pending, self.replay1, st)
+                b = collate_stage1([f for f, _ in batch], self.device)
+                target = torch.tensor([1 + y for _, y in batch], device=self.device)
+                loss = F.cross_entropy(self.stage1(b), target)
+                self._step(self.opt1, self.stage1, loss)
+                self.stage1.eval()
+                c.loss = loss.item() if c.steps == 0 else 0.9 * c.loss + 0.1 * loss.item()
+                c.steps += 1
+        with self.lock:
+            self.replay1.extend((_compact1(f), y) for f, y in pending)
+            c.train_ms += (time.perf_counter() - t0) * 1000
         return st.steps_per_batch
 
     def stage2_loss(self, batch: list[tuple[Stage2Features, Stage2Labels]]) -> torch.Tensor:
@@ -429,19 +454,20 @@ class OnlineTrainer:
             loss = loss + bce
         return loss
 
-    def _train2(self) -> int:
+    def _train2(self, pending: list) -> int:
         st, c = self.config.stage2, self.counters["stage2"]
         t0 = time.perf_counter()
-        self.stage2.train()
         for _ in range(st.steps_per_batch):
-            loss = self.stage2_loss(self._batch(self.pending2, self.replay2, st))
-            self._step(self.opt2, self.stage2, loss)
-            c.loss = loss.item() if c.steps == 0 else 0.9 * c.loss + 0.1 * loss.item()
-            c.steps += 1
-        self.stage2.eval()
-        self.replay2.extend((_compact2(f), lab) for f, lab in self.pending2)
-        self.pending2 = []
-        c.train_ms += (time.perf_counter() - t0) * 1000
+            with self.lock:
+                self.stage2.train()
+                loss = self.stage2_loss(self._batch(pending, self.replay2, st))
+                self._step(self.opt2, self.stage2, loss)
+                self.stage2.eval()
+                c.loss = loss.item() if c.steps == 0 else 0.9 * c.loss + 0.1 * loss.item()
+                c.steps += 1
+        with self.lock:
+            self.replay2.extend((_compact2(f), lab) for f, lab in pending)
+            c.train_ms += (time.perf_counter() - t0) * 1000
         return st.steps_per_batch
 
     def _step(self, opt: torch.optim.Optimizer, net: torch.nn.Module, loss: torch.Tensor) -> None:
@@ -514,8 +540,9 @@ class OnlineTrainer:
             platt = (float(state["platt"][0]), float(state["platt"][1]))
         except Exception as exc:
             raise CheckpointError(f"checkpoint does not fit the model: {exc}") from None
-        with self.lock:
+        with self.lock, self.infer_lock:
             self.stage1, self.stage2 = s1.eval(), s2.eval()
+            self.infer1, self.infer2 = copy.deepcopy(s1).eval(), copy.deepcopy(s2).eval()
             self._fast1 = None  # re-traced on the new network at the next prediction
             self.opt1, self.opt2 = o1, o2
             self.counters = counters
