@@ -398,3 +398,27 @@ def test_raise_on_failure_lets_the_learner_use_its_own_model(server, one_torch_t
     tree.add_fact(tree.child_aspects(tree.root_id)[0], "A laptop", embedding=_topic_embedding("A laptop"))
     result = learner.insert(tree, NewFact("A laptop lid", _topic_embedding("A laptop lid")))
     assert result.fact_id in tree and result.teacher_failures >= 1 and result.stage1_by == "model"
+
+
+# ------------------------------------------------------------ through MembrainMemory
+@pytest.mark.parametrize("client", ["chat_openai", "openai_sdk"])
+def test_membrain_memory_follows_the_llm_teacher(server, client):
+    """The user's one line: MembrainMemory(teacher=ChatOpenAI(...)) (or an openai client);
+    with teacher forcing the tree is exactly the one the LLM's decisions imply."""
+    from langchain_membrain import LearnerConfig, MembrainMemory, Policy
+
+    server.responder = keyword_llm
+    if client == "chat_openai":
+        teacher = ChatOpenAI(model="test-model", base_url=server.base_url, api_key="x", max_retries=0, timeout=2)
+        kw = {}
+    else:
+        teacher, kw = openai.OpenAI(base_url=server.base_url, api_key="x"), {"teacher_model": "test-model"}
+    forced = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
+    with MembrainMemory(teacher=teacher, embeddings=EMB, learner=forced, background=False, **kw) as mem:
+        mem.add_many(FACTS, namespace="computer")
+        tree = mem.tree("computer")
+        tree.check_invariants()
+        assert shape(tree)[1] == EXPECTED[1]
+        stats = mem.stats()
+        assert stats["teacher_calls"] > 0 and stats["stage1"]["teacher_failures"] == 0
+        assert stats["teacher"]["total"]["calls"] == len(server.requests)
