@@ -21,3 +21,22 @@ def machine_description() -> str:
     except OSError:
         pass
     return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def embed_cached(texts: list[str], cache: str | None):
+    """MiniLM embeddings of ``texts``, read from the ``.npy`` file ``cache`` when it holds
+    as many rows, else computed (and saved there when a path is given)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    if cache and Path(cache).is_file():
+        arr = np.load(cache)
+        if arr.shape[0] == len(texts):
+            return arr.astype(np.float32)
+    from ..embeddings import MiniLMEmbeddings
+
+    arr = MiniLMEmbeddings().embed_array(texts)
+    if cache:
+        np.save(cache, arr)
+    return arr

@@ -66,6 +66,7 @@ from ..actions import Action, Group
 from ..errors import MembrainError
 from ..teachers.heuristic import HeuristicConfig, HeuristicTeacher
 from ..tree import Closure, MembrainTree
+from . import embed_cached
 
 __all__ = ["MemTreeRuleTeacher", "build_online", "configure", "run"]
 
@@ -141,17 +142,6 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _embed(texts: list[str], cache: str | None) -> np.ndarray:
-    if cache and Path(cache).is_file():
-        arr = np.load(cache)
-        if arr.shape[0] == len(texts):
-            return arr.astype(np.float32)
-    from ..embeddings import MiniLMEmbeddings
-
-    arr = MiniLMEmbeddings().embed_array(texts)
-    if cache:
-        np.save(cache, arr)
-    return arr
 
 
 def build_online(rows: list, emb: np.ndarray, teacher: Any, *, allow_aspects: bool = False,
@@ -174,8 +164,16 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..evaluation import (average_linkage_tree, dendrogram_purity, flat_tree, load_labelled_facts,
-                              path_class, tree_shape, wordnet_subtree_facts, write_labelled_facts)
+    from ..evaluation import (
+        average_linkage_tree,
+        dendrogram_purity,
+        flat_tree,
+        load_labelled_facts,
+        path_class,
+        tree_shape,
+        wordnet_subtree_facts,
+        write_labelled_facts,
+    )
     from .oracle import OracleTeacher
 
     console = Console()
@@ -192,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = _parse_overrides(args.overrides)
 
     t0 = time.perf_counter()
-    emb = _embed([r.text for r in rows], args.cache)
+    emb = embed_cached([r.text for r in rows], args.cache)
     embed_s = time.perf_counter() - t0
     subject = next((r.path[0] for r in rows if r.path), "") or (rows[0].name or "" if rows else "")
     classes_of = [path_class(r.path) for r in rows]

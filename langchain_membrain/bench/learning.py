@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import machine_description
+from . import embed_cached, machine_description
 
 WINDOW = 200
 
@@ -67,17 +67,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="decoder: nats by which a stage-2 action must beat Idle")
 
 
-def _embed(texts: list[str], cache: str | None) -> np.ndarray:
-    if cache and Path(cache).is_file():
-        arr = np.load(cache)
-        if arr.shape[0] == len(texts):
-            return arr.astype(np.float32)
-    from ..embeddings import MiniLMEmbeddings
-
-    arr = MiniLMEmbeddings().embed_array(texts)
-    if cache:
-        np.save(cache, arr)
-    return arr
 
 
 def _make_teacher(kind: str):
@@ -175,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     rows = load_labelled_facts(args.data, limit=args.limit)
     texts = [r.text for r in rows]
     t0 = time.perf_counter()
-    emb = _embed(texts, args.cache)
+    emb = embed_cached(texts, args.cache)
     embed_s = time.perf_counter() - t0
     facts = [NewFact(r.text, emb[i], {"path": r.path, "path_ids": r.path_ids, "id": r.id})
              for i, r in enumerate(rows)]

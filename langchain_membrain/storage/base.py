@@ -190,6 +190,28 @@ def decode_row(nid: str, parent: str | None, kind: str, text: str, seq: int, blo
     }
 
 
+def check_write(ns: Sequence[str], head: Any, encoded: list[tuple], removed_ids: list[str], dim: int | None,
+                expected_version: int | None) -> tuple[int, int | None]:
+    """Check a write against the namespace's stored ``head`` (``(version, dim)`` or None
+    when absent), inside the write's transaction; returns the current version and the
+    embedding dimension the namespace will record.
+
+    Raises VersionConflictError when another writer moved the version on, and
+    StorageError for a first write without the root or an embedding of another dimension.
+    """
+    current = int(head[0]) if head else 0
+    if expected_version is not None and expected_version != current:
+        raise VersionConflictError(
+            f"namespace {tuple(ns)!r} is at version {current}, expected {expected_version}: reload it"
+        )
+    if head is None and not any(r[2] == "root" for r in encoded):
+        raise StorageError(f"namespace {tuple(ns)!r} does not exist: its first write must hold the root")
+    stored_dim = None if head is None or head[1] is None else int(head[1])
+    if dim is not None and stored_dim is not None and dim != stored_dim:
+        raise StorageError(f"namespace {tuple(ns)!r} holds {stored_dim}-d embeddings, got {dim}-d")
+    return current, (stored_dim if stored_dim is not None else dim)
+
+
 def redact_url(url: str) -> str:
     """A connection URL with its password replaced, for error messages."""
     if "://" in url and "@" in url:

@@ -33,8 +33,8 @@ from .base import (
     Storage,
     StorageClosedError,
     StorageUnavailableError,
-    VersionConflictError,
     check_checkpoint,
+    check_write,
     check_name,
     decode_namespace,
     decode_row,
@@ -291,18 +291,9 @@ class PostgresStorage(Storage):
             self._lock_namespace(conn, key)  # serialise with every other writer of this namespace
             head = conn.execute(self._q("SELECT version, dim FROM {s}.membrain_namespaces WHERE ns = %s"),
                                 (key,)).fetchone()
-            current = int(head[0]) if head else 0
-            if expected_version is not None and expected_version != current:
-                raise VersionConflictError(
-                    f"namespace {tuple(ns)!r} is at version {current}, expected {expected_version}: reload it"
-                )
+            current, new_dim = check_write(ns, head, encoded, removed_ids, dim, expected_version)
             if head is not None and not encoded and not removed_ids:
                 return current  # nothing changed: no version bump, so no process reloads for nothing
-            if head is None and not any(r[2] == "root" for r in encoded):
-                raise StorageError(f"namespace {tuple(ns)!r} does not exist: its first write must hold the root")
-            stored_dim = None if head is None or head[1] is None else int(head[1])
-            if dim is not None and stored_dim is not None and dim != stored_dim:
-                raise StorageError(f"namespace {tuple(ns)!r} holds {stored_dim}-d embeddings, got {dim}-d")
             with self._errors():
                 if encoded:
                     with conn.cursor() as cur:
@@ -327,7 +318,7 @@ class PostgresStorage(Storage):
                 else:
                     conn.execute(self._q("UPDATE {s}.membrain_namespaces SET version = %s, dim = %s, updated_at = %s "
                                          "WHERE ns = %s"),
-                                 (current + 1, stored_dim if stored_dim is not None else dim, now, key))
+                                 (current + 1, new_dim, now, key))
             return current + 1
 
     @contextmanager

@@ -36,8 +36,8 @@ from .base import (
     Storage,
     StorageClosedError,
     StorageUnavailableError,
-    VersionConflictError,
     check_checkpoint,
+    check_write,
     check_name,
     decode_namespace,
     decode_row,
@@ -330,18 +330,9 @@ class SQLiteStorage(Storage):
         encoded, removed_ids, dim = encode_rows(rows, removed)  # validate before the transaction
         with self._transaction() as conn:
             head = conn.execute("SELECT version, dim FROM membrain_namespaces WHERE ns = ?", (key,)).fetchone()
-            current = int(head[0]) if head else 0
-            if expected_version is not None and expected_version != current:
-                raise VersionConflictError(
-                    f"namespace {tuple(ns)!r} is at version {current}, expected {expected_version}: reload it"
-                )
+            current, new_dim = check_write(ns, head, encoded, removed_ids, dim, expected_version)
             if head is not None and not encoded and not removed_ids:
                 return current  # nothing changed: no version bump, so no process reloads for nothing
-            if head is None and not any(r[2] == "root" for r in encoded):
-                raise StorageError(f"namespace {tuple(ns)!r} does not exist: its first write must hold the root")
-            stored_dim = None if head is None or head[1] is None else int(head[1])
-            if dim is not None and stored_dim is not None and dim != stored_dim:
-                raise StorageError(f"namespace {tuple(ns)!r} holds {stored_dim}-d embeddings, got {dim}-d")
             with self._errors():
                 conn.executemany(_UPSERT, [(key, *r) for r in encoded])
                 conn.executemany("DELETE FROM membrain_nodes WHERE ns = ? AND id = ?",
@@ -352,7 +343,7 @@ class SQLiteStorage(Storage):
                                  (key, dim, now))
                 else:
                     conn.execute("UPDATE membrain_namespaces SET version = ?, dim = ?, updated_at = ? WHERE ns = ?",
-                                 (current + 1, stored_dim if stored_dim is not None else dim, now, key))
+                                 (current + 1, new_dim, now, key))
             return current + 1
 
     @contextmanager
