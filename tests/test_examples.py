@@ -92,3 +92,17 @@ def test_langgraph_subgraph(tmp_path):
     assert out.count("Noted under") == 4
     assert "From my notes:\n- My passport expires in March 2027" in out
     assert "notes/me" in out and "4 facts" in out
+
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo_dev.json"
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo data (../shared/data) is not beside this checkout")
+def test_locomo_eval(tmp_path):
+    out = run_example("locomo_eval.py", "--data", str(LOCOMO), "--conversations", "1", "--questions", "30",
+                      cwd=tmp_path).stdout
+    overall = next(line for line in out.splitlines() if line.startswith("overall"))
+    n, all_k, any_k = overall.split()[1:]
+    assert int(n) == 30 and 0.0 <= float(all_k) <= float(any_k) <= 1.0
+    assert float(any_k) > 0.5  # the retrieval pipeline finds most evidence on the first conversation
+    assert "419 facts" in out
