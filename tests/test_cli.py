@@ -2,7 +2,7 @@
 
 Most tests run the CLI against an open MembrainMemory with a tiny deterministic embedder
 (``main(argv, memory=...)``), so that they do not depend on persistence; the ones that
-reopen a ``--db`` file run once MembrainMemory persists to a path.
+reopen a ``--db`` file run against a real SQLite file.
 """
 
 from __future__ import annotations
@@ -272,21 +272,8 @@ def test_demo_runs_offline_and_leaves_no_files(capsys, tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------- persistence
-def _persists(tmp_path: Path) -> bool:
-    """Whether MembrainMemory(path) keeps memories across a reopen in this build."""
-    db = tmp_path / "probe.db"
-    with MembrainMemory(str(db), embeddings=WordHashEmbeddings()) as mem:
-        mem.add("probe", key="probe")
-    with MembrainMemory(str(db), embeddings=WordHashEmbeddings()) as mem:
-        return mem.get("probe") is not None
-
-
 def test_reopen_a_db_between_commands(capsys, tmp_path, notes):
-    """add/import in one command, search/show/export in the next, through one --db file.
-
-    To be completed: runs once MembrainMemory(path) persists (the persistence issue)."""
-    if not _persists(tmp_path):
-        pytest.skip("MembrainMemory(path) does not persist yet")
+    """add/import in one command, search/show/export in the next, through one --db file."""
     db = str(tmp_path / "m.db")
     assert run(capsys, ["--db", db, "--offline", "import", str(notes), "--ns", "users/maya"])[0] == 0
     code, out, err = run(capsys, ["search", "peanuts", "--db", db, "--ns", "users/maya", "-k", "1"])

@@ -307,9 +307,7 @@ def one_torch_thread():
 
 @pytest.mark.slow
 def test_learner_agreement_with_the_llm_teacher_rises(server, fallback, one_torch_thread):
-    pipeline = pytest.importorskip("langchain_membrain.pipeline")
-    if not hasattr(pipeline, "Learner"):
-        pytest.skip("no Learner yet")
+    from langchain_membrain import pipeline
     from langchain_membrain.models import ModelConfig
     from langchain_membrain.training import Policy, StageTraining, TrainingConfig
 
@@ -379,9 +377,7 @@ def test_every_bad_answer_keeps_the_fact(server, small_tree, bad, mode):
 def test_raise_on_failure_lets_the_learner_use_its_own_model(server, one_torch_thread):
     """With ``raise_on_failure=True`` the teacher raises after its retry, and the Learner
     falls back to its model's decision (counted as a teacher failure); the fact is kept."""
-    pipeline = pytest.importorskip("langchain_membrain.pipeline")
-    if not hasattr(pipeline, "Learner"):
-        pytest.skip("no Learner yet")
+    from langchain_membrain import pipeline
     from langchain_membrain.models import ModelConfig
     from langchain_membrain.training import Policy
 
