@@ -33,7 +33,7 @@ from langchain_core.embeddings import Embeddings
 from langgraph.store.base import get_text_at_path, tokenize_path
 
 from .embeddings import MiniLMEmbeddings, embed_texts
-from .errors import DimensionError, InvalidOperationError
+from .errors import CheckpointError, DimensionError, InvalidOperationError
 from .filters import check_filter, matches
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, check_text
@@ -195,6 +195,7 @@ class MembrainMemory:
         self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0}
         self._recent_calls: deque[int] = deque(maxlen=100)  # teacher calls of the last inserts
         self._last_worker_error: str | None = None
+        self._checkpoint_error: str | None = None
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
         self._pipeline = InsertPipeline(self)
@@ -593,7 +594,13 @@ class MembrainMemory:
                 self._is_trainer = self._storage.try_acquire_trainer(CHECKPOINT_NAME)
                 found = self._storage.load_checkpoint(CHECKPOINT_NAME)
                 if found is not None:
-                    learner.load_bytes(found[0])  # CheckpointError if it does not fit
+                    try:
+                        learner.load_bytes(found[0])
+                    except CheckpointError as exc:
+                        # Documented fallback: the memories are untouched; the models start
+                        # afresh (the unusable checkpoint is replaced at the next save).
+                        self._checkpoint_error = str(exc)
+                        logger.warning("membrain: ignoring the stored model checkpoint: %s", exc)
                     self._checkpoint_seen = self._storage.checkpoint_version(CHECKPOINT_NAME)
             else:
                 self._is_trainer = True
@@ -699,6 +706,7 @@ class MembrainMemory:
             **self._counts,
             "pending_training": self._queue.unfinished_tasks,
             "last_worker_error": self._last_worker_error,
+            "checkpoint_error": self._checkpoint_error,
             "trainer": self._is_trainer,
             "recent_teacher_calls_per_insert": (sum(self._recent_calls) / len(self._recent_calls)
                                                 if self._recent_calls else None),

@@ -255,3 +255,21 @@ async def test_async_parity():
         hits = await mem.asearch("cat", namespace="me")
         assert hits[0].key == key and (await mem.aget(key, namespace="me")).text == "the cat chases mice"
         assert await mem.adelete(key, namespace="me")
+
+
+def test_a_corrupt_checkpoint_falls_back_to_fresh_models_and_keeps_memories(tmp_path):
+    from langchain_membrain.storage import open_storage
+
+    db = str(tmp_path / "m.db")
+    with memory(storage=db) as mem:
+        keys = mem.add_many(all_facts(), namespace="me")
+    with open_storage(db) as storage:
+        storage.save_checkpoint("models", b"not a checkpoint", {})
+    with memory(storage=db) as again:
+        again.add("the cat likes the sun", namespace="me")
+        stats = again.stats()
+        assert "cannot read checkpoint" in stats["checkpoint_error"]
+        assert all(again.get(k, namespace="me") for k in keys) and stats["facts"] == len(keys) + 1
+    with memory(storage=db) as third:  # the unusable checkpoint was replaced on close
+        third.add("the dog likes the snow", namespace="me")
+        assert third.stats()["checkpoint_error"] is None
