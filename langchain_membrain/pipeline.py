@@ -137,7 +137,9 @@ class LearnerConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     stage1: Policy = field(default_factory=Policy)
-    stage2: Policy = field(default_factory=Policy)
+    # Stage 2's gate is lower: its calibrated confidence is that the *whole* action series
+    # matches the teacher, a stricter event than one stage-1 choice (measured: bench learning).
+    stage2: Policy = field(default_factory=lambda: Policy(confidence=0.6))
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     apply_corrections: bool = True
     allow_aspects: bool = False
