@@ -64,7 +64,8 @@ class InsertPipeline:
 
     def __init__(self, memory: "MembrainMemory"):
         self.memory = memory
-        self._inflight: dict[str, tuple[tuple[str, ...], PlaceRecord | NewFact, str, float | None]] = {}
+        # token -> (namespace, the NewFact then its PlaceRecord, key)
+        self._inflight: dict[str, tuple[tuple[str, ...], PlaceRecord | NewFact, str]] = {}
         self._guard = threading.Lock()
 
     # ------------------------------------------------------------------ in-flight records
@@ -97,22 +98,22 @@ class InsertPipeline:
         with mem._learner_lock:
             mem._learner_for(int(vec.size))
         token = uuid.uuid4().hex
-        self._set(token, (ns, NewFact(text, vec, {"value": value, "indexed": True}), key, None))
+        self._set(token, (ns, NewFact(text, vec, {"value": value, "indexed": True}), key))
         return {"token": token, "key": key, "teacher_calls": 0}
 
     def stage1_descend(self, state: InsertState) -> dict[str, Any]:
         """Descend by the model's decisions until it attaches or the policy asks the teacher."""
-        ns, rec, key, created = self._get(state)
+        ns, rec, key = self._get(state)
         with self._session(ns) as (tree, learner):
             if isinstance(rec, NewFact):
                 rec = learner.begin(tree, rec)
-                self._set(state["token"], (ns, rec, key, created))
+                self._set(state["token"], (ns, rec, key))
             asks = learner.descend_model(tree, rec)
         return {"route": "teacher" if asks else "attach"}
 
     def stage1_teacher(self, state: InsertState) -> dict[str, Any]:
         """Ask the teacher about the pending level and take its answer."""
-        ns, rec, _, _ = self._get(state)
+        ns, rec, _ = self._get(state)
         with self._session(ns) as (tree, learner):
             learner.teacher_level(tree, rec)
         return {"route": "attach" if rec.descended else "descend"}
@@ -120,7 +121,7 @@ class InsertPipeline:
     def attach(self, state: InsertState) -> dict[str, Any]:
         """Attach the fact (one committed write). A key that exists is replaced: its fact
         is removed and placed anew, keeping its created_at."""
-        ns, rec, key, _ = self._get(state)
+        ns, rec, key = self._get(state)
         mem = self.memory
 
         def write(tree):
@@ -139,21 +140,21 @@ class InsertPipeline:
 
     def stage2_rewrite(self, state: InsertState) -> dict[str, Any]:
         """The model's stage-2 actions on the new fact's closure."""
-        ns, rec, _, _ = self._get(state)
+        ns, rec, _ = self._get(state)
         with self._session(ns) as (tree, learner):
             asks = learner.propose_stage2(tree, rec)
         return {"route": "teacher" if asks else "apply"}
 
     def stage2_teacher(self, state: InsertState) -> dict[str, Any]:
         """Ask the teacher for the stage-2 actions."""
-        ns, rec, _, _ = self._get(state)
+        ns, rec, _ = self._get(state)
         with self._session(ns) as (tree, learner):
             learner.teacher_stage2(tree, rec)
         return {}
 
     def apply_actions(self, state: InsertState) -> dict[str, Any]:
         """Apply the stage-2 actions (one committed write)."""
-        ns, rec, _, _ = self._get(state)
+        ns, rec, _ = self._get(state)
         mem = self.memory
 
         def write(tree):
@@ -166,7 +167,7 @@ class InsertPipeline:
     def train(self, state: InsertState) -> dict[str, Any]:
         """Hand the record to training (a background worker by default) and report."""
         with self._guard:
-            ns, rec, key, _ = self._inflight.pop(state["token"])
+            ns, rec, key = self._inflight.pop(state["token"])
         self.memory._after_place(ns, rec)
         path = []
         with self.memory._forest.lock(ns):
