@@ -596,6 +596,10 @@ class MembrainMemory:
                 if found is not None:
                     try:
                         learner.load_bytes(found[0])
+                        # The memory's own counts continue from the checkpoint, as the
+                        # learner's counters do.
+                        for k in self._counts:
+                            self._counts[k] += int(found[1].get(k, 0))
                     except CheckpointError as exc:
                         # Documented fallback: the memories are untouched; the models start
                         # afresh (the unusable checkpoint is replaced at the next save).
@@ -669,8 +673,20 @@ class MembrainMemory:
             return
         with self._learner_lock:
             data = self._learner.state_bytes()
-        self._storage.save_checkpoint(CHECKPOINT_NAME, data, dict(self._counts))
+            learning = self._learning_stats()
+        self._storage.save_checkpoint(CHECKPOINT_NAME, data, {**self._counts, **learning})
         self._checkpoint_seen = self._storage.checkpoint_version(CHECKPOINT_NAME)
+
+    def _learning_stats(self) -> dict[str, Any]:
+        """Per-stage counters of the learner and the total teacher calls (under its lock)."""
+        out: dict[str, Any] = {}
+        for stage, c in self._learner.counters.items():
+            out[stage] = {"decisions": c.decisions, "model_executed": c.model_executed,
+                          "teacher_calls": c.teacher_calls, "teacher_failures": c.teacher_failures,
+                          "agreement": c.agreement, "labelled": c.labelled, "loss": c.loss,
+                          "optimiser_steps": c.steps}
+        out["teacher_calls"] = sum(c.teacher_calls for c in self._learner.counters.values())
+        return out
 
     def _maybe_reload_checkpoint(self) -> None:
         """A process that does not train picks up the trainer's newer checkpoints, and
@@ -713,14 +729,17 @@ class MembrainMemory:
         }
         if self._learner is not None:
             with self._learner_lock:
-                for stage, c in self._learner.counters.items():
-                    out[stage] = {"decisions": c.decisions, "model_executed": c.model_executed,
-                                  "teacher_calls": c.teacher_calls, "teacher_failures": c.teacher_failures,
-                                  "agreement": c.agreement, "labelled": c.labelled, "loss": c.loss,
-                                  "optimiser_steps": c.steps}
-                calls = sum(c.teacher_calls for c in self._learner.counters.values())
-            out["teacher_calls"] = calls
-            out["teacher_calls_per_insert"] = calls / max(self._counts["inserts"], 1)
+                out.update(self._learning_stats())
+            out["teacher_calls_per_insert"] = out["teacher_calls"] / max(self._counts["inserts"], 1)
+        elif self._storage is not None:
+            # A process that has not inserted yet (e.g. `membrain stats`): report what the
+            # last saved checkpoint recorded, without loading the models.
+            saved = self._storage.load_checkpoint(CHECKPOINT_NAME)
+            if saved is not None and "stage1" in saved[1]:
+                counters = saved[1]
+                out.update({k: counters[k] for k in ("stage1", "stage2", "teacher_calls") if k in counters})
+                out["saved_inserts"] = counters.get("inserts", 0)
+                out["teacher_calls_per_insert"] = out.get("teacher_calls", 0) / max(out["saved_inserts"], 1)
         if callable(getattr(self.teacher, "stats", None)):
             out["teacher"] = self.teacher.stats()
         return out

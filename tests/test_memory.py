@@ -273,3 +273,19 @@ def test_a_corrupt_checkpoint_falls_back_to_fresh_models_and_keeps_memories(tmp_
     with memory(storage=db) as third:  # the unusable checkpoint was replaced on close
         third.add("the dog likes the snow", namespace="me")
         assert third.stats()["checkpoint_error"] is None
+
+
+def test_stats_of_a_reopened_memory_report_the_saved_learning_counters(tmp_path):
+    db = str(tmp_path / "m.db")
+    with memory(storage=db) as mem:
+        mem.add_many(all_facts(), namespace="me")
+        mem.flush()
+        before = mem.stats()
+    with memory(storage=db) as again:  # nothing inserted in this process yet
+        stats = again.stats()
+        assert stats["teacher_calls"] == before["teacher_calls"] > 0
+        assert stats["stage1"]["agreement"] == before["stage1"]["agreement"]
+        assert stats["saved_inserts"] == len(all_facts())
+        again.add("the dog likes the beach", namespace="me")
+        again.flush()
+        assert again.stats()["inserts"] == len(all_facts()) + 1  # counts continue across processes
