@@ -204,10 +204,12 @@ class MembrainMemory:
             raise InvalidOperationError(f"search_mode is 'fast' or 'exact', not {search_mode!r}")
         self.retrieval = retrieval or RetrievalConfig()
         self.search_mode = search_mode
-        # Per namespace, beside the tree and under its lock: the search index, and for each
-        # indexed fact the (text, value) it was indexed with, to skip rows that only moved.
+        # Per namespace, beside the tree and under its lock: the search index; for each
+        # indexed fact the (text, value) it was indexed with, to skip rows that only moved;
+        # and the facts stored without an embedding (listed, unscored, after a query's hits).
         self._indexes: dict[Namespace, FactIndex] = {}
         self._indexed: dict[Namespace, dict[str, tuple[str, str]]] = {}
+        self._unindexed: dict[Namespace, set[str]] = {}
 
     # ------------------------------------------------------------- namespaces
     def _load(self, ns: Namespace) -> MembrainTree | None:
@@ -228,12 +230,14 @@ class MembrainMemory:
         self._synced.pop(ns, None)
         self._indexes.pop(ns, None)
         self._indexed.pop(ns, None)
+        self._unindexed.pop(ns, None)
 
     # ------------------------------------------------------------------ search index
     def _rebuild_index(self, ns: Namespace, tree: MembrainTree) -> None:
         """Index every fact of a (re)loaded tree, oldest first (the order sessions read)."""
         self._indexes.pop(ns, None)
         self._indexed.pop(ns, None)
+        self._unindexed.pop(ns, None)
         facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
         self._sync_index(ns, [tree.node_row(f) for f in facts], [])
 
@@ -242,12 +246,13 @@ class MembrainMemory:
         index = self._indexes.get(ns)
         if index is None:
             index = self._indexes[ns] = FactIndex(self.retrieval, embed_query=lambda t: self._embed([t])[0])
-            self._indexed[ns] = {}
-        seen = self._indexed[ns]
+            self._indexed[ns], self._unindexed[ns] = {}, set()
+        seen, unindexed = self._indexed[ns], self._unindexed[ns]
         for rid in removed:
             if rid in index:
                 index.remove(rid)
             seen.pop(rid, None)
+            unindexed.discard(rid)
         for row in rows:
             if row["kind"] != "fact":
                 continue
@@ -256,7 +261,9 @@ class MembrainMemory:
                 if rid in index:
                     index.remove(rid)
                     seen.pop(rid, None)
+                unindexed.add(rid)
                 continue
+            unindexed.discard(rid)
             value = meta.get("value") or {}
             signature = (row["text"], json.dumps(value, sort_keys=True))
             if seen.get(rid) == signature:
@@ -564,10 +571,14 @@ class MembrainMemory:
     def _rank(self, ns: Namespace, tree: MembrainTree, query: str | None, filter: dict[str, Any] | None,
               k: int, embedded: dict[str, np.ndarray]) -> list[tuple[str, float | None]]:
         """(key, score) of up to ``k`` best facts of one namespace matching ``filter``, then
-        its matching unembedded facts (score None). Without a query: every matching fact."""
-        facts = tree.facts()
-        if filter:
-            facts = [f for f in facts if matches(tree.node(f).metadata.get("value", {}), filter)]
+        its matching unembedded facts (score None). Without a query: every matching fact.
+
+        With a query and no filter nothing here walks the tree's facts, so the cost is the
+        index's (sub-linear in fast mode)."""
+        def passes(f: str) -> bool:
+            return not filter or matches(tree.node(f).metadata.get("value", {}), filter)
+
+        facts = [f for f in tree.facts() if passes(f)] if filter or query is None else None
         if query is None:
             return [(f, None) for f in facts]
         index = self._indexes.get(ns)
@@ -578,8 +589,8 @@ class MembrainMemory:
                 embedded[dense_text] = self._embed([dense_text])[0]
             scored = [(f, float(s)) for f, s in index.search(
                 query, embedded[dense_text], k, tree=tree, mode=self.search_mode,
-                filter_ids=facts if filter else None)]
-        unscored = [(f, None) for f in facts if not tree.node(f).metadata.get("indexed", True)]
+                filter_ids=facts)]
+        unscored = [(f, None) for f in sorted(self._unindexed.get(ns, ())) if passes(f)]
         return scored + unscored
 
     # --------------------------------------------------------------- learning
