@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from langchain_membrain.actions import Demote, Group, Promote
 from langchain_membrain.errors import DimensionError
@@ -18,12 +17,7 @@ from langchain_membrain.tree import MembrainTree
 DIM = 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def facts(n: int, seed: int = 0) -> list[NewFact]:

@@ -20,13 +20,7 @@ from langchain_membrain.tree import MembrainTree
 DIM = 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: one thread is fastest, and the machine is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def synthetic_facts(n: int, seed: int, k: int = 10, noise: float = 0.45, topics_seed: int = 1234) -> list[NewFact]:

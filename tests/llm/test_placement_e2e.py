@@ -295,16 +295,6 @@ def _topic_embedding(text: str, dim: int = 16) -> np.ndarray:
     return (v / np.linalg.norm(v)).astype(np.float32)
 
 
-@pytest.fixture
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # the test machine is small and shared
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 def test_learner_agreement_with_the_llm_teacher_rises(server, fallback, one_torch_thread):
     from langchain_membrain import pipeline
