@@ -192,6 +192,7 @@ class MembrainMemory:
         self._learner_lock = threading.RLock()
         self._is_trainer = False
         self._checkpoint_seen = 0
+        self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
         self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0}
         self._recent_calls: deque[int] = deque(maxlen=100)  # teacher calls of the last inserts
         self._last_worker_error: str | None = None
@@ -701,17 +702,27 @@ class MembrainMemory:
 
     def _maybe_reload_checkpoint(self) -> None:
         """A process that does not train picks up the trainer's newer checkpoints, and
-        takes over training if the trainer went away."""
+        takes over training if the trainer went away. Checked at most once per
+        ``refresh_interval``: it runs after an insert, which must not pay for it each time.
+        Never raises: the fact is already stored when this runs."""
         if self._storage is None or self._learner is None:
             return
+        now = time.monotonic()
+        if now - self._checkpoint_checked < self.refresh_interval:
+            return
+        self._checkpoint_checked = now
         if self._storage.try_acquire_trainer(CHECKPOINT_NAME):
             self._is_trainer = True
         version = self._storage.checkpoint_version(CHECKPOINT_NAME)
         if version > self._checkpoint_seen:
             found = self._storage.load_checkpoint(CHECKPOINT_NAME)
             if found is not None:
-                with self._learner_lock:
-                    self._learner.load_bytes(found[0])
+                try:
+                    with self._learner_lock:
+                        self._learner.load_bytes(found[0])
+                except CheckpointError as exc:
+                    self._checkpoint_error = str(exc)
+                    logger.warning("membrain: ignoring the stored model checkpoint: %s", exc)
             self._checkpoint_seen = version
 
     # ------------------------------------------------------------------ reports

@@ -289,3 +289,22 @@ def test_stats_of_a_reopened_memory_report_the_saved_learning_counters(tmp_path)
         again.add("the dog likes the beach", namespace="me")
         again.flush()
         assert again.stats()["inserts"] == len(all_facts()) + 1  # counts continue across processes
+
+
+def test_a_process_that_does_not_train_survives_a_corrupt_checkpoint(tmp_path):
+    from langchain_membrain.storage import open_storage
+
+    db = str(tmp_path / "shared.db")
+    trainer = memory(storage=db, refresh_interval=0.0)
+    other = memory(storage=db, refresh_interval=0.0)
+    try:
+        trainer.add("alice keeps bees", namespace="team")
+        other.add("bob grows tomatoes", namespace="team")
+        assert trainer.stats()["trainer"] and not other.stats()["trainer"]
+        with open_storage(db) as storage:
+            storage.save_checkpoint("models", b"garbage", {})
+        key = other.add("carol bakes bread", namespace="team")  # picks the checkpoint up: no raise
+        assert other.get(key, namespace="team") is not None
+        assert "cannot read checkpoint" in other.stats()["checkpoint_error"]
+    finally:
+        other.close(), trainer.close()
