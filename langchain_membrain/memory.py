@@ -659,12 +659,20 @@ class MembrainMemory:
     def _supervise(self, ns: Namespace, record: PlaceRecord) -> None:
         """Deferred teacher queries and training for one insert; apply the teacher's
         corrections (moves, stage-2 actions) as one committed write."""
+        learner = self._learner
         with self._forest.lock(ns):
             tree = self._tree(ns, create=False)
             if tree is None:
                 return
-            with self._learner_lock:
-                result = self._learner.supervise(tree, record, train=False)
+            # A slow teacher (an LLM) is asked on a copy of the tree, with no lock held, so
+            # that adds and searches of this namespace do not wait for its answer. Moves and
+            # actions it asks for are re-validated on the live tree when applied below.
+            view = tree.copy() if learner.asks_teacher(record) and not getattr(self.teacher, "fast", False) else None
+            if view is None:
+                with self._learner_lock:
+                    result = learner.supervise(tree, record, train=False)
+        if view is not None:
+            result = learner.supervise(view, record, train=False)
         # Optimiser steps outside both locks: the trainer locks itself per step, so adds and
         # searches wait for one step at most, never for a whole batch.
         result.steps = self._learner.trainer.train_ready()

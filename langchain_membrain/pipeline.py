@@ -364,26 +364,21 @@ class Learner:
     # ------------------------------------------------------------------ teacher calls
     def _ask1(self, new_fact: NewFact, sub: Subtree, rec: PlaceRecord | SupervisionResult) -> int | None:
         """The teacher's stage-1 index, or None (a counted failure) if it is not valid."""
-        c = self.trainer.counters["stage1"]
-        c.teacher_calls += 1
-        rec.teacher_calls += 1
+        self._count("stage1", rec, calls=1)
         try:
             i = self.teacher.choose_stage1(new_fact, sub)
         except Exception:  # an untrusted teacher: any exception is a failed answer
             i = None
         if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) \
                 or not 0 <= int(i) < len(sub.candidates):
-            c.teacher_failures += 1
-            rec.teacher_failures += 1
+            self._count("stage1", rec, failures=1)
             return None
         return int(i)
 
     def _ask2(self, tree: MembrainTree, fact_id: str, rec: PlaceRecord | SupervisionResult) -> list[Action] | None:
         """The teacher's stage-2 series if every action is valid on the tree as it is and no
         node is acted on twice; else None (a counted failure)."""
-        c = self.trainer.counters["stage2"]
-        c.teacher_calls += 1
-        rec.teacher_calls += 1
+        self._count("stage2", rec, calls=1)
         try:
             actions = list(self.teacher.choose_stage2(tree, tree.closure(fact_id)))
             touched: list[str] = []
@@ -394,9 +389,19 @@ class Learner:
                 raise InvalidOperationError("a node is acted on twice")
             return actions
         except Exception:
-            c.teacher_failures += 1
-            rec.teacher_failures += 1
+            self._count("stage2", rec, failures=1)
             return None
+
+    def _count(self, stage: str, rec: PlaceRecord | SupervisionResult, *, calls: int = 0, failures: int = 0) -> None:
+        """Count teacher calls and failures, on the stage's counters (under the trainer's
+        lock: a background supervision may ask the teacher while an insert does) and on
+        the record."""
+        with self.trainer.lock:
+            c = self.trainer.counters[stage]
+            c.teacher_calls += calls
+            c.teacher_failures += failures
+        rec.teacher_calls += calls
+        rec.teacher_failures += failures
 
     def _name(self, texts: list[str]) -> str:
         self.naming_calls += 1
@@ -604,6 +609,16 @@ class Learner:
             return None
 
     # ------------------------------------------------------------------ supervise
+    @staticmethod
+    def asks_teacher(record: PlaceRecord) -> bool:
+        """Whether :meth:`supervise` would ask the teacher about this record (it holds
+        audited decisions not yet supervised)."""
+        if record.supervised:
+            return False
+        dec = record.stage2
+        return (any(s.audit and s.teacher_choice is None for s in record.steps)
+                or (dec is not None and dec.audit and dec.teacher_actions is None))
+
     def supervise(self, tree: MembrainTree, record: PlaceRecord, *, train: bool = True) -> SupervisionResult:
         """The slow half: deferred teacher queries, training, corrections.
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Sequence
 
 import networkx as nx
@@ -481,6 +481,26 @@ class MembrainTree:
             node_id = up
 
     # ---------------------------------------------------------- serialisation
+    def copy(self) -> "MembrainTree":
+        """An independent copy: same ids, texts, order, sums and version, an empty change
+        journal. Writes to either tree never show in the other. O(n).
+
+        Used to let a slow reader (an LLM teacher auditing an earlier insert) work on a
+        frozen view while the tree itself keeps taking writes.
+        """
+        out = MembrainTree.__new__(MembrainTree)
+        out.root_id, out.dim, out.version, out._seq = self.root_id, self.dim, self.version, self._seq
+        out._dirty, out._removed = set(), set()
+        out.graph = nx.DiGraph()
+        for nid, data in self.graph.nodes(data=True):  # insertion order: keeps sibling order
+            n: Node = data["node"]
+            out.graph.add_node(nid, node=replace(
+                n, metadata=dict(n.metadata),
+                embedding=None if n.embedding is None else n.embedding.copy(),
+                emb_sum=None if n.emb_sum is None else n.emb_sum.copy()))
+        out.graph.add_edges_from(self.graph.edges)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible snapshot (nodes in pre-order, children in order)."""
         nodes = [self.node_row(nid) for nid in nx.dfs_preorder_nodes(self.graph, self.root_id)]

@@ -16,7 +16,7 @@ from langchain_membrain import InvalidOperationError, MembrainError
 from langchain_membrain.inputs import NamespaceError
 from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.pipeline import LearnerConfig
-from langchain_membrain.training import StageTraining, TrainingConfig
+from langchain_membrain.training import Policy, StageTraining, TrainingConfig
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 
 TOPICS = {
@@ -308,3 +308,45 @@ def test_a_process_that_does_not_train_survives_a_corrupt_checkpoint(tmp_path):
         assert "cannot read checkpoint" in other.stats()["checkpoint_error"]
     finally:
         other.close(), trainer.close()
+
+
+class GatedTeacher(HeuristicTeacher):
+    """A slow teacher, as an LLM is: the worker's questions wait until ``release`` is set."""
+
+    fast = False
+
+    def __init__(self):
+        super().__init__()
+        self.asked, self.release = threading.Event(), threading.Event()
+
+    def choose_stage1(self, new_fact, subtree):
+        if threading.current_thread().name == "membrain-trainer":
+            self.asked.set()
+            assert self.release.wait(30), "the test never released the teacher"
+        return super().choose_stage1(new_fact, subtree)
+
+
+def test_adds_and_searches_do_not_wait_for_a_slow_teacher():
+    teacher = GatedTeacher()
+    audit_all = Policy(execute="model", query="always")  # every decision is asked afterwards
+    with memory(teacher=teacher, learner=LearnerConfig(stage1=audit_all, stage2=audit_all)) as mem:
+        facts = all_facts()
+        mem.add_many(facts[:3], namespace="me")
+        assert teacher.asked.wait(30)  # the worker is now inside a teacher call
+        done = threading.Event()
+
+        def more() -> None:
+            mem.add_many(facts[3:], namespace="me")
+            mem.search("the dog", namespace="me")
+            done.set()
+
+        threading.Thread(target=more, daemon=True).start()
+        finished = done.wait(30)
+        teacher.release.set()  # let the worker go on, whatever the outcome
+        assert finished, "an add or a search waited for the teacher"
+        mem.flush()
+        stats = mem.stats()
+        assert stats["supervised"] == len(facts) and stats["worker_errors"] == 0
+        assert stats["stage1"]["teacher_calls"] > 0
+        assert {r.text for r in mem.search(None, namespace="me", limit=100)} == set(facts)
+        mem.tree("me").check_invariants()

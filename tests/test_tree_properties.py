@@ -146,6 +146,16 @@ class TreeMachine(RuleBasedStateMachine):
     def round_trip(self):
         assert MembrainTree.from_dict(self.tree.to_dict()).to_dict() == self.tree.to_dict()
 
+    @invariant()
+    def copy_is_equal_and_independent(self):
+        before = self.tree.to_dict()
+        view = self.tree.copy()
+        view.check_invariants(atol=1e-5)
+        assert view.to_dict() == before
+        for f in view.facts()[:1]:
+            view.remove(f)  # a write to the copy never shows in the tree
+        assert self.tree.to_dict() == before
+
 
 TreeMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -59,6 +59,7 @@ class OracleTeacher(BaseTeacher):
     """
 
     name = "oracle"
+    fast = True
 
     def __init__(self, root_node: str | None = None):
         self.root_node = root_node

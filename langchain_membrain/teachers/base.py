@@ -9,6 +9,10 @@ A teacher answers three questions:
   (an empty list is all Idle);
 - ``name_aspect(fact_texts) -> str``: a short label (1 to 4 words) for a new aspect.
 
+A teacher may set ``fast = True`` when it answers in-process without I/O (the offline
+teachers do). A memory's background worker asks any other teacher on a copy of the tree,
+holding no lock, so that adds are never held up by its answers.
+
 Each has an async twin (``a``-prefixed); :class:`BaseTeacher` runs the sync one in a
 thread by default.
 """
@@ -66,6 +70,10 @@ class BaseTeacher:
     """Convenience base: subclasses write the sync methods, async ones run in a thread."""
 
     name: str = "teacher"
+    # True for a teacher that answers in-process in microseconds (no I/O). MembrainMemory's
+    # background worker then asks it under the namespace's lock; any other teacher is asked
+    # on a copy of the tree so that adds do not wait for its answers.
+    fast: bool = False
 
     def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         raise NotImplementedError

@@ -171,6 +171,7 @@ class HeuristicTeacher(BaseTeacher):
     """
 
     name = "heuristic"
+    fast = True
 
     def __init__(self, config: HeuristicConfig | None = None, **overrides):
         base = config or HeuristicConfig()
