@@ -24,6 +24,7 @@ State in: ``text``, and optionally ``namespace``, ``metadata``, ``key``. State o
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Literal, TypedDict
 
@@ -62,10 +63,15 @@ class InsertPipeline:
     NODES = ("embed", "stage1_descend", "stage1_teacher", "attach", "stage2_rewrite", "stage2_teacher",
              "apply_actions", "train")
 
+    # A record left behind by a run that raised inside a compiled graph is kept this long, so
+    # that a run resumed from the user's checkpointer can still find it, then dropped.
+    ABANDONED_AFTER_S = 3600.0
+
     def __init__(self, memory: "MembrainMemory"):
         self.memory = memory
         # token -> (namespace, the NewFact then its PlaceRecord, key)
         self._inflight: dict[str, tuple[tuple[str, ...], PlaceRecord | NewFact, str]] = {}
+        self._started: dict[str, float] = {}  # token -> time.monotonic() of its embed step
         self._guard = threading.Lock()
 
     # ------------------------------------------------------------------ in-flight records
@@ -79,6 +85,26 @@ class InsertPipeline:
     def _set(self, token: str, entry) -> None:
         with self._guard:
             self._inflight[token] = entry
+
+    def _start(self, token: str, entry) -> None:
+        """Register a new insert, dropping records abandoned longer than ABANDONED_AFTER_S."""
+        now = time.monotonic()
+        with self._guard:
+            for old in [t for t, t0 in self._started.items() if now - t0 > self.ABANDONED_AFTER_S]:
+                self._inflight.pop(old, None)
+                del self._started[old]
+            self._inflight[token], self._started[token] = entry, now
+
+    def _finish(self, token: str):
+        """Forget an insert's record; returns it (None if it was already gone)."""
+        with self._guard:
+            self._started.pop(token, None)
+            return self._inflight.pop(token, None)
+
+    def in_flight(self) -> int:
+        """Inserts started and not finished (including any abandoned by a failed run)."""
+        with self._guard:
+            return len(self._inflight)
 
     def _session(self, ns: tuple[str, ...]):
         """The namespace's tree, locked, with the learner locked too (lock order: tree first)."""
@@ -98,7 +124,7 @@ class InsertPipeline:
         with mem._learner_lock:
             mem._learner_for(int(vec.size))
         token = uuid.uuid4().hex
-        self._set(token, (ns, NewFact(text, vec, {"value": value, "indexed": True}), key))
+        self._start(token, (ns, NewFact(text, vec, {"value": value, "indexed": True}), key))
         return {"token": token, "key": key, "teacher_calls": 0}
 
     def stage1_descend(self, state: InsertState) -> dict[str, Any]:
@@ -166,8 +192,10 @@ class InsertPipeline:
 
     def train(self, state: InsertState) -> dict[str, Any]:
         """Hand the record to training (a background worker by default) and report."""
-        with self._guard:
-            ns, rec, key = self._inflight.pop(state["token"])
+        entry = self._finish(state["token"])
+        if entry is None:
+            raise InvalidOperationError("unknown insert token (was the state copied between runs?)")
+        ns, rec, key = entry
         self.memory._after_place(ns, rec)
         path = []
         with self.memory._forest.lock(ns):
@@ -227,8 +255,7 @@ class InsertPipeline:
                     return state
                 node = routes[node](state) if node in routes else self.EDGES[node]
         except BaseException:
-            with self._guard:
-                self._inflight.pop(state.get("token", ""), None)
+            self._finish(state.get("token", ""))
             raise
 
 

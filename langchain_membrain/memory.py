@@ -737,7 +737,8 @@ class MembrainMemory:
     def stats(self) -> dict[str, Any]:
         """Counts of the forest and of learning: facts, aspects, depth, inserts, teacher
         calls (per insert overall and over the last 100 inserts), agreement per stage,
-        corrections, pending training, worker errors and the teacher's own cost stats."""
+        corrections, pending training, inserts in flight (started in the insert graph and
+        not finished), worker errors and the teacher's own cost stats."""
         names = self.namespaces()
         facts = aspects = depth = 0
         for ns in names:
@@ -751,6 +752,7 @@ class MembrainMemory:
             "namespaces": len(names), "facts": facts, "aspects": aspects, "max_depth": depth,
             **self._counts,
             "pending_training": self._queue.unfinished_tasks,
+            "inserts_in_flight": self._pipeline.in_flight(),
             "last_worker_error": self._last_worker_error,
             "checkpoint_error": self._checkpoint_error,
             "trainer": self._is_trainer,

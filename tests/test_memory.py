@@ -350,3 +350,19 @@ def test_adds_and_searches_do_not_wait_for_a_slow_teacher():
         assert stats["stage1"]["teacher_calls"] > 0
         assert {r.text for r in mem.search(None, namespace="me", limit=100)} == set(facts)
         mem.tree("me").check_invariants()
+
+
+def test_a_failed_compiled_graph_run_leaves_no_record_behind_for_long():
+    with memory() as mem:
+        mem.add_many(all_facts(), namespace="me")
+        mem.flush()
+        aspect = mem.tree("me").aspects()[0]
+        with pytest.raises(InvalidOperationError):  # the key names an aspect: attach refuses
+            mem.graph.invoke({"text": "the dog needs a bath", "namespace": "me", "key": aspect})
+        assert mem.stats()["inserts_in_flight"] == 1  # kept, for a resumed run
+        mem._pipeline.ABANDONED_AFTER_S = 0.0
+        mem.graph.invoke({"text": "the cat needs a bath", "namespace": "me"})
+        assert mem.stats()["inserts_in_flight"] == 0
+        with pytest.raises(InvalidOperationError):  # through add: cleaned up at once
+            mem.put("me", aspect, {"content": "the cat sleeps"})
+        assert mem.stats()["inserts_in_flight"] == 0
