@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -47,6 +48,11 @@ from .tree import MembrainTree
 logger = logging.getLogger("langchain_membrain")
 
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
+
+
+def _normalised(text: str) -> str:
+    """``text`` as duplicates are compared: lower-cased words, punctuation and spacing dropped."""
+    return " ".join(re.findall(r"\w+", text.lower())) or text.strip()
 
 
 def resolve_teacher(teacher: Any, model: str | None = None) -> Teacher:
@@ -150,6 +156,7 @@ class MembrainMemory:
         checkpoint_every: int = 50,
         retrieval: RetrievalConfig | None = None,
         search_mode: str = "fast",
+        dedupe: bool = True,
     ):
         """
         Args:
@@ -171,6 +178,13 @@ class MembrainMemory:
             retrieval: the search pipeline's switches and weights (:class:`RetrievalConfig`).
             search_mode: ``"fast"`` (posting lists and an HNSW index: sub-linear) or
                 ``"exact"`` (every fact scored).
+            dedupe: ``add``/``add_many`` without a key do not store a memory twice: when
+                the namespace holds a fact with the same text (ignoring case, punctuation
+                and spacing) and the same other value fields, its ``updated_at`` is bumped
+                and its key returned (counted as ``stats()["merged"]``). ``put`` never
+                merges. Texts that differ are never merged, however similar their
+                embeddings: "X is allergic to peanuts" and "X is not allergic to peanuts"
+                have a cosine of 0.98 with MiniLM.
         """
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
@@ -178,6 +192,7 @@ class MembrainMemory:
         self.refresh_interval = float(refresh_interval)
         self.background = bool(background)
         self.checkpoint_every = int(checkpoint_every)
+        self.dedupe = bool(dedupe)
         self._learner_config = learner or LearnerConfig()
         if device is not None:
             self._learner_config.training.device = device
@@ -193,7 +208,7 @@ class MembrainMemory:
         self._is_trainer = False
         self._checkpoint_seen = 0
         self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
-        self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0}
+        self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0}
         self._recent_calls: deque[int] = deque(maxlen=100)  # teacher calls of the last inserts
         self._last_worker_error: str | None = None
         self._checkpoint_error: str | None = None
@@ -400,7 +415,7 @@ class MembrainMemory:
         out = []
         with _progress(progress, len(texts)) as advance:
             for (ns, value, text), vec, key in zip(prepared, vecs, keys):
-                out.append(self._insert(ns, key, value, text, vec))
+                out.append(self._insert(ns, key, value, text, vec, merge=self.dedupe and key is None))
                 advance()
         return out
 
@@ -415,11 +430,44 @@ class MembrainMemory:
         return ns, {"content": text, **_json_copy(metadata or {})}, text
 
     def _insert(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str,
-                vec: np.ndarray) -> str:
-        """Place one embedded memory through the insert pipeline; returns its key."""
-        state = self._pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
-                                    "embedding": vec})
-        return state["key"]
+                vec: np.ndarray, *, merge: bool = False) -> str:
+        """Place one embedded memory through the insert pipeline; returns its key. With
+        ``merge``, a duplicate of a stored fact (see ``dedupe``) is not stored again: the
+        check and the insert hold the namespace's lock, so two threads adding the same
+        memory store it once."""
+        if not merge:
+            return self._pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
+                                       "embedding": vec})["key"]
+        with self._forest.lock(ns):
+            dup = self._duplicate_of(ns, value, text, vec)
+            if dup is not None:
+                def touch(tree: MembrainTree) -> bool:
+                    if dup not in tree:  # removed by another process meanwhile
+                        return False
+                    tree.update_fact(dup)
+                    return True
+
+                if self._mutate(ns, touch):
+                    self._counts["merged"] += 1
+                    return dup
+            return self._pipeline.run({"namespace": ns, "text": text, "key": None, "value": value,
+                                       "embedding": vec})["key"]
+
+    def _duplicate_of(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str | None:
+        """The stored fact this memory duplicates: the nearest fact by embedding, when its
+        normalised text and its other value fields are the same. Call under the lock."""
+        tree = self._tree(ns, create=False)
+        index = self._indexes.get(ns)
+        found = index.nearest(vec) if tree is not None and index is not None else None
+        if found is None or found[0] not in tree:
+            return None
+        node = tree.node(found[0])
+        old = node.metadata.get("value", {})
+        if _normalised(node.text) != _normalised(text):
+            return None
+        if {k: v for k, v in old.items() if k != "content"} != {k: v for k, v in value.items() if k != "content"}:
+            return None
+        return found[0]
 
     def put(self, namespace: str | Sequence[str], key: str, value: dict[str, Any], *,
             index: bool | Sequence[str] | None = None) -> None:

@@ -364,6 +364,22 @@ class FactIndex:
         hits = [name for name in self._speaker_count if qwords & set(_name_words(name))]
         return hits[0] if len(hits) == 1 else None
 
+    def nearest(self, embedding: Any) -> tuple[Hashable, float] | None:
+        """The fact whose embedding has the highest cosine with ``embedding``, with that
+        cosine; None when no fact has an embedding. Approximate (HNSW) once the fast mode's
+        index exists, exact below that."""
+        if not self._n_emb:
+            return None
+        vec = self._check_vec(embedding)
+        if self._hnsw is not None:
+            labels, _ = self._hnsw.knn_query(vec.reshape(1, -1), k=1)
+            slot = int(labels[0][0])
+        else:
+            n_slots = len(self._ids)
+            cos = np.where(self._has_emb[:n_slots], self._emb[:n_slots] @ vec, -np.inf)
+            slot = int(np.argmax(cos))
+        return self._ids[slot], float(self._emb[slot] @ vec)
+
     def search(self, query: str, query_embedding: Any = None, k: int = 10, *,
                tree: Any = None, mode: Mode = "fast",
                filter_ids: Iterable[Hashable] | None = None) -> list[tuple[Hashable, float]]:

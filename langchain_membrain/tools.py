@@ -122,8 +122,11 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
     def save_memory(content: str, config: RunnableConfig) -> str:
         """Save a new long-term memory: a fact about the user or the task worth remembering in
         later conversations (preferences, plans, facts about people). Returns its id."""
+        store, ns = target.store(), target.namespace(config)
+        if isinstance(store, MembrainStore):  # add() does not store the same memory twice
+            return f"Saved memory {store.memory.add(content, namespace=ns)}."
         key = uuid.uuid4().hex
-        target.store().put(target.namespace(config), key, {"content": content})
+        store.put(ns, key, {"content": content})
         return f"Saved memory {key}."
 
     def update_memory(memory_id: str, content: str, config: RunnableConfig) -> str:
@@ -151,8 +154,11 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
 
     # -- async twins
     async def asave_memory(content: str, config: RunnableConfig) -> str:
+        store, ns = target.store(), target.namespace(config)
+        if isinstance(store, MembrainStore):
+            return f"Saved memory {await store.memory.aadd(content, namespace=ns)}."
         key = uuid.uuid4().hex
-        await target.store().aput(target.namespace(config), key, {"content": content})
+        await store.aput(ns, key, {"content": content})
         return f"Saved memory {key}."
 
     async def aupdate_memory(memory_id: str, content: str, config: RunnableConfig) -> str:

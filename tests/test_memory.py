@@ -69,7 +69,7 @@ def test_bad_input_is_refused_with_typed_errors():
 
 def test_training_happens_in_the_background_and_flush_waits():
     with memory() as mem:
-        mem.add_many(all_facts() * 3, namespace="me")
+        mem.add_many([f"{fact}, week {week}" for week in range(3) for fact in all_facts()], namespace="me")
         mem.flush()
         stats = mem.stats()
         assert stats["inserts"] == 45 and stats["supervised"] == 45 and stats["pending_training"] == 0
@@ -366,3 +366,35 @@ def test_a_failed_compiled_graph_run_leaves_no_record_behind_for_long():
         with pytest.raises(InvalidOperationError):  # through add: cleaned up at once
             mem.put("me", aspect, {"content": "the cat sleeps"})
         assert mem.stats()["inserts_in_flight"] == 0
+
+
+def test_the_same_memory_added_twice_is_stored_once(tmp_path):
+    db = str(tmp_path / "m.db")
+    with memory(storage=db) as mem:
+        first = mem.add("My dog Rex loves the park.", namespace="me")
+        before = mem.get(first, namespace="me").updated_at
+        assert mem.add("my dog rex loves  the park!", namespace="me") == first
+        assert mem.get(first, namespace="me").updated_at > before
+        # Texts that differ are kept apart, however close their embeddings.
+        negated = mem.add("My dog Rex does not love the park.", namespace="me")
+        # So are equal texts with other fields, other namespaces, and put() with a new key.
+        tagged = mem.add("My dog Rex loves the park.", namespace="me", metadata={"source": "vet"})
+        elsewhere = mem.add("My dog Rex loves the park.", namespace="you")
+        mem.put("me", "explicit", {"content": "My dog Rex loves the park."})
+        assert len({first, negated, tagged, elsewhere, "explicit"}) == 5
+        stats = mem.stats()
+        assert stats["merged"] == 1 and stats["facts"] == 5
+
+        results: list[str] = []
+        threads = [threading.Thread(target=lambda: results.append(mem.add("the cat sleeps on the sofa",
+                                                                          namespace="me")))
+                   for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(set(results)) == 1 and mem.stats()["facts"] == 6
+    with memory(storage=db) as again:  # a new process sees the stored facts as duplicates too
+        assert again.add("My dog Rex loves the park", namespace="me") == first
+    with memory(dedupe=False) as mem:
+        assert mem.add("the same", namespace="me") != mem.add("the same", namespace="me")

@@ -188,3 +188,11 @@ async def test_langmem_tools_async_and_in_a_graph(store):
                               config)
     result = out["messages"][-1]
     assert isinstance(result, ToolMessage) and json.loads(result.content)[0]["key"] == item.key
+
+
+async def test_saving_a_memory_again_returns_the_same_id(store):
+    tools = by_name(memory_tools(store, ("memories", "{user_id}")))
+    key = saved_id(tools["save_memory"].invoke({"content": "Alice is vegetarian"}, ALICE))
+    assert saved_id(tools["save_memory"].invoke({"content": "alice is vegetarian."}, ALICE)) == key
+    assert saved_id(await tools["save_memory"].ainvoke({"content": "Alice is vegetarian"}, ALICE)) == key
+    assert [item.key for item in store.search(("memories", "alice"))] == [key]
