@@ -40,6 +40,7 @@ from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, check_text
 from .inputs import json_copy as _json_copy
 from .pipeline import Learner, LearnerConfig, PlaceRecord, cosine
+from .labels import LABELLED_FACTS, stale_aspects, typical_facts
 from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
 from .teachers.base import Teacher
@@ -157,6 +158,7 @@ class MembrainMemory:
         retrieval: RetrievalConfig | None = None,
         search_mode: str = "fast",
         dedupe: bool = True,
+        relabel: bool = True,
     ):
         """
         Args:
@@ -185,6 +187,9 @@ class MembrainMemory:
                 merges. Texts that differ are never merged, however similar their
                 embeddings: "X is allergic to peanuts" and "X is not allergic to peanuts"
                 have a cosine of 0.98 with MiniLM.
+            relabel: rename an aspect each time the facts below it double in number, from
+                its most typical facts (the teacher names it; counted as
+                ``stats()["relabelled"]`` when the label changes).
         """
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
@@ -193,6 +198,7 @@ class MembrainMemory:
         self.background = bool(background)
         self.checkpoint_every = int(checkpoint_every)
         self.dedupe = bool(dedupe)
+        self.relabel = bool(relabel)
         self._learner_config = learner or LearnerConfig()
         if device is not None:
             self._learner_config.training.device = device
@@ -208,7 +214,8 @@ class MembrainMemory:
         self._is_trainer = False
         self._checkpoint_seen = 0
         self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
-        self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0}
+        self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0,
+                        "relabelled": 0}
         self._recent_calls: deque[int] = deque(maxlen=100)  # teacher calls of the last inserts
         self._last_worker_error: str | None = None
         self._checkpoint_error: str | None = None
@@ -733,8 +740,35 @@ class MembrainMemory:
 
             self._mutate(ns, write)
             self._counts["corrections"] += len(result.corrections) + bool(result.actions)
+        if self.relabel:
+            self._relabel(ns, record.fact_id)
         if self._storage is not None and self._counts["supervised"] % max(self.checkpoint_every, 1) == 0:
             self._save_checkpoint()
+
+    def _relabel(self, ns: Namespace, fact_id: str) -> None:
+        """Rename the aspects above ``fact_id`` that have doubled in size since they were
+        named (labels.py). The teacher names them with no lock held; the new labels are
+        written in one commit, to the aspects that still exist."""
+        with self._forest.lock(ns):
+            tree = self._tree(ns, create=False)
+            if tree is None or fact_id not in tree:
+                return
+            todo = {a: typical_facts(tree, a) for a in stale_aspects(tree, fact_id)}
+        if not todo:
+            return
+        names = {a: self._learner.name_aspect(texts) for a, texts in todo.items()}
+        vecs = dict(zip(names, self._embed(list(names.values()))))
+
+        def write(t: MembrainTree) -> int:
+            renamed = 0
+            for a, label in names.items():
+                if a in t and t.node(a).kind == "aspect":
+                    renamed += t.node(a).text != label
+                    t.set_label(a, label, embedding=vecs[a],
+                                metadata={**t.node(a).metadata, LABELLED_FACTS: t.fact_count(a)})
+            return renamed
+
+        self._counts["relabelled"] += self._mutate(ns, write)
 
     def _save_checkpoint(self) -> None:
         if self._storage is None or self._learner is None or not self._is_trainer:

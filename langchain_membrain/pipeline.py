@@ -403,8 +403,11 @@ class Learner:
         rec.teacher_calls += calls
         rec.teacher_failures += failures
 
-    def _name(self, texts: list[str]) -> str:
-        self.naming_calls += 1
+    def name_aspect(self, texts: list[str]) -> str:
+        """A label for an aspect holding ``texts``: the teacher's, or a keyword fallback when
+        it fails (counted in ``naming_calls``)."""
+        with self.trainer.lock:  # inserts and the background worker both name aspects
+            self.naming_calls += 1
         try:
             label = self.teacher.name_aspect(texts)
         except Exception:
@@ -592,7 +595,7 @@ class Learner:
                     except Exception:
                         dec.shadow_actions = None
                     self._shadow_time(rec, time.perf_counter() - s0)
-                rec.applied, _ = rewrite(tree, dec.executed, name_aspect=self._name, embed_label=self.embed_label,
+                rec.applied, _ = rewrite(tree, dec.executed, name_aspect=self.name_aspect, embed_label=self.embed_label,
                                          allow_aspects=self.config.allow_aspects)
         except MembrainError:
             pass  # stage 2 is an improvement; a failure in it must never undo the insert
@@ -700,7 +703,7 @@ class Learner:
                     tree.move(c.fact_id, c.to_parent)
             except MembrainError:
                 pass
-        applied, _ = rewrite(tree, res.actions, name_aspect=self._name, embed_label=self.embed_label,
+        applied, _ = rewrite(tree, res.actions, name_aspect=self.name_aspect, embed_label=self.embed_label,
                              allow_aspects=self.config.allow_aspects) if res.actions else ([], [])
         return applied
 

@@ -372,17 +372,22 @@ class MembrainTree:
         node.updated_at = time.time()
         self._touch(fact_id)
 
-    def set_label(self, aspect_id: str, label: str, *, embedding: Any = None) -> None:
-        """Rename an aspect (and optionally replace its label embedding)."""
+    def set_label(self, aspect_id: str, label: str, *, embedding: Any = None,
+                  metadata: dict[str, Any] | None = None) -> None:
+        """Rename an aspect (and optionally replace its label embedding and metadata)."""
         node = self.node(aspect_id)
         if node.kind != "aspect":
             raise InvalidOperationError(f"{aspect_id!r} is a {node.kind}, not an aspect")
         label = _check_text(label, "aspect label")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidOperationError("metadata must be a dict")
         vec = _as_vector(embedding, self.dim)
         self._claim_dim(vec)
         node.text = label
         if vec is not None:
             node.embedding = vec
+        if metadata is not None:
+            node.metadata = dict(metadata)
         node.updated_at = time.time()
         self._touch(aspect_id)
 

@@ -400,7 +400,9 @@ def test_membrain_memory_follows_the_llm_teacher(server, client):
     else:
         teacher, kw = openai.OpenAI(base_url=server.base_url, api_key="x"), {"teacher_model": "test-model"}
     forced = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
-    with MembrainMemory(teacher=teacher, embeddings=EMB, learner=forced, background=False, **kw) as mem:
+    # relabel=False: this scripted LLM steers by exact labels and names every aspect "things"
+    with MembrainMemory(teacher=teacher, embeddings=EMB, learner=forced, background=False, relabel=False,
+                        **kw) as mem:
         mem.add_many(FACTS, namespace="computer")
         tree = mem.tree("computer")
         tree.check_invariants()
