@@ -6,9 +6,10 @@ and the label can stop describing them ("knee" over a subtree about running). De
 - The **labelled size** of an aspect is the number of facts below it when its label was
   last set, kept in its metadata under :data:`LABELLED_FACTS`. Aspects without it (named
   at creation, by Group) count as labelled at :data:`CREATED_SIZE` facts.
-- An aspect is **stale** when the facts below it have reached ``growth`` times its
-  labelled size. Renaming only at each doubling keeps the cost at O(log n) namings per
-  aspect over its life.
+- An aspect is **stale** when the facts below it have reached ``growth`` (4) times its
+  labelled size, and at least ``min_facts`` (8). Renaming only when an aspect has grown
+  fourfold keeps the cost at O(log n) namings per aspect over its life; small aspects keep the name they were
+  created with, which still describes them (and costs no LLM call).
 - The **typical facts** of an aspect are the ``k`` facts below it whose embeddings are
   nearest its mean embedding: what a new label is made from.
 """
@@ -28,11 +29,12 @@ def labelled_size(tree: MembrainTree, aspect_id: str) -> int:
     return int(tree.node(aspect_id).metadata.get(LABELLED_FACTS, CREATED_SIZE))
 
 
-def stale_aspects(tree: MembrainTree, fact_id: str, *, growth: float = 2.0) -> list[str]:
+def stale_aspects(tree: MembrainTree, fact_id: str, *, growth: float = 4.0, min_facts: int = 8) -> list[str]:
     """The aspects on the path from the root to ``fact_id`` whose fact count has reached
-    ``growth`` times their labelled size, top first. O(depth)."""
+    ``growth`` times their labelled size and ``min_facts``, top first. O(depth)."""
     return [a for a in tree.path(fact_id)[1:-1]
-            if tree.node(a).kind == "aspect" and tree.fact_count(a) >= growth * max(labelled_size(tree, a), 1)]
+            if tree.node(a).kind == "aspect"
+            and tree.fact_count(a) >= max(growth * labelled_size(tree, a), min_facts)]
 
 
 def typical_facts(tree: MembrainTree, aspect_id: str, k: int = 12) -> list[str]:

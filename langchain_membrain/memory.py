@@ -187,8 +187,8 @@ class MembrainMemory:
                 merges. Texts that differ are never merged, however similar their
                 embeddings: "X is allergic to peanuts" and "X is not allergic to peanuts"
                 have a cosine of 0.98 with MiniLM.
-            relabel: rename an aspect each time the facts below it double in number, from
-                its most typical facts (the teacher names it; counted as
+            relabel: rename an aspect each time the facts below it have grown fourfold
+                (from 8 facts on), from its most typical facts (the teacher names it; counted as
                 ``stats()["relabelled"]`` when the label changes).
         """
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
@@ -746,7 +746,7 @@ class MembrainMemory:
             self._save_checkpoint()
 
     def _relabel(self, ns: Namespace, fact_id: str) -> None:
-        """Rename the aspects above ``fact_id`` that have doubled in size since they were
+        """Rename the aspects above ``fact_id`` that have grown fourfold since they were
         named (labels.py). The teacher names them with no lock held; the new labels are
         written in one commit, to the aspects that still exist."""
         with self._forest.lock(ns):
@@ -788,6 +788,7 @@ class MembrainMemory:
                           "agreement": c.agreement, "labelled": c.labelled, "loss": c.loss,
                           "optimiser_steps": c.steps}
         out["teacher_calls"] = sum(c.teacher_calls for c in self._learner.counters.values())
+        out["naming_calls"] = self._learner.naming_calls  # labels for new and renamed aspects
         return out
 
     def _maybe_reload_checkpoint(self) -> None:
