@@ -39,8 +39,8 @@ from .filters import check_filter, matches
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, check_text
 from .inputs import json_copy as _json_copy
-from .pipeline import Learner, LearnerConfig, PlaceRecord, cosine
 from .labels import LABELLED_FACTS, stale_aspects, typical_facts
+from .pipeline import Learner, LearnerConfig, PlaceRecord, cosine
 from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
 from .teachers.base import Teacher
@@ -461,20 +461,20 @@ class MembrainMemory:
                                        "embedding": vec})["key"]
 
     def _duplicate_of(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str | None:
-        """The stored fact this memory duplicates: the nearest fact by embedding, when its
-        normalised text and its other value fields are the same. Call under the lock."""
+        """The stored fact this memory duplicates: among the facts nearest by embedding (equal
+        texts embed alike), one whose normalised text and other value fields are the same.
+        Call under the lock."""
         tree = self._tree(ns, create=False)
         index = self._indexes.get(ns)
-        found = index.nearest(vec) if tree is not None and index is not None else None
-        if found is None or found[0] not in tree:
+        if tree is None or index is None:
             return None
-        node = tree.node(found[0])
-        old = node.metadata.get("value", {})
-        if _normalised(node.text) != _normalised(text):
-            return None
-        if {k: v for k, v in old.items() if k != "content"} != {k: v for k, v in value.items() if k != "content"}:
-            return None
-        return found[0]
+        fields = {k: v for k, v in value.items() if k != "content"}
+        for fid, _ in index.nearest(vec, k=8):
+            if fid in tree and _normalised(tree.node(fid).text) == _normalised(text):
+                old = tree.node(fid).metadata.get("value", {})
+                if {k: v for k, v in old.items() if k != "content"} == fields:
+                    return fid
+        return None
 
     def put(self, namespace: str | Sequence[str], key: str, value: dict[str, Any], *,
             index: bool | Sequence[str] | None = None) -> None:

@@ -364,21 +364,24 @@ class FactIndex:
         hits = [name for name in self._speaker_count if qwords & set(_name_words(name))]
         return hits[0] if len(hits) == 1 else None
 
-    def nearest(self, embedding: Any) -> tuple[Hashable, float] | None:
-        """The fact whose embedding has the highest cosine with ``embedding``, with that
-        cosine; None when no fact has an embedding. Approximate (HNSW) once the fast mode's
-        index exists, exact below that."""
-        if not self._n_emb:
-            return None
+    def nearest(self, embedding: Any, k: int = 1) -> list[tuple[Hashable, float]]:
+        """The ``k`` facts whose embeddings have the highest cosine with ``embedding``, with
+        those cosines, best first ([] when no fact has an embedding). Approximate (HNSW)
+        once the fast mode's index exists, exact below that."""
+        if not self._n_emb or k <= 0:
+            return []
         vec = self._check_vec(embedding)
+        k = min(k, self._n_emb)
         if self._hnsw is not None:
-            labels, _ = self._hnsw.knn_query(vec.reshape(1, -1), k=1)
-            slot = int(labels[0][0])
+            labels, _ = self._hnsw.knn_query(vec.reshape(1, -1), k=k)
+            slots = labels[0].astype(np.int64)
         else:
             n_slots = len(self._ids)
             cos = np.where(self._has_emb[:n_slots], self._emb[:n_slots] @ vec, -np.inf)
-            slot = int(np.argmax(cos))
-        return self._ids[slot], float(self._emb[slot] @ vec)
+            slots = np.argsort(-cos, kind="stable")[:k]
+        sims = self._emb[slots] @ vec
+        order = np.argsort(-sims, kind="stable")
+        return [(self._ids[slots[i]], float(sims[i])) for i in order]
 
     def search(self, query: str, query_embedding: Any = None, k: int = 10, *,
                tree: Any = None, mode: Mode = "fast",

@@ -381,9 +381,10 @@ def test_the_same_memory_added_twice_is_stored_once(tmp_path):
         tagged = mem.add("My dog Rex loves the park.", namespace="me", metadata={"source": "vet"})
         elsewhere = mem.add("My dog Rex loves the park.", namespace="you")
         mem.put("me", "explicit", {"content": "My dog Rex loves the park."})
+        assert mem.add("My dog Rex loves the park", namespace="me", metadata={"source": "vet"}) == tagged
         assert len({first, negated, tagged, elsewhere, "explicit"}) == 5
         stats = mem.stats()
-        assert stats["merged"] == 1 and stats["facts"] == 5
+        assert stats["merged"] == 2 and stats["facts"] == 5
 
         results: list[str] = []
         threads = [threading.Thread(target=lambda: results.append(mem.add("the cat sleeps on the sofa",

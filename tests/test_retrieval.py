@@ -200,6 +200,21 @@ def test_fast_mode_recall_against_exact_on_random_data():
     assert hits / total >= 0.95
 
 
+@pytest.mark.parametrize("ann_min_facts", [10_000, 100])  # exact, then through HNSW
+def test_nearest_finds_the_closest_live_facts(ann_min_facts):
+    rng = np.random.default_rng(5)
+    vecs = unit(rng, 400, 16)
+    idx = FactIndex(RetrievalConfig(ann_min_facts=ann_min_facts))
+    assert idx.nearest(vecs[0]) == []
+    for i, v in enumerate(vecs):
+        idx.add(i, f"fact {i}", v)
+    idx.remove(7)
+    (best, cos), *rest = idx.nearest(vecs[3], k=3)
+    assert best == 3 and cos == pytest.approx(1.0, abs=1e-5) and len(rest) == 2
+    assert rest[0][1] >= rest[1][1] and 3 not in {f for f, _ in rest}
+    assert all(f != 7 for f, _ in idx.nearest(vecs[7], k=5))
+
+
 def test_duplicate_and_bad_dimension_are_rejected():
     idx = FactIndex()
     idx.add("a", "x", np.ones(4))
