@@ -11,6 +11,7 @@ decide, the teacher is asked per policy, and training follows.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -313,6 +314,9 @@ class Learner:
         self.shadow = shadow
         self.rng = np.random.default_rng(self.config.seed)
         self.naming_calls = 0
+        # Guards the teacher-call counts: inserts and a background supervision both ask the
+        # teacher. Not the trainer's lock, which an optimiser step holds for milliseconds.
+        self._count_lock = threading.Lock()
         self.inserts = 0
 
     # ------------------------------------------------------------------ policies
@@ -393,10 +397,8 @@ class Learner:
             return None
 
     def _count(self, stage: str, rec: PlaceRecord | SupervisionResult, *, calls: int = 0, failures: int = 0) -> None:
-        """Count teacher calls and failures, on the stage's counters (under the trainer's
-        lock: a background supervision may ask the teacher while an insert does) and on
-        the record."""
-        with self.trainer.lock:
+        """Count teacher calls and failures, on the stage's counters and on the record."""
+        with self._count_lock:
             c = self.trainer.counters[stage]
             c.teacher_calls += calls
             c.teacher_failures += failures
@@ -406,7 +408,7 @@ class Learner:
     def name_aspect(self, texts: list[str]) -> str:
         """A label for an aspect holding ``texts``: the teacher's, or a keyword fallback when
         it fails (counted in ``naming_calls``)."""
-        with self.trainer.lock:  # inserts and the background worker both name aspects
+        with self._count_lock:
             self.naming_calls += 1
         try:
             label = self.teacher.name_aspect(texts)
