@@ -667,6 +667,7 @@ class MembrainMemory:
                         # learner's counters do.
                         for k in self._counts:
                             self._counts[k] += int(found[1].get(k, 0))
+                        learner.naming_calls += int(found[1].get("naming_calls", 0))
                     except CheckpointError as exc:
                         # Documented fallback: the memories are untouched; the models start
                         # afresh (the unusable checkpoint is replaced at the next save).
@@ -852,7 +853,8 @@ class MembrainMemory:
             saved = self._storage.load_checkpoint(CHECKPOINT_NAME)
             if saved is not None and "stage1" in saved[1]:
                 counters = saved[1]
-                out.update({k: counters[k] for k in ("stage1", "stage2", "teacher_calls") if k in counters})
+                out.update({k: counters[k] for k in ("stage1", "stage2", "teacher_calls", "naming_calls")
+                            if k in counters})
                 out["saved_inserts"] = counters.get("inserts", 0)
                 out["teacher_calls_per_insert"] = out.get("teacher_calls", 0) / max(out["saved_inserts"], 1)
         if callable(getattr(self.teacher, "stats", None)):
