@@ -128,11 +128,19 @@ class MemoryRecord:
 class _Forest:
     trees: dict[Namespace, MembrainTree] = field(default_factory=dict)
     locks: dict[Namespace, threading.RLock] = field(default_factory=dict)
+    # One per namespace, held by an add() from its duplicate check to the end of its insert.
+    # Only adds take it, so the background worker, which needs the tree lock between the
+    # insert's steps, is never starved by a long add_many.
+    insert_locks: dict[Namespace, threading.Lock] = field(default_factory=dict)
     guard: threading.Lock = field(default_factory=threading.Lock)
 
     def lock(self, ns: Namespace) -> threading.RLock:
         with self.guard:
             return self.locks.setdefault(ns, threading.RLock())
+
+    def insert_lock(self, ns: Namespace) -> threading.Lock:
+        with self.guard:
+            return self.insert_locks.setdefault(ns, threading.Lock())
 
 
 class MembrainMemory:
@@ -440,13 +448,14 @@ class MembrainMemory:
                 vec: np.ndarray, *, merge: bool = False) -> str:
         """Place one embedded memory through the insert pipeline; returns its key. With
         ``merge``, a duplicate of a stored fact (see ``dedupe``) is not stored again: the
-        check and the insert hold the namespace's lock, so two threads adding the same
-        memory store it once."""
+        check and the insert hold the namespace's insert lock, so two threads adding the
+        same memory store it once."""
         if not merge:
             return self._pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
                                        "embedding": vec})["key"]
-        with self._forest.lock(ns):
-            dup = self._duplicate_of(ns, value, text, vec)
+        with self._forest.insert_lock(ns):
+            with self._forest.lock(ns):
+                dup = self._duplicate_of(ns, value, text, vec)
             if dup is not None:
                 def touch(tree: MembrainTree) -> bool:
                     if dup not in tree:  # removed by another process meanwhile
