@@ -732,21 +732,23 @@ class MembrainMemory:
             # A slow teacher (an LLM) is asked on a copy of the tree, with no lock held, so
             # that adds and searches of this namespace do not wait for its answer. Moves and
             # actions it asks for are re-validated on the live tree when applied below.
-            view = tree.copy() if learner.asks_teacher(record) and not getattr(self.teacher, "fast", False) else None
-            if view is None:
+            slow = learner.asks_teacher(record) and not getattr(self.teacher, "fast", False)
+            if slow:
+                view = tree.copy()
+            else:
                 with self._learner_lock:
                     result = learner.supervise(tree, record, train=False)
-        if view is not None:
+        if slow:
             result = learner.supervise(view, record, train=False)
         # Optimiser steps outside both locks: the trainer locks itself per step, so adds and
         # searches wait for one step at most, never for a whole batch.
-        result.steps = self._learner.trainer.train_ready()
+        result.steps = learner.trainer.train_ready()
         self._recent_calls.append(record.teacher_calls + result.teacher_calls)
         self._counts["supervised"] += 1
-        if self._learner.config.apply_corrections and (result.corrections or result.actions):
+        if learner.config.apply_corrections and (result.corrections or result.actions):
             def write(t: MembrainTree) -> None:
                 with self._learner_lock:
-                    self._learner.apply_corrections(t, result)
+                    learner.apply_corrections(t, result)
 
             self._mutate(ns, write)
             self._counts["corrections"] += len(result.corrections) + bool(result.actions)

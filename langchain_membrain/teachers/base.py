@@ -70,10 +70,7 @@ class BaseTeacher:
     """Convenience base: subclasses write the sync methods, async ones run in a thread."""
 
     name: str = "teacher"
-    # True for a teacher that answers in-process in microseconds (no I/O). MembrainMemory's
-    # background worker then asks it under the namespace's lock; any other teacher is asked
-    # on a copy of the tree so that adds do not wait for its answers.
-    fast: bool = False
+    fast: bool = False  # answers in-process, without I/O (see the module docstring)
 
     def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         raise NotImplementedError
