@@ -17,6 +17,11 @@ Every command takes ``--db PATH_OR_URL`` (default ``$MEMBRAIN_DB`` or ``./membra
 heuristic teacher is used; ``--offline`` forces the latter. A mistake (a missing file, a bad
 namespace, a database that cannot be opened) prints one red line and exits with status 1;
 ``--debug`` shows the traceback instead.
+
+Start-up: this module imports nothing heavy. ``show``, ``export`` and ``stats`` read the
+database through :class:`StoredMemory` (no torch, no embedder, no LLM SDK unless ``stats``
+reports an LLM teacher the environment configures); ``search`` loads the embedder (and so
+torch) but not an LLM teacher; ``add``, ``import`` and ``demo`` open a full MembrainMemory.
 """
 
 from __future__ import annotations
@@ -48,8 +53,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from .errors import MembrainError
-from .export import tree_to_rich
+from .errors import InvalidOperationError, MembrainError
 
 DEFAULT_DB = "./membrain.db"
 IN_MEMORY = ":memory:"
@@ -66,7 +70,7 @@ def _namespace(ns: str | None) -> tuple[str, ...] | None:
     """Validate ``--ns`` early, so a bad one fails before any model is loaded."""
     if ns is None:
         return None
-    from .memory import as_namespace
+    from .inputs import as_namespace  # not via .memory, which imports torch
 
     return as_namespace(ns)
 
@@ -117,39 +121,151 @@ def teacher_from_env(offline: bool = False) -> tuple[Any, str]:
     return teacher, f"LLM teacher {model} at {where}"
 
 
-@contextmanager
-def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB,
-                must_exist: bool = False) -> Iterator[Any]:
-    """Open the MembrainMemory that ``--db`` names, with the environment's teacher.
-
-    ``must_exist``: a read command; a database file that is not there is a mistake (and
-    is not created empty)."""
-    from .memory import MembrainMemory
-
-    given = getattr(args, "memory", None)
-    if given is not None:  # main(argv, memory=...): an open memory the caller owns
-        teacher = getattr(given, "teacher", None)
-        args.teacher_label = "offline heuristic teacher" if teacher is None else type(teacher).__name__
-        yield given
-        given.flush()
-        return
+def _database(args: argparse.Namespace, default_db: str | None, must_exist: bool) -> tuple[str | None, str | None]:
+    """(``--db`` as given or defaulted, the storage argument it names)."""
     db = args.db if args.db is not None else (os.environ.get("MEMBRAIN_DB") or default_db)
     storage = _storage(db)
     if must_exist and storage is not None and "://" not in storage and not Path(storage).exists():
         raise UserError(f"no memory at {storage} yet: add some with 'membrain add TEXT' or "
                         "'membrain import FILE', or pass --db")
-    teacher, args.teacher_label = teacher_from_env(args.offline)
+    return db, storage
+
+
+@contextmanager
+def _opening(args: argparse.Namespace, db: str | None) -> Iterator[None]:
+    """A driver's own error (sqlite3, psycopg...) while opening the user's database: one line."""
     try:
-        memory = MembrainMemory(storage, teacher=teacher)
+        yield
     except (MembrainError, OSError):
         raise
-    except Exception as exc:  # a driver's own error (sqlite3, psycopg...): the user's database
+    except Exception as exc:
         if args.debug:
             raise
-        raise UserError(f"cannot open the memory at {redact(db)}: {type(exc).__name__}: "
+        raise UserError(f"cannot open the memory at {redact(str(db))}: {type(exc).__name__}: "
                         f"{redact(str(exc))}") from None
+
+
+def _given(args: argparse.Namespace) -> Any:
+    """``main(argv, memory=...)``: the open memory the caller owns, or None."""
+    given = getattr(args, "memory", None)
+    if given is not None:
+        teacher = getattr(given, "teacher", None)
+        args.teacher_label = "offline heuristic teacher" if teacher is None else type(teacher).__name__
+    return given
+
+
+@contextmanager
+def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB,
+                must_exist: bool = False, teacher: bool = True) -> Iterator[Any]:
+    """Open the MembrainMemory that ``--db`` names, with the environment's teacher.
+
+    ``must_exist``: a read command; a database file that is not there is a mistake (and
+    is not created empty). ``teacher=False``: a command that never asks the teacher
+    (search): the offline default is used, and no LLM SDK is loaded."""
+    given = _given(args)
+    if given is not None:  # main(argv, memory=...): an open memory the caller owns
+        yield given
+        given.flush()
+        return
+    db, storage = _database(args, default_db, must_exist)
+    if teacher:
+        chosen, args.teacher_label = teacher_from_env(args.offline)
+    else:
+        chosen, args.teacher_label = None, "none (not asked by this command)"
+    from .memory import MembrainMemory  # torch and the insert pipeline: only for these commands
+
+    with _opening(args, db):
+        memory = MembrainMemory(storage, teacher=chosen)
     with memory:
         yield memory
+
+
+# Must equal memory.CHECKPOINT_NAME (a test checks); not imported from there, which loads torch.
+CHECKPOINT_NAME = "models"
+
+
+class StoredMemory:
+    """A database read without a MembrainMemory: its namespaces, their trees, and the
+    counters of the last saved model checkpoint. Loads no model, no embedder, no torch:
+    what ``membrain show``, ``export`` and ``stats`` need, at a fraction of the start-up.
+
+    ``stats()`` reports what ``MembrainMemory.stats()`` reports in a process that has not
+    inserted yet: the forest's counts and the saved checkpoint's counters (teacher calls,
+    agreement per stage, ``saved_inserts``), without the per-process counters (all zero in
+    such a process)."""
+
+    def __init__(self, storage: str | None):
+        from .storage import open_storage
+
+        self._storage = open_storage(storage) if storage is not None else None
+        self._trees: dict[tuple[str, ...], Any] = {}
+
+    def namespaces(self) -> list[tuple[str, ...]]:
+        return sorted(tuple(ns) for ns in self._storage.list_namespaces()) if self._storage is not None else []
+
+    def tree(self, namespace: Any = None) -> Any:
+        from .inputs import as_namespace
+
+        ns = as_namespace(namespace)
+        if ns not in self._trees:
+            loaded = self._storage.load_tree(ns) if self._storage is not None else None
+            if loaded is None:
+                raise InvalidOperationError(f"no memories in namespace {ns!r}")
+            self._trees[ns] = loaded[0]
+        return self._trees[ns]
+
+    def stats(self) -> dict[str, Any]:
+        names = self.namespaces()
+        facts = aspects = depth = 0
+        for ns in names:
+            try:
+                t = self.tree(ns)
+            except InvalidOperationError:  # deleted since it was listed
+                continue
+            facts += t.fact_count(t.root_id)
+            aspects += len(t.aspects())
+            depth = max(depth, t.height())
+        out: dict[str, Any] = {"namespaces": len(names), "facts": facts, "aspects": aspects, "max_depth": depth}
+        saved = self._storage.load_checkpoint(CHECKPOINT_NAME) if self._storage is not None else None
+        if saved is not None and "stage1" in saved[1]:
+            counters = saved[1]
+            out.update({k: counters[k] for k in ("stage1", "stage2", "teacher_calls", "naming_calls")
+                        if k in counters})
+            out["saved_inserts"] = counters.get("inserts", 0)
+            out["teacher_calls_per_insert"] = out.get("teacher_calls", 0) / max(out["saved_inserts"], 1)
+        return out
+
+    def flush(self) -> None:
+        """Nothing to write: the view only reads."""
+
+    def close(self) -> None:
+        if self._storage is not None:
+            self._storage.close()
+
+    def __enter__(self) -> "StoredMemory":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextmanager
+def open_stored(args: argparse.Namespace, *, teacher: bool = False) -> Iterator[Any]:
+    """The database ``--db`` names, for a command that only reads trees and counters
+    (:class:`StoredMemory`; the given memory under ``main(argv, memory=...)``). It must exist.
+    ``teacher``: describe the environment's teacher in ``args.teacher_label`` (stats)."""
+    given = _given(args)
+    if given is not None:
+        yield given
+        given.flush()
+        return
+    db, storage = _database(args, DEFAULT_DB, must_exist=True)
+    if teacher:
+        args.teacher_label = teacher_from_env(args.offline)[1]
+    with _opening(args, db):
+        stored = StoredMemory(storage)
+    with stored:
+        yield stored
 
 
 def _stats(memory: Any) -> dict[str, Any]:
@@ -366,7 +482,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     ns = _namespace(args.ns)
     if args.k < 1:
         raise UserError("-k must be at least 1")
-    with open_memory(args, must_exist=True) as memory:
+    with open_memory(args, must_exist=True, teacher=False) as memory:
         if ns is not None:
             _pick_namespaces(memory, ns)  # an unknown namespace is a mistake, not "no results"
         hits = memory.search(args.query, namespace=ns if ns is not None else (), limit=args.k)  # (): all
@@ -392,10 +508,12 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
     """``membrain show``: the tree of each namespace as a rich tree."""
+    from .export import tree_to_rich  # the tree module (numpy, networkx): not for --help
+
     ns = _namespace(args.ns)
     if args.depth is not None and args.depth < 0:
         raise UserError("--depth must be 0 or more")
-    with open_memory(args, must_exist=True) as memory:
+    with open_stored(args) as memory:
         spaces = _pick_namespaces(memory, ns)
         if not spaces:
             console.print("[yellow]the memory is empty[/]: add something with [bold]membrain add TEXT[/]")
@@ -414,7 +532,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     ns = _namespace(args.ns)
     if args.output and Path(args.output).parent != Path("") and not Path(args.output).parent.is_dir():
         raise UserError(f"directory {str(Path(args.output).parent)!r} does not exist")
-    with open_memory(args, must_exist=True) as memory:
+    with open_stored(args) as memory:
         chosen = _one_namespace(memory, ns)
         tree = memory.tree(chosen)
         if args.format == "json":
@@ -437,7 +555,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 def cmd_stats(args: argparse.Namespace, console: Console) -> int:
     """``membrain stats``: facts, aspects and depth per namespace, and the memory's counters."""
     ns = _namespace(args.ns)
-    with open_memory(args, must_exist=True) as memory:
+    with open_stored(args, teacher=True) as memory:
         spaces = _pick_namespaces(memory, ns)
         per_ns = []
         for s in spaces:
@@ -499,6 +617,8 @@ DEMO_QUERIES = (
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """``membrain demo``: ingest the sample conversation session by session, show the tree
     growing and the teacher being asked less, then search it."""
+    from .export import tree_to_rich
+
     ns = _namespace(args.ns) or _namespace(DEMO_NAMESPACE)
     turns = [t for t in load_sample_conversation() if t["speaker"] == "user"]
     sessions = [(s, list(g)) for s, g in groupby(turns, key=lambda t: t["session"])]

@@ -2,18 +2,21 @@
 
 ::
 
-    START -> embed -> stage1_descend -(teacher asked)-> stage1_teacher -> stage1_descend ...
-                          |                                   |
-                          +------------(attach here)----------+-> attach -> stage2_rewrite
-    stage2_rewrite -(teacher asked)-> stage2_teacher -> apply_actions -> train -> END
-          +--------------------------------------------> apply_actions
+    START -> embed -> stage1_descend -(unsure)-> stage1_teacher -> attach
+                          +---------(attach here)-------------------^
+    attach -> stage2_rewrite -(unsure, not asked yet)-> stage2_teacher -> apply_actions -> train -> END
+                   +------------------------------------------------------^
+
+The teacher is asked at most once per insert, one joint question (where the fact goes, the
+stage-2 actions, the names of new aspects): in ``stage1_teacher`` when the model is unsure
+during its descent, else in ``stage2_teacher`` when it is unsure of stage 2; a drawn audit
+is asked later, by the background trainer (``train``).
 
 The nodes are plain functions (methods of :class:`InsertPipeline`) and the routing is two
 plain functions, so the same definition runs either compiled (``mem.graph``, composable
 into a user's graph as a subgraph) or walked directly by :meth:`InsertPipeline.run`,
 which ``MembrainMemory.add`` uses because a compiled graph costs about 0.2 ms per step.
-The descent loops inside ``stage1_descend`` (one graph step for many tree levels) and only
-comes back through the graph when the teacher is asked.
+The descent loops inside ``stage1_descend`` (one graph step for many tree levels).
 
 State in: ``text``, and optionally ``namespace``, ``metadata``, ``key``. State out:
 ``key``, ``parent_path`` (aspect labels from the root to the new fact's parent),
@@ -138,11 +141,11 @@ class InsertPipeline:
         return {"route": "teacher" if asks else "attach"}
 
     def stage1_teacher(self, state: InsertState) -> dict[str, Any]:
-        """Ask the teacher about the pending level and take its answer."""
+        """Ask the teacher the joint question and follow its placement."""
         ns, rec, _ = self._get(state)
         with self._session(ns) as (tree, learner):
-            learner.teacher_level(tree, rec)
-        return {"route": "attach" if rec.descended else "descend"}
+            learner.teacher_place(tree, rec)
+        return {}
 
     def attach(self, state: InsertState) -> dict[str, Any]:
         """Attach the fact (one committed write). A key that exists is replaced: its fact
@@ -172,7 +175,7 @@ class InsertPipeline:
         return {"route": "teacher" if asks else "apply"}
 
     def stage2_teacher(self, state: InsertState) -> dict[str, Any]:
-        """Ask the teacher for the stage-2 actions."""
+        """Ask the teacher the joint question (its actions, and its parent if it differs)."""
         ns, rec, _ = self._get(state)
         with self._session(ns) as (tree, learner):
             learner.teacher_stage2(tree, rec)
@@ -210,23 +213,19 @@ class InsertPipeline:
         return "stage1_teacher" if state["route"] == "teacher" else "attach"
 
     @staticmethod
-    def after_teacher(state: InsertState) -> Literal["stage1_descend", "attach"]:
-        return "attach" if state["route"] == "attach" else "stage1_descend"
-
-    @staticmethod
     def after_stage2(state: InsertState) -> Literal["stage2_teacher", "apply_actions"]:
         return "stage2_teacher" if state["route"] == "teacher" else "apply_actions"
 
     EDGES: dict[str, str] = {
         "embed": "stage1_descend",
+        "stage1_teacher": "attach",
         "attach": "stage2_rewrite",
         "stage2_teacher": "apply_actions",
         "apply_actions": "train",
     }
 
     def routes(self) -> dict[str, Callable[[InsertState], str]]:
-        return {"stage1_descend": self.after_descend, "stage1_teacher": self.after_teacher,
-                "stage2_rewrite": self.after_stage2}
+        return {"stage1_descend": self.after_descend, "stage2_rewrite": self.after_stage2}
 
     # ------------------------------------------------------------------ running
     def compile(self):

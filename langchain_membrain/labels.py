@@ -12,9 +12,21 @@ and the label can stop describing them ("knee" over a subtree about running). De
   created with, which still describes them (and costs no LLM call).
 - The **typical facts** of an aspect are the ``k`` facts below it whose embeddings are
   nearest its mean embedding: what a new label is made from.
+- A **label candidate** of some texts is a phrase of 1 to ``max_words`` consecutive words
+  of one sentence-like segment of one text, that neither starts nor ends with a stopword
+  and is not made of numbers only (:func:`label_candidates`).
+- The **offline label** of some texts is their candidate nearest (cosine) their mean
+  embedding, with a bonus for the share of texts it occurs in and a mild preference for
+  short phrases, never one of the labels to avoid (:func:`offline_label`). It costs one
+  ``embed`` call, and no LLM.
 """
 
 from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -48,3 +60,288 @@ def typical_facts(tree: MembrainTree, aspect_id: str, k: int = 12) -> list[str]:
     sims = np.array([-np.inf if e is None else float(np.dot(e, mean)) for e in embs])
     order = np.argsort(-sims, kind="stable")[:k]
     return [tree.node(facts[i]).text for i in order]
+
+
+# ---------------------------------------------------------------------------------------
+# Offline labels: candidate phrases drawn from the facts, ranked by embedding.
+
+# Label stopwords (:data:`LABEL_STOPWORDS`) never begin or end a label: function words
+# (English, plus a few German, French, Spanish and Portuguese articles and prepositions),
+# chat filler, light verbs and relative dates ("yesterday"), which name no topic.
+# Function words and chat filler are not even a fallback label.
+_FUNCTION_WORDS = frozenset(
+    """a about above across actually after again against ago all almost already also
+    although always am among an and another any anybody anyone anything anyway anyways
+    are aren't around as at away back be became because become been before being below
+    beside besides between both but by can can't cannot could couldn't did didn't do
+    does doesn't doing don't done down during each either else enough etc even ever every
+    everybody everyone everything few for from further had hadn't has hasn't have haven't
+    having he he'd he'll he's her here here's hers herself him himself his how however i
+    i'd i'll i'm i've if in indeed into is isn't it it'd it'll it's its itself just least
+    less let let's many may maybe me might mine more most much must my myself near neither
+    never no nobody none nor not nothing now of off often on once one ones only onto or
+    other others otherwise our ours ourselves out over own per perhaps quite rather same
+    shall she she'd she'll she's should shouldn't since so some somebody someone something
+    sometimes somewhat soon still such than that that's the their theirs them themselves
+    then there there's therefore these they they'd they'll they're they've this those
+    though through thus till to too toward towards under unless until up upon us very via
+    was wasn't we we'd we'll we're we've were weren't what what's whatever when whenever
+    where whether which while who who's whoever whole whom whose why will with within
+    without won't would wouldn't yet you you'd you'll you're you've your yours yourself
+    yourselves yeah yes yep yup nope nah ok okay oh hey hi hello bye please thank thanks
+    lol lmao haha hahaha hmm um uh wow omg btw gonna wanna gotta kinda sorta
+    der die das dass den dem des ein eine einen einem einer eines mein meine meinen meiner
+    dein deine sein seine ihr ihre und oder mit von zum zur im vom ist sind war nicht auch auf für
+    le la les un une du et est dans sur pour avec au aux ce cette mon ma mes
+    el los las una unos unas del y es con por para al lo mi mis
+    os um uma dos das ao na nas nos em com para pelo pela meu minha""".split()
+)
+# Function words a label may hold inside ("job at the bank"); any other stopword inside a
+# phrase ("Tom has football practice") makes it a clause rather than a name.
+_CONNECTORS = frozenset(
+    """a an the of in on at for with and or to from by about near after before over under
+    into around between without per via & de da do di du des del la le van von""".split()
+)
+# Light verbs, vague words and relative dates: words, but no topic.
+_WEAK_WORDS = frozenset(
+    """cool awesome nice glad totally definitely basically literally honestly seriously really
+    pretty sure good great best better like likes liked know knew think thought guess
+    mean means feel feels felt lot lots stuff bit kind sort thing things way look looks
+    looking come comes came coming get gets getting got gotten go goes going gone went
+    give gives given take taken make makes making made put keep kept say says said
+    saying tell tells told talk talked talking see seen seem seems need needs want wants
+    wanted time times day days love loves loved hate hates hated lives lived try tried
+    trying week weeks today yesterday tomorrow tonight recently lately last next earlier
+    later currently monday tuesday wednesday thursday friday saturday sunday""".split()
+)
+LABEL_STOPWORDS = _FUNCTION_WORDS | _WEAK_WORDS
+
+# A leading "Name:" (up to three words, maybe after a "[timestamp]"), then a space.
+_SPEAKER = re.compile(
+    r"^\s*(?:\[[^\]]*\]\s*)?[^\W\d_][\w'’.\-]*(?:\s+[^\W\d_][\w'’.\-]*){0,2}\s*:\s+")
+_SEGMENT = re.compile(r"[.,;:!?()\[\]{}\"“”«»|/\\…–—]+|\s-\s|\n")
+_TOKEN = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s|k|km|am|pm|h|m)?")
+
+FALLBACK_LABEL = "topic"
+
+
+def _key(word: str) -> str:
+    return word.casefold().replace("’", "'")
+
+
+def _weak(word: str) -> bool:
+    """A word a label may not start or end with."""
+    k = _key(word)
+    return k in LABEL_STOPWORDS or len(k) < 2 or bool(_NUMBER.fullmatch(k))
+
+
+def _unpossessive(word: str) -> str:
+    """``word`` without a trailing possessive "'s" ("Lisbon's" -> "Lisbon")."""
+    if len(word) > 3 and word[-2] in "'’" and word[-1] in "sS":
+        return word[:-2]
+    return word
+
+
+def _speaker(text: str) -> tuple[str, str]:
+    """``text`` split into its leading speaker prefix (``"Caroline: "``, maybe empty) and
+    the rest, in NFC form."""
+    text = unicodedata.normalize("NFC", text)
+    m = _SPEAKER.match(text)
+    return (m.group(0), text[m.end():]) if m else ("", text)
+
+
+def _segments(text: str) -> list[list[str]]:
+    """The word lists of the sentence-like segments of ``text``, speaker prefix dropped."""
+    text = _speaker(text)[1]
+    return [toks for seg in _SEGMENT.split(text) if (toks := _TOKEN.findall(seg))]
+
+
+class _Candidates:
+    """Candidate phrases of some texts, by casefolded key: surface forms, counts, and the
+    number of texts each occurs in (document frequency)."""
+
+    def __init__(self, texts: Sequence[str], max_words: int):
+        if max_words < 1:
+            raise ValueError("max_words must be at least 1")
+        self.n_texts = len(texts)
+        self.df: Counter[str] = Counter()
+        self.count: Counter[str] = Counter()
+        self.surfaces: dict[str, Counter[str]] = {}
+        self.first: dict[str, int] = {}
+        self.words: Counter[str] = Counter()  # words that are not function words, by key
+        self.word_surfaces: dict[str, Counter[str]] = {}
+        self.speakers: set[str] = set()  # words of speaker prefixes ("caroline")
+        self.bodies: list[str] = []  # the texts without their speaker prefix
+        for text in texts:
+            prefix, body = _speaker(text)
+            self.bodies.append(body)
+            self.speakers.update(_key(w) for w in _TOKEN.findall(prefix) if not _weak(w))
+            seen: set[str] = set()
+            for toks in _segments(text):
+                for w in toks:
+                    kw = _key(w)
+                    if kw not in _FUNCTION_WORDS and len(kw) > 1 and not _NUMBER.fullmatch(kw):
+                        self.words[kw] += 1
+                        self.word_surfaces.setdefault(kw, Counter())[w] += 1
+                weak = [_weak(w) for w in toks]
+                for i in range(len(toks)):
+                    if weak[i]:
+                        continue
+                    for j in range(i, min(i + max_words, len(toks))):
+                        if j > i and weak[j - 1] and _key(toks[j - 1]) not in _CONNECTORS:
+                            break  # a clause, not a name
+                        if weak[j]:
+                            continue
+                        phrase = " ".join(toks[i:j] + [_unpossessive(toks[j])])
+                        k = _key(phrase)
+                        self.first.setdefault(k, len(self.first))
+                        self.count[k] += 1
+                        self.surfaces.setdefault(k, Counter())[phrase] += 1
+                        if k not in seen:
+                            seen.add(k)
+                            self.df[k] += 1
+
+    def surface(self, k: str) -> str:
+        """The most frequent surface form of ``k`` (the first seen among equals)."""
+        forms = self.surfaces[k]
+        return max(forms, key=lambda f: forms[f])  # max keeps the first seen of equals
+
+    def ranked(self) -> list[str]:
+        """Keys, best first without embeddings: more texts, then (among phrases found in
+        two texts or more) more words, since a longer phrase as frequent as its words is
+        more specific; then more occurrences, longer words, first seen."""
+        def rank(k: str):
+            n = k.count(" ") + 1
+            df = self.df[k]
+            return (-df, -n if df >= 2 else n, -self.count[k], -len(k), self.first[k])
+        return sorted(self.df, key=rank)
+
+
+def label_candidates(texts: list[str], *, max_words: int = 4) -> list[str]:
+    """Candidate label phrases drawn from ``texts``, best first by document frequency.
+
+    A candidate is a run of 1 to ``max_words`` consecutive words of one segment of one text
+    (segments are split at sentence punctuation; words are runs of Unicode letters and
+    digits, with inner apostrophes and hyphens) that neither starts nor ends with a
+    stopword (:data:`LABEL_STOPWORDS`: function words, chat filler, light verbs, relative
+    dates), a one-letter word or a number, holds no stopword inside but articles,
+    prepositions and "and"/"or" ("job at the bank", not "Tom has football practice"), and
+    is not made of numbers only. A trailing possessive "'s" is dropped ("Lisbon's" ->
+    "Lisbon"), and so is a leading speaker prefix such as ``"Caroline:"``. Phrases are compared casefolded; each is returned in
+    its most frequent surface form, accents and casing kept.
+
+    Order: more texts containing the phrase first; among phrases found in two texts or
+    more, longer phrases first; then more occurrences, longer, first seen. Deterministic.
+
+    Parameters
+    ----------
+    texts : list of str
+    max_words : int, at least 1
+
+    Returns
+    -------
+    list of str, without casefolded duplicates; empty when no text has a content word.
+    """
+    c = _Candidates(texts, max_words)
+    return [c.surface(k) for k in c.ranked()]
+
+
+def _content(label: str) -> frozenset[str]:
+    return frozenset(_key(w) for toks in _segments(label) for w in toks if not _weak(w))
+
+
+def offline_label(
+    texts: list[str],
+    embed: Callable[[list[str]], Sequence[Sequence[float]]] | None,
+    *,
+    mean: np.ndarray | None = None,
+    avoid: Iterable[str] = (),
+    max_words: int = 4,
+    max_candidates: int = 64,
+) -> str:
+    """A short label for ``texts``, made of their own words, without an LLM.
+
+    The label is the :func:`label_candidate <label_candidates>` ``c`` of ``texts`` that
+    maximises
+
+        cos(embed(c), m) + 0.15 * df(c) / len(texts) - 0.03 * (words(c) - 1)
+        - 0.05 * (content words of c found in an avoided label)
+
+    where ``m`` is ``mean`` if given, else the mean embedding of ``texts`` (speaker prefixes
+    dropped), and ``df(c)`` is the number of texts containing ``c``. Only the
+    ``max_candidates`` first candidates (by document frequency, see
+    :func:`label_candidates`) are embedded, together with the texts when ``mean`` is not
+    given: one ``embed`` call per label. With ``embed=None`` the label is the first
+    candidate in that order.
+
+    A candidate is never used when it equals (casefolded) a label of ``avoid`` (the parent's
+    and the siblings' labels), nor when its content words (its words that are not stopwords)
+    are all words of one avoided label: "knee" is not a label under "knee injury". Nor is a
+    speaker's name (the words of a ``"Melanie:"`` prefix) unless every text mentions it.
+    Fallbacks, in order: the most frequent word not avoided that is neither a function word
+    nor a number (such as "today"), then ``"topic"``, ``"topic 2"``, ... The label is never
+    empty, has at most ``max_words`` words (the fallbacks: one or two), and is deterministic
+    for a deterministic ``embed``.
+
+    Parameters
+    ----------
+    texts : list of str
+        The facts to label (typically :func:`typical_facts`).
+    embed : callable or None
+        Texts to vectors, e.g. ``MiniLMEmbeddings().embed_documents``.
+    mean : array, optional
+        The aspect's mean embedding (e.g. ``tree.mean_embedding(aspect)``).
+    avoid : iterable of str
+        Labels the result must differ from.
+    max_words : int
+    max_candidates : int
+
+    Returns
+    -------
+    str
+    """
+    avoid = [unicodedata.normalize("NFC", a) for a in avoid]
+    avoided = {_key(" ".join(a.split())) for a in avoid}
+    avoided_content = [ac for a in avoid if (ac := _content(a))]
+    avoided_words = frozenset().union(*avoided_content) if avoided_content else frozenset()
+
+    c = _Candidates(texts, max_words)
+
+    def allowed(k: str) -> bool:
+        if k in avoided:
+            return False
+        words = _content(k)
+        if any(words <= ac for ac in avoided_content):
+            return False
+        # A speaker's name names the chat, not the topic, unless every fact mentions it.
+        return not (words <= c.speakers and c.df[k] < c.n_texts)
+
+    keys = [k for k in c.ranked() if allowed(k)][:max(1, max_candidates)]
+    if keys:
+        if embed is None or len(keys) == 1:
+            return c.surface(keys[0])
+        phrases = [c.surface(k) for k in keys]
+        own_mean = mean is None
+        vecs = np.asarray(embed(phrases + (c.bodies if own_mean else [])), dtype=np.float64)
+        cand = vecs[:len(phrases)]
+        m = vecs[len(phrases):].mean(axis=0) if own_mean else np.asarray(mean, dtype=np.float64)
+        m_norm = float(np.linalg.norm(m))
+        norms = np.linalg.norm(cand, axis=1)
+        denom = norms * m_norm
+        cos = np.divide(cand @ m, denom, out=np.zeros(len(keys)), where=denom > 0)
+        n = max(1, c.n_texts)
+        scores = [float(cos[i]) + 0.15 * c.df[k] / n - 0.03 * k.count(" ")
+                  - 0.05 * len(_content(k) & avoided_words) for i, k in enumerate(keys)]
+        best = max(range(len(keys)), key=lambda i: (scores[i], -i))
+        return phrases[best]
+    # Every content word is a candidate: what is left are weak words ("today"), if any.
+    for kw, _ in sorted(c.words.items(), key=lambda kv: -kv[1]):  # stable: first seen among equals
+        if kw not in avoided and not any({kw} <= ac for ac in avoided_content):
+            forms = c.word_surfaces[kw]
+            return max(forms, key=lambda f: forms[f])
+    label, i = FALLBACK_LABEL, 1
+    while _key(label) in avoided:
+        i += 1
+        label = f"{FALLBACK_LABEL} {i}"
+    return label

@@ -39,8 +39,9 @@ from .filters import check_filter, matches
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, check_text
 from .inputs import json_copy as _json_copy
-from .labels import LABELLED_FACTS, stale_aspects, typical_facts
-from .pipeline import Learner, LearnerConfig, PlaceRecord, cosine
+from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
+from .prior import load_prior, teacher_identity
+from .pipeline import QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, cosine, nearby_labels
 from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
 from .teachers.base import Teacher
@@ -54,6 +55,15 @@ CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its n
 def _normalised(text: str) -> str:
     """``text`` as duplicates are compared: lower-cased words, punctuation and spacing dropped."""
     return " ".join(re.findall(r"\w+", text.lower())) or text.strip()
+
+
+def _saved_questions(counters: dict[str, Any]) -> dict[str, int]:
+    """Teacher questions by kind, as a checkpoint's counters recorded them (older
+    checkpoints kept only the totals: their joint-question total counts as placements)."""
+    saved = counters.get("questions")
+    if isinstance(saved, dict):
+        return {k: int(saved.get(k, 0)) for k in QUESTION_KINDS}
+    return {"placement": int(counters.get("teacher_calls", 0)), "naming": int(counters.get("naming_calls", 0))}
 
 
 def resolve_teacher(teacher: Any, model: str | None = None) -> Teacher:
@@ -167,6 +177,9 @@ class MembrainMemory:
         search_mode: str = "fast",
         dedupe: bool = True,
         relabel: bool = True,
+        naming_interval: int = 50,
+        prior: bool = True,
+        max_training_lag: int = 4,
     ):
         """
         Args:
@@ -196,8 +209,16 @@ class MembrainMemory:
                 embeddings: "X is allergic to peanuts" and "X is not allergic to peanuts"
                 have a cosine of 0.98 with MiniLM.
             relabel: rename an aspect each time the facts below it have grown fourfold
-                (from 8 facts on), from its most typical facts (the teacher names it; counted as
-                ``stats()["relabelled"]`` when the label changes).
+                (from 8 facts on), from its most typical facts (counted as
+                ``stats()["relabelled"]`` when the label changes): by the offline labeller,
+                or by the teacher at most once per ``naming_interval`` inserts (a counted
+                naming question).
+            naming_interval: inserts between two naming questions to the teacher.
+            prior: start new models from the pretrained prior shipped with the package
+                (prior.py) instead of from scratch, when no checkpoint is stored.
+            max_training_lag: inserts the background trainer may be behind before an
+                ``add`` waits for it (its labels are learned from within this many inserts),
+                with an in-process teacher (``fast``); with an LLM teacher adds never wait.
         """
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
@@ -224,10 +245,21 @@ class MembrainMemory:
         self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
         self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0,
                         "relabelled": 0}
+        self.naming_interval = int(naming_interval)
+        self.prior = bool(prior)
+        self.prior_used: str | None = None  # "trusted", "weights only" or None (stats())
+        self._last_naming = -self.naming_interval  # supervised-insert count at the last naming question
         self._recent_calls: deque[int] = deque(maxlen=100)  # teacher calls of the last inserts
         self._last_worker_error: str | None = None
         self._checkpoint_error: str | None = None
-        self._queue: queue.Queue = queue.Queue()
+        # Bounded for a fast (in-process) teacher: an add waits while the trainer is this
+        # many inserts behind, so an insert's labels are trained on within that many inserts.
+        # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add
+        # never waits for an LLM's answer to someone else's insert.
+        if max_training_lag < 1:
+            raise InvalidOperationError("max_training_lag is at least 1")
+        fast = getattr(self.teacher, "fast", False)
+        self._queue: queue.Queue = queue.Queue(maxsize=int(max_training_lag) if fast else 0)
         self._worker: threading.Thread | None = None
         self._pipeline = InsertPipeline(self)
         self._graph = None
@@ -241,6 +273,7 @@ class MembrainMemory:
         self._indexes: dict[Namespace, FactIndex] = {}
         self._indexed: dict[Namespace, dict[str, tuple[str, str]]] = {}
         self._unindexed: dict[Namespace, set[str]] = {}
+        _register_for_exit(self)  # flushed and closed at interpreter exit if never closed
 
     # ------------------------------------------------------------- namespaces
     def _load(self, ns: Namespace) -> MembrainTree | None:
@@ -660,12 +693,15 @@ class MembrainMemory:
 
     # --------------------------------------------------------------- learning
     def _learner_for(self, dim: int) -> Learner:
-        """The learner, created on first use with the embedder's dimension (and the latest
-        checkpoint, when storage holds one). Call under ``_learner_lock``."""
+        """The learner, created on first use with the embedder's dimension, from the latest
+        checkpoint when storage holds one, else from the shipped prior (``prior``). Call
+        under ``_learner_lock``."""
         if self._learner is None:
             cfg = self._learner_config
             cfg.model.dim = int(dim)
-            learner = Learner(self.teacher, cfg, embed_label=lambda label: self._embed([label])[0])
+            learner = Learner(self.teacher, cfg, embed_label=lambda label: self._embed([label])[0],
+                              label_aspect=self._label_aspect)
+            restored = False
             if self._storage is not None:
                 self._is_trainer = self._storage.try_acquire_trainer(CHECKPOINT_NAME)
                 found = self._storage.load_checkpoint(CHECKPOINT_NAME)
@@ -676,7 +712,8 @@ class MembrainMemory:
                         # learner's counters do.
                         for k in self._counts:
                             self._counts[k] += int(found[1].get(k, 0))
-                        learner.naming_calls += int(found[1].get("naming_calls", 0))
+                        learner.questions.update(_saved_questions(found[1]))
+                        restored = True
                     except CheckpointError as exc:
                         # Documented fallback: the memories are untouched; the models start
                         # afresh (the unusable checkpoint is replaced at the next save).
@@ -685,10 +722,27 @@ class MembrainMemory:
                     self._checkpoint_seen = self._storage.checkpoint_version(CHECKPOINT_NAME)
             else:
                 self._is_trainer = True
+            if not restored and self.prior:
+                self._start_from_prior(learner)
             self._learner = learner
         elif self._learner.config.model.dim != dim:
             raise DimensionError(f"the models read {self._learner.config.model.dim}-d embeddings, got {dim}")
         return self._learner
+
+    def _start_from_prior(self, learner: Learner) -> None:
+        """Load the shipped prior into a new learner when it fits (prior.py); trusted when
+        the prior was taught by this memory's teacher."""
+        found = load_prior()
+        if found is None:
+            return
+        state, manifest = found
+        trusted = manifest.get("teacher") == teacher_identity(self.teacher)
+        try:
+            learner.trainer.load_prior(state, trusted=trusted)
+        except CheckpointError as exc:  # other dimensions (another embedder): start afresh
+            logger.info("membrain: the shipped prior does not fit these models: %s", exc)
+            return
+        self.prior_used = "trusted" if trusted else "weights only"
 
     def _after_place(self, ns: Namespace, record: PlaceRecord) -> None:
         """An insert was placed: count it, then train on it (now, or in the worker)."""
@@ -722,25 +776,13 @@ class MembrainMemory:
                 self._queue.task_done()
 
     def _supervise(self, ns: Namespace, record: PlaceRecord) -> None:
-        """Deferred teacher queries and training for one insert; apply the teacher's
-        corrections (moves, stage-2 actions) as one committed write."""
+        """Deferred teacher question and training for one insert; apply the teacher's
+        corrections (moves, stage-2 actions) as one committed write. The teacher is asked
+        on the record's own snapshot, with no lock held, so adds and searches never wait
+        for its answer; what it asks for is re-validated on the live tree when applied."""
         learner = self._learner
-        with self._forest.lock(ns):
-            tree = self._tree(ns, create=False)
-            if tree is None:
-                return
-            # A slow teacher (an LLM) is asked on a copy of the tree, with no lock held, so
-            # that adds and searches of this namespace do not wait for its answer. Moves and
-            # actions it asks for are re-validated on the live tree when applied below.
-            slow = learner.asks_teacher(record) and not getattr(self.teacher, "fast", False)
-            if slow:
-                view = tree.copy()
-            else:
-                with self._learner_lock:
-                    result = learner.supervise(tree, record, train=False)
-        if slow:
-            result = learner.supervise(view, record, train=False)
-        # Optimiser steps outside both locks: the trainer locks itself per step, so adds and
+        result = learner.supervise(record, train=False)
+        # Optimiser steps outside every lock: the trainer locks itself per step, so adds and
         # searches wait for one step at most, never for a whole batch.
         result.steps = learner.trainer.train_ready()
         self._recent_calls.append(record.teacher_calls + result.teacher_calls)
@@ -757,18 +799,34 @@ class MembrainMemory:
         if self._storage is not None and self._counts["supervised"] % max(self.checkpoint_every, 1) == 0:
             self._save_checkpoint()
 
+    def _label_aspect(self, texts: list[str], avoid: list[str], mean: np.ndarray | None = None) -> str:
+        """The offline labeller (labels.py): the phrase of ``texts`` nearest their mean
+        embedding, different from ``avoid``. Names the aspects the models create, and
+        renamed aspects between the teacher's naming questions."""
+        return offline_label(texts, self._embed, mean=mean, avoid=avoid, max_candidates=32)
+
     def _relabel(self, ns: Namespace, fact_id: str) -> None:
         """Rename the aspects above ``fact_id`` that have grown fourfold since they were
-        named (labels.py). The teacher names them with no lock held; the new labels are
-        written in one commit, to the aspects that still exist."""
+        named (labels.py), with no lock held; the new labels are written in one commit, to
+        the aspects that still exist."""
         with self._forest.lock(ns):
             tree = self._tree(ns, create=False)
             if tree is None or fact_id not in tree:
                 return
-            todo = {a: typical_facts(tree, a) for a in stale_aspects(tree, fact_id)}
+            todo = {a: (typical_facts(tree, a), nearby_labels(tree, tree.parent(a)), tree.mean_embedding(a))
+                    for a in stale_aspects(tree, fact_id)}
         if not todo:
             return
-        names = {a: self._learner.name_aspect(texts) for a, texts in todo.items()}
+        names = {}
+        for a, (texts, avoid, mean) in todo.items():
+            # The teacher is asked to rename one aspect per ``naming_interval`` inserts at
+            # most (a counted question); the others get the offline labeller's name.
+            due = self._counts["supervised"] - self._last_naming >= self.naming_interval
+            if due:
+                self._last_naming = self._counts["supervised"]
+                names[a] = self._learner.name_aspect(texts)
+            else:
+                names[a] = self._label_aspect(texts, avoid, mean)
         vecs = dict(zip(names, self._embed(list(names.values()))))
 
         def write(t: MembrainTree) -> int:
@@ -796,11 +854,13 @@ class MembrainMemory:
         out: dict[str, Any] = {}
         for stage, c in self._learner.counters.items():
             out[stage] = {"decisions": c.decisions, "model_executed": c.model_executed,
-                          "teacher_calls": c.teacher_calls, "teacher_failures": c.teacher_failures,
                           "agreement": c.agreement, "labelled": c.labelled, "loss": c.loss,
                           "optimiser_steps": c.steps}
-        out["teacher_calls"] = sum(c.teacher_calls for c in self._learner.counters.values())
-        out["naming_calls"] = self._learner.naming_calls  # labels for new and renamed aspects
+        out["teacher_calls"] = self._learner.teacher_calls  # joint questions: placements and audits
+        out["naming_calls"] = self._learner.naming_calls  # the teacher asked to (re)name aspects
+        out["questions"] = {k: self._learner.questions[k] for k in QUESTION_KINDS}
+        out["teacher_failures"] = sum(self._learner.failures.values())  # invalid or failed answers
+        out["asked_when_unsure"] = dict(self._learner.unsure)  # placement questions, by the unsure stage
         return out
 
     def _maybe_reload_checkpoint(self) -> None:
@@ -851,6 +911,7 @@ class MembrainMemory:
             "last_worker_error": self._last_worker_error,
             "checkpoint_error": self._checkpoint_error,
             "trainer": self._is_trainer,
+            "prior": self.prior_used,
             "recent_teacher_calls_per_insert": (sum(self._recent_calls) / len(self._recent_calls)
                                                 if self._recent_calls else None),
         }
@@ -864,7 +925,8 @@ class MembrainMemory:
             saved = self._storage.load_checkpoint(CHECKPOINT_NAME)
             if saved is not None and "stage1" in saved[1]:
                 counters = saved[1]
-                out.update({k: counters[k] for k in ("stage1", "stage2", "teacher_calls", "naming_calls")
+                out.update({k: counters[k] for k in ("stage1", "stage2", "teacher_calls", "naming_calls", "questions",
+                                                             "teacher_failures")
                             if k in counters})
                 out["saved_inserts"] = counters.get("inserts", 0)
                 out["teacher_calls_per_insert"] = out.get("teacher_calls", 0) / max(out["saved_inserts"], 1)
@@ -929,6 +991,7 @@ class MembrainMemory:
             return
         self.flush()
         self._closed = True
+        _forget_at_exit(self)
         if self._worker is not None and self._worker.is_alive():
             self._queue.put(None)
             self._worker.join(timeout=30)
@@ -940,3 +1003,61 @@ class MembrainMemory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# ------------------------------------------------------------------ process exit
+# A memory that is never closed must still train its pending inserts and save its models
+# when the interpreter exits, and must not take the process down. Its trainer is a daemon
+# thread: left running torch code (which releases the GIL) while the interpreter finalises,
+# CPython ends it with pthread_exit as it takes the GIL back, and unwinding that thread
+# through torch's C++ frames calls std::terminate ("terminate called without an active
+# exception", status 134). So every open memory is flushed before the interpreter starts
+# shutting down its threads, and closed (worker stopped, checkpoint saved) at exit. Held by
+# weak reference: registering never keeps a memory alive.
+_LIVE: Any = None  # weakref.WeakSet of the open memories; created with the exit hooks
+_LIVE_LOCK = threading.Lock()
+
+
+def _register_for_exit(memory: MembrainMemory) -> None:
+    global _LIVE
+    import weakref
+
+    with _LIVE_LOCK:
+        if _LIVE is None:
+            _LIVE = weakref.WeakSet()
+            _install_exit_hooks()
+        _LIVE.add(memory)
+
+
+def _forget_at_exit(memory: MembrainMemory) -> None:
+    with _LIVE_LOCK:
+        if _LIVE is not None:
+            _LIVE.discard(memory)
+
+
+def _install_exit_hooks() -> None:
+    import atexit
+    import concurrent.futures.thread  # noqa: F401 - registers its own exit hook first (see below)
+
+    atexit.register(_at_exit, close=True)
+    try:
+        # threading's exit hooks run before atexit's, before non-daemon threads are joined,
+        # in reverse order of registration: ours runs before concurrent.futures stops its
+        # executors, so an LLM teacher (whose requests run on one) still answers the flush.
+        threading._register_atexit(_at_exit, close=False)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # another Python; or already shutting down
+        pass
+
+
+def _at_exit(close: bool) -> None:
+    """Flush (before threads are joined) or close (at exit) every memory still open."""
+    with _LIVE_LOCK:
+        memories = list(_LIVE) if _LIVE is not None else []
+    for memory in memories:
+        try:
+            if close:
+                memory.close()
+            elif not memory._closed:
+                memory.flush()
+        except Exception as exc:  # noqa: BLE001 - one memory's failure must not stop the others
+            logger.warning("membrain: could not %s a memory at exit: %s", "close" if close else "flush", exc)

@@ -3,9 +3,9 @@
 ``embed -> stage-1 descent -> attach -> closure -> stage 2 -> decode -> apply -> train``.
 
 The first half of this module holds the steps that do not depend on who decides (a
-teacher or a model); the LangGraph graph (graph.py) and bulk ingestion call these same
-functions. The second half is the learned insert (:class:`Learner`): the small networks
-decide, the teacher is asked per policy, and training follows.
+teacher or a model); the second half is the learned insert (:class:`Learner`): the small
+networks decide, the teacher is asked at most one joint question per insert, and training
+follows. The LangGraph graph (graph.py) runs the learner's steps as its nodes.
 """
 
 from __future__ import annotations
@@ -24,63 +24,11 @@ from .decoding import DecodeConfig, action_key, decode, encode_actions
 from .errors import DimensionError, InvalidOperationError, MembrainError
 from .features import S1, Stage1Features, Stage2Features, stage1_features, stage2_features
 from .models import ModelConfig
-from .teachers.base import NewFact, Subtree, Teacher
+from .placement import (DEFAULT_TOP_K, MAX_DESCENT, NewFact, Placement, Subtree, cosine, descend, destination,
+                        path_choices, stage1_candidates)
+from .teachers.base import Teacher, teacher_placement
 from .training import OnlineTrainer, Policy, TrainingConfig
 from .tree import MembrainTree
-
-DEFAULT_TOP_K = 32
-MAX_DESCENT = 256  # a guard: a valid tree is never this deep in practice
-
-
-def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float:
-    """Cosine similarity; 0.0 when either vector is missing or zero."""
-    if a is None or b is None:
-        return 0.0
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0.0 or nb == 0.0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
-
-
-def stage1_candidates(tree: MembrainTree, node_id: str, query: np.ndarray | None,
-                      top_k: int = DEFAULT_TOP_K) -> list[str]:
-    """``node_id`` then its child aspects; a node with more than ``top_k - 1`` child aspects
-    keeps the most similar to ``query`` (by mean embedding), in attachment order."""
-    aspects = tree.child_aspects(node_id)
-    if len(aspects) > top_k - 1 and query is not None:
-        sims = [cosine(tree.mean_embedding(a), query) for a in aspects]
-        keep = set(np.argsort(sims)[::-1][: max(top_k - 1, 0)].tolist())
-        aspects = [a for i, a in enumerate(aspects) if i in keep]
-    return [node_id, *aspects]
-
-
-@dataclass
-class Stage1Step:
-    """One stage-1 decision: the subtree shown and the index chosen."""
-
-    subtree: Subtree
-    choice: int
-
-
-def descend(tree: MembrainTree, new_fact: NewFact, choose: Callable[[Subtree], int], *,
-            top_k: int = DEFAULT_TOP_K) -> tuple[str, list[Stage1Step]]:
-    """Stage 1: from the root, ask ``choose`` at each level until it picks the current node.
-
-    Returns the parent to attach under and the decisions taken. An out-of-range choice is
-    treated as "attach here" (callers validate teacher answers before this point).
-    """
-    cur = tree.root_id
-    steps: list[Stage1Step] = []
-    for _ in range(MAX_DESCENT):
-        cands = stage1_candidates(tree, cur, new_fact.embedding, top_k)
-        sub = Subtree(tree, cur, cands)
-        i = choose(sub) if len(cands) > 1 else 0
-        i = i if 0 <= i < len(cands) else 0
-        steps.append(Stage1Step(sub, i))
-        if i == 0:
-            return cur, steps
-        cur = cands[i]
-    return cur, steps
 
 
 def attach(tree: MembrainTree, new_fact: NewFact, parent_id: str, *, node_id: str | None = None,
@@ -97,11 +45,18 @@ def rewrite(tree: MembrainTree, actions: list[Action], *, name_aspect: Callable[
                          allow_aspects=allow_aspects)
 
 
+def ask_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
+    """The teacher's answer to the joint question (its own ``place`` when it has one)."""
+    place = getattr(teacher, "place", None)
+    return place(new_fact, tree) if callable(place) else teacher_placement(teacher, new_fact, tree)
+
+
 def insert_with_teacher(tree: MembrainTree, new_fact: NewFact, teacher: Teacher, *,
                         node_id: str | None = None, embed_label: Callable[[str], Any] | None = None,
                         top_k: int = DEFAULT_TOP_K, allow_aspects: bool = False) -> str:
-    """The whole insert decided by ``teacher`` alone (teacher forcing, no model)."""
-    parent, _ = descend(tree, new_fact, lambda sub: teacher.choose_stage1(new_fact, sub), top_k=top_k)
+    """The whole insert decided by ``teacher`` alone (teacher forcing, no model), from its
+    elementary answers: descend, attach, stage 2 on the closure."""
+    parent = destination(descend(tree, new_fact, lambda sub: teacher.choose_stage1(new_fact, sub), top_k=top_k))
     fact_id = attach(tree, new_fact, parent, node_id=node_id)
     actions = teacher.choose_stage2(tree, tree.closure(fact_id))
     rewrite(tree, actions, name_aspect=teacher.name_aspect, embed_label=embed_label,
@@ -110,19 +65,24 @@ def insert_with_teacher(tree: MembrainTree, new_fact: NewFact, teacher: Teacher,
 
 
 # =============================================================================== learned insert
-# The insert decided by the small networks, with the teacher asked per policy. Split in two
-# so that a background worker can take the slow half:
+# The insert decided by the small networks. The steps, in order (the graph's nodes):
 #
-#   place(tree, fact)      descent -> attach -> closure -> stage 2 -> decode -> apply
-#                          (the model's decisions; the teacher's only where the policy
-#                          needs its answer *now*: teacher forcing, or an unsure model
-#                          under execute="auto")
-#   supervise(tree, rec)   deferred teacher queries (audits of the model's own executed
-#                          decisions: DAgger), training on every label, corrections
+#   begin            draw this insert's audit (an unbiased sample of the model's decisions)
+#   descend_model    the model descends; it stops at the first level where it is unsure
+#   teacher_place    ... and then the teacher is asked the joint question, now
+#   attach           the fact is attached where the descent (or the teacher) ended
+#   propose_stage2   the model's stage-2 actions; unsure and not asked yet: ask now
+#   teacher_stage2   the joint question, now (it may move the fact)
+#   apply_stage2     the chosen actions are applied
+#   supervise        (later, in a background worker) a drawn audit is asked on a snapshot
+#                    of the tree taken before the attach; labels are trained on; a teacher
+#                    that disagrees yields corrections
 #
-# insert() = place() + supervise() + apply the corrections.
+# At most one teacher question per insert: every label of an insert, every descent level
+# and stage 2, comes from that one answer.
 
 By = Literal["model", "teacher", "forced"]
+QUESTION_KINDS = ("placement", "audit", "naming")
 
 
 @dataclass
@@ -133,6 +93,7 @@ class LearnerConfig:
     stage-2 actions) when a deferred audit disagrees with what the model executed.
     ``allow_aspects``: accept teacher actions that move whole aspects (the networks do not
     propose them; they are executed when the teacher decides, and never learned).
+    The audit rate of an insert is ``stage1.audit_rate``.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -149,13 +110,8 @@ class LearnerConfig:
 
 @dataclass
 class Stage1Decision:
-    """One level of the descent. Indices are into ``candidates`` (0: attach here).
-
-    ``teacher_choice`` is the teacher's answer when it was asked during :meth:`place`;
-    ``audit`` marks a decision the teacher is to be asked about in :meth:`supervise`;
-    ``calibrate`` says whether its label is an unbiased sample (not asked *because* the
-    model was unsure). ``shadow_choice`` is the evaluation teacher's answer (metrics only).
-    """
+    """One level of the model's descent. Indices are into ``candidates`` (0: attach here).
+    ``shadow_choice`` is the evaluation teacher's answer (metrics only)."""
 
     node_id: str
     candidates: list[str]
@@ -165,11 +121,18 @@ class Stage1Decision:
     confidence: float
     executed: int
     by: By
-    teacher_choice: int | None = None
-    audit: bool = False
-    calibrate: bool = False
     shadow_choice: int | None = None
     trivial_choice: int = 0
+
+
+@dataclass
+class Stage1Label:
+    """A stage-1 label read from a teacher's placement: the level's features, the teacher's
+    index, and whether it is an unbiased sample (for calibration)."""
+
+    feats: Stage1Features
+    target: int
+    calibrate: bool
 
 
 @dataclass
@@ -183,7 +146,6 @@ class Stage2Decision:
     executed: list[Action]
     by: By
     teacher_actions: list[Action] | None = None
-    audit: bool = False
     calibrate: bool = False
     shadow_actions: list[Action] | None = None
 
@@ -199,21 +161,13 @@ class Correction:
 
 
 @dataclass
-class PendingLevel:
-    """A stage-1 level whose decision the policy sends to the teacher now."""
-
-    sub: Subtree
-    feats: Stage1Features
-    logits: np.ndarray
-    model_choice: int
-    confidence: float
-    calibrate: bool
-    trivial_choice: int
-
-
-@dataclass
 class PlaceRecord:
-    """What :meth:`Learner.place` decided, for :meth:`Learner.supervise` and the caller."""
+    """What :meth:`Learner.place` decided, for :meth:`Learner.supervise` and the caller.
+
+    ``asked``: the joint question was asked during the insert (``plan`` holds a valid
+    answer). ``drawn``: this insert is an audit; when the model decided it alone, the
+    teacher is asked later on ``snapshot``, a copy of the tree before the attach.
+    """
 
     fact_id: str
     new_fact: NewFact
@@ -227,18 +181,21 @@ class PlaceRecord:
     place_cpu_ms: float = 0.0  # CPU time of this process during place(), shadow excluded
     shadow_parent: str | None = None
     supervised: bool = False
-    # Progress of the step functions (descend_model / teacher_level / ... / apply_stage2):
     cursor: str = ""  # the node the descent stands on
-    descended: bool = False  # the descent chose "attach here" (or had no choice)
-    pending: "PendingLevel | None" = None  # a stage-1 level waiting for the teacher
-    stage2_pending: bool = False  # the stage-2 decision is waiting for the teacher
+    descended: bool = False  # the descent ended (attach at ``cursor``)
+    drawn: bool = False
+    asked: bool = False
+    plan: Placement | None = None
+    move_to: str | None = None  # the teacher's parent, when it differs from the model's
+    labels1: list[Stage1Label] = field(default_factory=list)
+    snapshot: MembrainTree | None = None
     clock: tuple[float, float, float] = (0.0, 0.0, 0.0)  # (wall start, CPU start, shadow seconds)
 
 
 @dataclass
 class SupervisionResult:
     """What :meth:`Learner.supervise` did: teacher calls, optimiser steps, and corrections
-    (a stage-1 re-placement and/or the teacher's stage-2 actions) for the caller to apply."""
+    (a re-placement and/or the teacher's stage-2 actions) for the caller to apply."""
 
     corrections: list[Correction]
     actions: list[Action]
@@ -252,10 +209,9 @@ class SupervisionResult:
 class InsertResult:
     """The outcome of :meth:`Learner.insert`.
 
-    ``stage1_by``/``stage2_by``: who decided ("model", "teacher", "mixed" when levels of
-    the descent differ, "forced" when there was no choice). ``teacher_calls`` counts every
-    teacher question of this insert (naming a new aspect not included: see
-    ``naming_calls``). ``actions``: the stage-2 actions applied, corrections included.
+    ``stage1_by``/``stage2_by``: who decided ("model", "teacher", "forced" when there was
+    no choice). ``teacher_calls`` counts the teacher questions of this insert (0 or 1).
+    ``actions``: the stage-2 actions applied, corrections included.
     """
 
     fact_id: str
@@ -272,20 +228,32 @@ class InsertResult:
     naming_calls: int = 0
 
 
-def _who(steps: list[Stage1Decision]) -> str:
-    kinds = {s.by for s in steps if s.by != "forced"}
-    if not kinds:
-        return "forced"
-    return kinds.pop() if len(kinds) == 1 else "mixed"
+_LABEL_WORD = re.compile(r"[^\W\d_][\w'-]+")
 
 
-_LABEL_WORD = re.compile(r"[a-zA-Z][a-zA-Z'-]+")
-
-
-def fallback_label(texts: list[str]) -> str:
-    """A label when the teacher cannot name a group: the two most frequent longer words."""
+def fallback_label(texts: list[str], avoid: list[str] | tuple[str, ...] = (), mean: Any = None) -> str:
+    """A label when nothing better is at hand: the two most frequent longer words (not a
+    label of ``avoid``, compared casefolded, when another choice exists)."""
     words = Counter(w.lower() for t in texts for w in _LABEL_WORD.findall(t) if len(w) > 3)
-    return " ".join(w for w, _ in words.most_common(2)) or "group"
+    taken = {a.casefold() for a in avoid}
+    ranked = [w for w, _ in words.most_common()]
+    for label in (" ".join(ranked[:2]), *ranked, " ".join(ranked[:3])):
+        if label and label.casefold() not in taken:
+            return label
+    return " ".join(ranked[:2]) or "group"
+
+
+def nearby_labels(tree: MembrainTree, parent_id: str) -> list[str]:
+    """The labels a new aspect under ``parent_id`` must differ from: the parent's (unless it
+    is the root) and those of the parent's child aspects."""
+    out = [tree.node(a).text for a in tree.child_aspects(parent_id)]
+    if tree.node(parent_id).kind == "aspect":
+        out.append(tree.node(parent_id).text)
+    return out
+
+
+def _same_actions(a: list[Action], b: list[Action]) -> bool:
+    return {action_key(x) for x in a} == {action_key(x) for x in b}
 
 
 class Learner:
@@ -296,26 +264,34 @@ class Learner:
             counted teacher failure and the model's own decision is used instead).
         config: :class:`LearnerConfig`.
         embed_label: optional text -> vector for the label of an aspect created by Group.
+        label_aspect: names an aspect the *model* creates, ``(texts, avoid, mean) -> label``
+            (``avoid``: :func:`nearby_labels`; ``mean``: the facts' mean embedding or None),
+            without asking the teacher; default
+            :func:`fallback_label`. Aspects the teacher creates carry the teacher's labels.
         shadow: an evaluation-only teacher, asked about every decision before it is
             executed; its answers are stored in the records (``shadow_choice``,
             ``shadow_parent``, ``shadow_actions``) and never counted, trained on or executed.
 
     Threads: the trainer has its own lock, but :class:`MembrainTree` is not thread-safe; a
-    caller that runs :meth:`supervise` in a background thread must serialise tree access
-    (one lock around ``place``, ``supervise`` and ``apply_corrections`` on a tree).
+    caller must serialise tree access around the steps of :meth:`place` and
+    :meth:`apply_corrections`. :meth:`supervise` does not read the live tree.
     """
 
     def __init__(self, teacher: Teacher, config: LearnerConfig | None = None, *,
-                 embed_label: Callable[[str], Any] | None = None, shadow: Teacher | None = None):
+                 embed_label: Callable[[str], Any] | None = None,
+                 label_aspect: Callable[..., str] | None = None, shadow: Teacher | None = None):
         self.teacher = teacher
         self.config = config or LearnerConfig()
         self.trainer = OnlineTrainer(self.config.model, self.config.training)
         self.embed_label = embed_label
+        self.label_aspect = label_aspect or fallback_label
         self.shadow = shadow
         self.rng = np.random.default_rng(self.config.seed)
-        self.naming_calls = 0
-        # Guards the teacher-call counts: inserts and a background supervision both ask the
-        # teacher. Not the trainer's lock, which an optimiser step holds for milliseconds.
+        # Teacher questions by kind (QUESTION_KINDS), counted where they are asked; guarded
+        # by their own lock (inserts and a background supervision both ask).
+        self.questions: Counter[str] = Counter()
+        self.failures: Counter[str] = Counter()
+        self.unsure: Counter[str] = Counter()  # placement questions by the stage that was unsure
         self._count_lock = threading.Lock()
         self.inserts = 0
 
@@ -340,101 +316,131 @@ class Learner:
     def counters(self):
         return self.trainer.counters
 
-    def _gate(self, policy: Policy, stage: str, confidence: float) -> tuple[bool, bool, bool]:
-        """(ask the teacher now, audit later, label is an unbiased sample) for one decision.
+    @property
+    def teacher_calls(self) -> int:
+        """Joint questions asked (placements and audits)."""
+        return self.questions["placement"] + self.questions["audit"]
 
-        execute="teacher": ask now (its answer is executed). execute="auto": the model
-        decides when it is past warm-up and its calibrated confidence reaches
-        ``policy.confidence``, else the teacher is asked now (unless query="never").
-        When the model decides: query="always" audits every decision, "uncertain" the
-        unsure ones plus a random ``audit_rate`` share, "never" none. The third value is
-        True for teacher forcing, warm-up, query="always" and the random share only.
-        """
-        # One random draw per decision, whatever the confidence: decisions it selects form
-        # an unbiased sample, the only kind calibration may be fitted on.
-        drawn = policy.query != "never" and self.rng.random() < policy.audit_rate
+    @property
+    def naming_calls(self) -> int:
+        return self.questions["naming"]
+
+    def _warm(self, policy: Policy, stage: str) -> bool:
+        return self.trainer.labelled_count(stage) >= policy.warmup
+
+    def _unsure(self, policy: Policy, stage: str, confidence: float) -> bool:
+        """Whether this decision sends the insert to the teacher now: always under
+        execute="teacher"; under "auto", before warm-up or below ``policy.confidence``
+        (unless query="never"); never under "model"."""
         if policy.execute == "teacher":
-            return True, False, True
-        warm = self.trainer.labelled_count(stage) >= policy.warmup
-        sure = warm and confidence >= policy.confidence
-        if policy.execute == "auto" and not sure and policy.query != "never":
-            return True, False, not warm or policy.query == "always" or drawn
-        if policy.query == "always":
-            return False, True, True
-        if policy.query == "uncertain" and (drawn or not sure):
-            return False, True, drawn
-        return False, False, False
+            return True
+        if policy.execute == "model" or policy.query == "never":
+            return False
+        return not self._warm(policy, stage) or confidence < policy.confidence
 
-    # ------------------------------------------------------------------ teacher calls
-    def _ask1(self, new_fact: NewFact, sub: Subtree, rec: PlaceRecord | SupervisionResult) -> int | None:
-        """The teacher's stage-1 index, or None (a counted failure) if it is not valid."""
-        self._count("stage1", rec, calls=1)
-        try:
-            i = self.teacher.choose_stage1(new_fact, sub)
-        except Exception:  # an untrusted teacher: any exception is a failed answer
-            i = None
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) \
-                or not 0 <= int(i) < len(sub.candidates):
-            self._count("stage1", rec, failures=1)
-            return None
-        return int(i)
+    def _unbiased(self, rec: PlaceRecord, policy: Policy, stage: str) -> bool:
+        """Whether a label of this insert may calibrate ``stage``: the question was not asked
+        *because* the model was unsure (an audit draw, teacher forcing, warm-up, or
+        query="always")."""
+        return (rec.drawn or policy.execute == "teacher" or policy.query == "always"
+                or not self._warm(policy, stage))
 
-    def _ask2(self, tree: MembrainTree, fact_id: str, rec: PlaceRecord | SupervisionResult) -> list[Action] | None:
-        """The teacher's stage-2 series if every action is valid on the tree as it is and no
-        node is acted on twice; else None (a counted failure)."""
-        self._count("stage2", rec, calls=1)
+    # ------------------------------------------------------------------ the teacher
+    def _count(self, kind: str, rec: PlaceRecord | SupervisionResult | None, *, failed: bool = False) -> None:
+        with self._count_lock:
+            self.questions[kind] += 1
+            self.failures[kind] += failed
+        if rec is not None:
+            rec.teacher_calls += 1
+            rec.teacher_failures += failed
+
+    def _ask(self, tree: MembrainTree, new_fact: NewFact, kind: str,
+             rec: PlaceRecord | SupervisionResult) -> Placement | None:
+        """The joint question on ``tree`` (which must not hold the new fact): a placement
+        whose parent is a container of ``tree`` on a path from its root and whose actions
+        act on distinct nodes; else None (a counted failure)."""
         try:
-            actions = list(self.teacher.choose_stage2(tree, tree.closure(fact_id)))
+            plan = ask_placement(self.teacher, new_fact, tree)
+            parent = plan.parent_id
+            if parent not in tree or tree.node(parent).kind == "fact":
+                raise InvalidOperationError(f"the teacher's parent {parent!r} is not a container")
             touched: list[str] = []
-            for act in actions:
-                validate_action(tree, act, allow_aspects=self.config.allow_aspects)
+            for act in plan.actions:
                 touched += list(act.node_ids) if isinstance(act, Group) else [act.node_id]
             if len(touched) != len(set(touched)):
                 raise InvalidOperationError("a node is acted on twice")
-            return actions
-        except Exception:
-            self._count("stage2", rec, failures=1)
+            plan.path = tree.path(parent)
+        except Exception:  # an untrusted teacher: any exception is a failed answer
+            self._count(kind, rec, failed=True)
             return None
-
-    def _count(self, stage: str, rec: PlaceRecord | SupervisionResult, *, calls: int = 0, failures: int = 0) -> None:
-        """Count teacher calls and failures, on the stage's counters and on the record."""
-        with self._count_lock:
-            c = self.trainer.counters[stage]
-            c.teacher_calls += calls
-            c.teacher_failures += failures
-        rec.teacher_calls += calls
-        rec.teacher_failures += failures
+        self._count(kind, rec)
+        return plan
 
     def name_aspect(self, texts: list[str]) -> str:
-        """A label for an aspect holding ``texts``: the teacher's, or a keyword fallback when
-        it fails (counted in ``naming_calls``)."""
-        with self._count_lock:
-            self.naming_calls += 1
+        """A label from the teacher (counted in ``naming_calls``), or the model's own
+        labeller's when it fails."""
+        self._count("naming", None)
         try:
             label = self.teacher.name_aspect(texts)
         except Exception:
             label = None
-        return label if isinstance(label, str) and label.strip() else fallback_label(texts)
+        return label if isinstance(label, str) and label.strip() else self.label_aspect(texts, [])
 
-    # ------------------------------------------------------------------ place
-    def _model_descend_from(self, tree: MembrainTree, new_fact: NewFact, node_id: str) -> str:
-        """Where the model alone would attach ``new_fact``, descending from ``node_id``."""
-        def choose(sub: Subtree) -> int:
-            return int(np.argmax(self.trainer.predict_stage1(self._feats1(tree, new_fact, sub))))
-        cur = node_id
-        for _ in range(MAX_DESCENT):
-            cands = stage1_candidates(tree, cur, new_fact.embedding, self.config.model.top_k)
-            i = choose(Subtree(tree, cur, cands)) if len(cands) > 1 else 0
-            if i == 0:
-                return cur
-            cur = cands[i]
-        return cur
+    def _labelled(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
+        """``actions`` with every Group that has no label named by ``label_aspect``, each
+        label different from its parent's and its future siblings' (``nearby_labels``)."""
+        out: list[Action] = []
+        made: dict[str, list[str]] = {}
+        for a in actions:
+            if isinstance(a, Group) and not a.label and a.node_ids and a.node_ids[0] in tree:
+                parent = tree.parent(a.node_ids[0])
+                avoid = nearby_labels(tree, parent) + made.setdefault(parent, [])
+                members = [i for i in a.node_ids if i in tree]
+                embs = [tree.node(i).embedding for i in members if tree.node(i).embedding is not None]
+                mean = np.mean(embs, axis=0) if embs else None
+                a = Group(a.node_ids, self.label_aspect([tree.node(i).text for i in members], avoid, mean), a.metadata)
+                made[parent].append(a.label)
+            out.append(a)
+        return out
 
+    def _rewrite(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
+        applied, _ = rewrite(tree, self._labelled(tree, actions), name_aspect=lambda texts: self.label_aspect(texts, []),
+                             embed_label=self.embed_label, allow_aspects=self.config.allow_aspects)
+        return applied
+
+    def _plan_labels(self, tree: MembrainTree, new_fact: NewFact, plan: Placement, calibrate: bool) -> list[Stage1Label]:
+        """Stage-1 labels of every level on the teacher's path, on ``tree`` (without the fact)."""
+        return [Stage1Label(self._feats1(tree, new_fact, sub), i, calibrate)
+                for sub, i in path_choices(tree, new_fact, plan.path, top_k=self.config.model.top_k)]
+
+    def _plan_actions(self, tree: MembrainTree, fact_id: str, plan: Placement) -> list[Action]:
+        if plan.fell_back and callable(getattr(self.teacher, "placement_actions", None)):
+            return list(self.teacher.placement_actions(tree, fact_id, plan))
+        return plan.bind(fact_id)
+
+    # ------------------------------------------------------------------ features
     def _feats1(self, tree: MembrainTree, new_fact: NewFact, sub: Subtree) -> Stage1Features:
         return stage1_features(tree, new_fact, sub, max_facts=self.config.model.max_context_facts)
 
     def _feats2(self, tree: MembrainTree, fact_id: str) -> Stage2Features:
         return stage2_features(tree, tree.closure(fact_id), max_facts=self.config.model.max_closure_facts)
+
+    def _model_stage2(self, tree: MembrainTree, fact_id: str) -> tuple[Stage2Features, np.ndarray, list[Action], float] | None:
+        """The model's stage-2 decision on the fact's closure: (features, type logits,
+        decoded actions, calibrated confidence); None when only Idle is possible."""
+        feats = self._feats2(tree, fact_id)
+        mask = feats.type_mask()
+        if not mask[:, 1:].any():
+            return None
+        t_logits, d_logits, g_logits = self.trainer.predict_stage2(feats)
+        actions = decode(tree, feats, t_logits, d_logits, g_logits, self.config.decode)
+        return feats, t_logits, actions, self.trainer.confidence_stage2(t_logits, mask)
+
+    def _model_descend_from(self, tree: MembrainTree, new_fact: NewFact, node_id: str) -> str:
+        """Where the model alone would attach ``new_fact``, descending from ``node_id``."""
+        def choose(sub: Subtree) -> int:
+            return int(np.argmax(self.trainer.predict_stage1(self._feats1(tree, new_fact, sub))))
+        return destination(descend(tree, new_fact, choose, top_k=self.config.model.top_k, start=node_id))
 
     def _check_fact(self, tree: MembrainTree, new_fact: NewFact) -> None:
         dim = self.config.model.dim
@@ -444,6 +450,7 @@ class Learner:
         if tree.dim is not None and tree.dim != dim:
             raise DimensionError(f"the tree holds {tree.dim}-d embeddings, the model reads {dim}")
 
+    # ------------------------------------------------------------------ place
     def place(self, tree: MembrainTree, new_fact: NewFact, *, node_id: str | None = None) -> PlaceRecord:
         """The fast half of an insert: descend, attach, rewrite the closure.
 
@@ -452,9 +459,8 @@ class Learner:
         teacher answers are validated, so the fact is never lost.
         """
         rec = self.begin(tree, new_fact)
-        while not rec.descended:
-            if self.descend_model(tree, rec):
-                self.teacher_level(tree, rec)
+        if self.descend_model(tree, rec):
+            self.teacher_place(tree, rec)
         self.attach(tree, rec, node_id=node_id)
         if self.propose_stage2(tree, rec):
             self.teacher_stage2(tree, rec)
@@ -464,9 +470,14 @@ class Learner:
     # The steps of place(), in order. Each takes the tree as it is when it runs (a graph
     # may run them under separate locks), so each re-validates the ids it reads.
     def begin(self, tree: MembrainTree, new_fact: NewFact) -> PlaceRecord:
-        """Start an insert at the root."""
+        """Start an insert at the root and draw whether it is an audit (every insert under
+        query="always"). One draw per insert, whatever the model's confidence, so audited
+        inserts are an unbiased sample."""
         self._check_fact(tree, new_fact)
         rec = PlaceRecord("", new_fact, tree.root_id, [], None, [], cursor=tree.root_id)
+        pol = self.config.stage1
+        draw = bool(self.rng.random() < pol.audit_rate)
+        rec.drawn = pol.query == "always" or (pol.query == "uncertain" and draw)
         rec.clock = (time.perf_counter(), time.process_time(), 0.0)
         return rec
 
@@ -475,9 +486,9 @@ class Learner:
         rec.clock = (t0, c0, s + seconds)
 
     def descend_model(self, tree: MembrainTree, rec: PlaceRecord) -> bool:
-        """Descend by the model's decisions from ``rec.cursor`` until it attaches (returns
-        False, ``rec.descended`` set) or reaches a level the policy sends to the teacher
-        now (returns True, ``rec.pending`` set)."""
+        """Descend by the model's decisions from ``rec.cursor``. Returns True, and stops, at
+        the first level where the model is unsure (the teacher is then asked the joint
+        question); False once it attaches (``rec.descended``)."""
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id  # the tree changed under us: start again
         new_fact, pol = rec.new_fact, self.config.stage1
@@ -490,61 +501,60 @@ class Learner:
             logits = self.trainer.predict_stage1(feats)
             conf = self.trainer.confidence_stage1(logits)
             mchoice = int(np.argmax(logits))
-            ask_now, audit, calibrate = self._gate(pol, "stage1", conf)
             best_cos = feats.num[1:1 + feats.n_candidates, S1["is_best_cos"]]
             trivial = int(np.argmax(best_cos)) if best_cos.max() > 0 else 0
-            if ask_now:
-                rec.pending = PendingLevel(sub, feats, logits, mchoice, conf, calibrate, trivial)
+            step = Stage1Decision(rec.cursor, cands, feats, logits, mchoice, conf, mchoice, "model",
+                                  trivial_choice=trivial)
+            if self.shadow is not None:
+                s0 = time.perf_counter()
+                step.shadow_choice = self._shadow1(rec.new_fact, sub)
+                self._shadow_time(rec, time.perf_counter() - s0)
+            rec.steps.append(step)
+            self.trainer.counters["stage1"].decisions += 1
+            if not rec.asked and self._unsure(pol, "stage1", conf):
                 return True
-            step = Stage1Decision(rec.cursor, cands, feats, logits, mchoice, conf, mchoice, "model", None,
-                                  audit, calibrate, trivial_choice=trivial)
             self.trainer.counters["stage1"].model_executed += 1
-            if self._record_step(tree, rec, step):
-                return False
+            if mchoice == 0:
+                break
+            rec.cursor = cands[mchoice]
         rec.descended = True
         return False
 
-    def teacher_level(self, tree: MembrainTree, rec: PlaceRecord) -> None:
-        """Ask the teacher about the pending level and execute its answer (the model's own
-        choice if the answer is not valid)."""
-        p, rec.pending = rec.pending, None
-        if p is None or p.sub.node_id not in tree or tree.node(p.sub.node_id).kind == "fact":
-            return  # nothing pending, or the level vanished: descend_model starts again
-        teacher = self._ask1(rec.new_fact, p.sub, rec)
-        executed = teacher if teacher is not None else p.model_choice
-        step = Stage1Decision(p.sub.node_id, p.sub.candidates, p.feats, p.logits, p.model_choice, p.confidence,
-                              executed, "teacher" if teacher is not None else "model", teacher, False,
-                              p.calibrate, trivial_choice=p.trivial_choice)
-        if teacher is None:
-            self.trainer.counters["stage1"].model_executed += 1
-        self._record_step(tree, rec, step)
-
-    def _record_step(self, tree: MembrainTree, rec: PlaceRecord, step: Stage1Decision) -> bool:
-        """Count and keep one executed level; move the cursor. True when it attaches here."""
-        self.trainer.counters["stage1"].decisions += 1
-        if self.shadow is not None:
-            s0 = time.perf_counter()
-            step.shadow_choice = self._shadow1(rec.new_fact, Subtree(tree, step.node_id, step.candidates))
-            self._shadow_time(rec, time.perf_counter() - s0)
-        rec.steps.append(step)
-        if step.executed == 0:
-            rec.descended = True
-            return True
-        rec.cursor = step.candidates[step.executed]
-        return False
+    def teacher_place(self, tree: MembrainTree, rec: PlaceRecord) -> None:
+        """Ask the joint question now and follow its path; if the answer is not valid, the
+        model descends on its own from where it stopped."""
+        if rec.descended:
+            return
+        rec.asked = True
+        self.unsure["stage1"] += 1
+        if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
+            rec.cursor = tree.root_id
+        plan = self._ask(tree, rec.new_fact, "placement", rec)
+        if plan is None:
+            rec.cursor = self._model_descend_from(tree, rec.new_fact, rec.cursor)
+        else:
+            rec.plan, rec.cursor = plan, plan.parent_id
+            rec.labels1 = self._plan_labels(tree, rec.new_fact, plan,
+                                            self._unbiased(rec, self.config.stage1, "stage1"))
+            for step in rec.steps[-1:]:
+                step.by = "teacher"
+        rec.descended = True
 
     def attach(self, tree: MembrainTree, rec: PlaceRecord, *, node_id: str | None = None,
                created_at: float | None = None) -> str:
-        """Attach the new fact where the descent stopped (the root if that node is gone)."""
+        """Attach the new fact where the descent stopped (the root if that node is gone).
+        An audited insert the model decided alone keeps a snapshot of the tree first."""
         new_fact = rec.new_fact
         if self.shadow is not None:
             s0 = time.perf_counter()
             try:
-                rec.shadow_parent, _ = descend(tree, new_fact, lambda s: self.shadow.choose_stage1(new_fact, s),
-                                               top_k=self.config.model.top_k)
+                rec.shadow_parent = destination(descend(tree, new_fact, lambda s: self.shadow.choose_stage1(new_fact, s),
+                                                        top_k=self.config.model.top_k))
             except Exception:
                 rec.shadow_parent = None
             self._shadow_time(rec, time.perf_counter() - s0)
+        if rec.drawn and not rec.asked:
+            rec.snapshot = tree.copy()
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id
         rec.placed_under = rec.cursor
@@ -553,39 +563,62 @@ class Learner:
         return rec.fact_id
 
     def propose_stage2(self, tree: MembrainTree, rec: PlaceRecord) -> bool:
-        """The model's stage-2 actions on the new fact's closure; True when the policy
-        sends the decision to the teacher now."""
+        """The stage-2 decision on the new fact's closure: the teacher's actions when the
+        joint question was answered, else the model's. True when the model is unsure and
+        the teacher has not been asked yet (it is then asked now)."""
         if rec.fact_id not in tree:
             return False
         try:
-            feats = self._feats2(tree, rec.fact_id)
-            mask = feats.type_mask()
-            if not mask[:, 1:].any():
-                return False  # only Idle is possible: no decision
-            t_logits, d_logits, g_logits = self.trainer.predict_stage2(feats)
-            model_actions = decode(tree, feats, t_logits, d_logits, g_logits, self.config.decode)
+            decided = self._model_stage2(tree, rec.fact_id)
         except MembrainError:
             return False  # stage 2 is an improvement; a failure in it must never undo the insert
-        conf = self.trainer.confidence_stage2(t_logits, mask)
-        ask_now, audit, calibrate = self._gate(self.config.stage2, "stage2", conf)
-        rec.stage2 = Stage2Decision(feats, t_logits, model_actions, conf, model_actions, "model", None,
-                                    audit and not ask_now, calibrate)
-        rec.stage2_pending = ask_now
-        return ask_now
+        calibrate = self._unbiased(rec, self.config.stage2, "stage2")
+        if rec.plan is not None:
+            actions = self._plan_actions(tree, rec.fact_id, rec.plan)
+            if decided is not None:
+                feats, logits, mine, conf = decided
+                rec.stage2 = Stage2Decision(feats, logits, mine, conf, actions, "teacher", actions, calibrate)
+            elif actions:  # e.g. aspect moves, which the model does not decide: executed, not learned
+                rec.applied = actions
+            return False
+        if decided is None:
+            return False
+        feats, logits, mine, conf = decided
+        rec.stage2 = Stage2Decision(feats, logits, mine, conf, mine, "model", None, calibrate)
+        return not rec.asked and self._unsure(self.config.stage2, "stage2", conf)
 
     def teacher_stage2(self, tree: MembrainTree, rec: PlaceRecord) -> None:
-        """Ask the teacher for the stage-2 actions; a valid answer replaces the model's."""
-        dec, rec.stage2_pending = rec.stage2, False
-        if dec is None or rec.fact_id not in tree:
+        """Ask the joint question now, about the tree without the new fact; its stage-2
+        actions replace the model's, and a parent that differs moves the fact (both are
+        carried out by :meth:`apply_stage2`)."""
+        if rec.asked or rec.fact_id not in tree:
             return
-        teacher = self._ask2(tree, rec.fact_id, rec)
-        if teacher is not None:
-            dec.teacher_actions, dec.executed, dec.by = teacher, teacher, "teacher"
+        rec.asked = True
+        self.unsure["stage2"] += 1
+        view = tree.copy()
+        view.remove(rec.fact_id)
+        plan = self._ask(view, rec.new_fact, "placement", rec)
+        if plan is None:
+            return
+        rec.plan = plan
+        rec.labels1 = self._plan_labels(view, rec.new_fact, plan, self._unbiased(rec, self.config.stage1, "stage1"))
+        if plan.parent_id != tree.parent(rec.fact_id):
+            rec.move_to = plan.parent_id
+        elif rec.stage2 is not None:
+            actions = self._plan_actions(tree, rec.fact_id, plan)
+            dec = rec.stage2
+            dec.teacher_actions, dec.executed, dec.by = actions, actions, "teacher"
 
     def apply_stage2(self, tree: MembrainTree, rec: PlaceRecord) -> list[Action]:
-        """Apply the chosen stage-2 actions (each re-validated) and close the record."""
-        dec = rec.stage2
+        """Move the fact where the teacher put it (if it said elsewhere), apply the chosen
+        stage-2 actions (each re-validated) and close the record."""
         try:
+            if rec.move_to is not None and rec.fact_id in tree and rec.move_to in tree \
+                    and tree.node(rec.move_to).kind != "fact":
+                tree.move(rec.fact_id, rec.move_to)
+                rec.stage2 = None
+                self.propose_stage2(tree, rec)  # the teacher's actions, on the new closure
+            dec = rec.stage2
             if dec is not None and rec.fact_id in tree:
                 c = self.trainer.counters["stage2"]
                 c.decisions += 1
@@ -597,8 +630,9 @@ class Learner:
                     except Exception:
                         dec.shadow_actions = None
                     self._shadow_time(rec, time.perf_counter() - s0)
-                rec.applied, _ = rewrite(tree, dec.executed, name_aspect=self.name_aspect, embed_label=self.embed_label,
-                                         allow_aspects=self.config.allow_aspects)
+                rec.applied = self._rewrite(tree, dec.executed)
+            elif rec.applied and rec.fact_id in tree:
+                rec.applied = self._rewrite(tree, rec.applied)
         except MembrainError:
             pass  # stage 2 is an improvement; a failure in it must never undo the insert
         t0, c0, shadow_s = rec.clock
@@ -616,80 +650,52 @@ class Learner:
     # ------------------------------------------------------------------ supervise
     @staticmethod
     def asks_teacher(record: PlaceRecord) -> bool:
-        """Whether :meth:`supervise` would ask the teacher about this record (it holds
-        audited decisions not yet supervised)."""
-        if record.supervised:
-            return False
-        dec = record.stage2
-        return (any(s.audit and s.teacher_choice is None for s in record.steps)
-                or (dec is not None and dec.audit and dec.teacher_actions is None))
+        """Whether :meth:`supervise` would ask the teacher about this record (an audit the
+        model decided alone, not yet supervised)."""
+        return not record.supervised and record.snapshot is not None
 
-    def supervise(self, tree: MembrainTree, record: PlaceRecord, *, train: bool = True) -> SupervisionResult:
-        """The slow half: deferred teacher queries, training, corrections.
+    def supervise(self, record: PlaceRecord, *, train: bool = True) -> SupervisionResult:
+        """The slow half: the deferred audit, training, corrections. Reads no live tree.
 
-        Labels answered during :meth:`place` are queued for training as they are.
-        Audited decisions are asked now, on the tree as it is *now* (it may have changed
-        since ``place``; ids are re-validated and steps whose node is gone are skipped):
-        the model's decision is recomputed on the same state, scored against the teacher
-        (prequentially) and queued. The first audited level where the teacher's choice
-        differs from what was executed yields a :class:`Correction`: the teacher's choice,
-        then the model's own descent below it. An audited stage-2 decision where the
-        teacher's actions differ from the model's returns the teacher's actions.
-        Calling it twice for one record does nothing the second time. With ``train=False``
-        the labels are only queued: the caller runs ``trainer.train_ready()`` itself (a
-        background worker does so without holding the tree's lock).
+        Labels answered during :meth:`place` are queued for training as they are. An
+        audited insert that the model decided alone is asked now, on the snapshot taken
+        before its attach, so the teacher judges exactly the state the model decided on;
+        every level of its path and its stage-2 actions are scored against the model
+        (prequentially) and queued. A teacher's parent that differs from the model's
+        yields a :class:`Correction` (and the teacher's actions, applied after the move);
+        the same parent with other actions yields the teacher's actions. Calling it twice
+        for one record does nothing the second time. With ``train=False`` the labels are
+        only queued: the caller runs ``trainer.train_ready()`` itself.
         """
         res = SupervisionResult([], [], 0, 0, 0, 0.0)
         if record.supervised:
             return res
         record.supervised = True
         tr = self.trainer
-        fact = record.fact_id
-        alive = fact in tree and tree.node(fact).kind == "fact"
-        first_disagreement: tuple[str, int, list[str]] | None = None
-        for step in record.steps:
-            if step.teacher_choice is not None:
-                tr.observe_stage1(step.feats, step.teacher_choice, step.logits, calibrate=step.calibrate)
-            elif step.audit:
-                if step.node_id not in tree or tree.node(step.node_id).kind == "fact":
-                    continue
-                cands = stage1_candidates(tree, step.node_id, record.new_fact.embedding, self.config.model.top_k)
-                if len(cands) < 2:
-                    continue
-                sub = Subtree(tree, step.node_id, cands)
-                t = self._ask1(record.new_fact, sub, res)
-                if t is None:
-                    continue
-                feats = self._feats1(tree, record.new_fact, sub)
-                tr.observe_stage1(feats, t, tr.predict_stage1(feats), calibrate=step.calibrate)
-                executed_id = step.candidates[step.executed] if step.executed < len(step.candidates) else None
-                if first_disagreement is None and cands[t] != executed_id:
-                    first_disagreement = (step.node_id, t, cands)
-        if first_disagreement is not None and alive:
-            node, t, cands = first_disagreement
-            target = node if t == 0 else self._model_descend_from(tree, record.new_fact, cands[t])
-            current = tree.parent(fact)
-            if target != current and target in tree and tree.node(target).kind != "fact":
-                res.corrections.append(Correction(fact, current, target, "stage1"))
-
+        view, record.snapshot = record.snapshot, None
+        # An insert asked already, or with nothing decided, has nothing to audit.
+        if view is not None and not record.asked and (record.steps or record.stage2 is not None):
+            plan = self._ask(view, record.new_fact, "audit", res)
+            if plan is not None:
+                record.plan = plan
+                record.labels1 = self._plan_labels(view, record.new_fact, plan, True)
+                actions = plan.bind(record.fact_id)
+                if plan.parent_id != record.placed_under:
+                    res.corrections.append(Correction(record.fact_id, record.placed_under, plan.parent_id))
+                    res.actions = actions
+                elif record.stage2 is not None:
+                    record.stage2.teacher_actions = actions
+                    if not _same_actions(record.stage2.model_actions, actions):
+                        res.actions = actions
+                elif actions:
+                    res.actions = actions
+        for lab in record.labels1:
+            tr.observe_stage1(lab.feats, lab.target, tr.predict_stage1(lab.feats), calibrate=lab.calibrate)
         dec = record.stage2
-        if dec is not None:
-            if dec.teacher_actions is not None:
-                labels = encode_actions(dec.feats, dec.teacher_actions)
-                agreed = {action_key(a) for a in dec.model_actions} == {action_key(a) for a in dec.teacher_actions}
-                tr.observe_stage2(dec.feats, labels, dec.type_logits, agreed, calibrate=dec.calibrate)
-            elif dec.audit and alive and not res.corrections:
-                feats = self._feats2(tree, fact)
-                if feats.type_mask()[:, 1:].any():
-                    teacher = self._ask2(tree, fact, res)
-                    if teacher is not None:
-                        t_l, d_l, g_l = tr.predict_stage2(feats)
-                        mine = decode(tree, feats, t_l, d_l, g_l, self.config.decode)
-                        agreed = {action_key(a) for a in mine} == {action_key(a) for a in teacher}
-                        tr.observe_stage2(feats, encode_actions(feats, teacher), t_l, agreed,
-                                          calibrate=dec.calibrate)
-                        if not agreed:
-                            res.actions = teacher
+        if dec is not None and dec.teacher_actions is not None:
+            labels = encode_actions(dec.feats, dec.teacher_actions)
+            tr.observe_stage2(dec.feats, labels, dec.type_logits, _same_actions(dec.model_actions, dec.teacher_actions),
+                              calibrate=dec.calibrate)
         if train:
             t0 = time.perf_counter()
             res.steps = tr.train_ready()
@@ -705,22 +711,21 @@ class Learner:
                     tree.move(c.fact_id, c.to_parent)
             except MembrainError:
                 pass
-        applied, _ = rewrite(tree, res.actions, name_aspect=self.name_aspect, embed_label=self.embed_label,
-                             allow_aspects=self.config.allow_aspects) if res.actions else ([], [])
-        return applied
+        return self._rewrite(tree, res.actions) if res.actions else []
 
     # ------------------------------------------------------------------ insert
     def insert(self, tree: MembrainTree, new_fact: NewFact, *, node_id: str | None = None) -> InsertResult:
         """descent -> attach -> closure -> stage 2 -> decode -> apply -> train (-> correct)."""
         named = self.naming_calls
         rec = self.place(tree, new_fact, node_id=node_id)
-        sup = self.supervise(tree, rec)
+        sup = self.supervise(rec)
         extra = self.apply_corrections(tree, sup) if self.config.apply_corrections else []
+        teacher_decided = rec.plan is not None and rec.asked
         return InsertResult(
             fact_id=rec.fact_id,
             parent_id=tree.parent(rec.fact_id),
             placed_under=rec.placed_under,
-            stage1_by=_who(rec.steps),
+            stage1_by="teacher" if teacher_decided else ("model" if rec.steps else "forced"),
             stage2_by=rec.stage2.by if rec.stage2 is not None else "forced",
             teacher_calls=rec.teacher_calls + sup.teacher_calls,
             teacher_failures=rec.teacher_failures + sup.teacher_failures,
@@ -746,7 +751,7 @@ class Learner:
 
 
 __all__ = [
-    "Correction", "InsertResult", "Learner", "LearnerConfig", "PlaceRecord", "Stage1Decision", "Stage2Decision",
-    "SupervisionResult", "attach", "cosine", "descend", "fallback_label", "insert_with_teacher", "rewrite",
-    "stage1_candidates",
+    "Correction", "InsertResult", "Learner", "LearnerConfig", "PlaceRecord", "QUESTION_KINDS", "Stage1Decision",
+    "Stage1Label", "Stage2Decision", "SupervisionResult", "ask_placement", "attach", "cosine", "descend",
+    "fallback_label", "insert_with_teacher", "nearby_labels", "rewrite", "stage1_candidates",
 ]

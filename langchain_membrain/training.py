@@ -55,6 +55,7 @@ from .features import Stage1Features, Stage2Features
 from .models import ModelConfig, Stage1Net, Stage2Net, collate_stage1, collate_stage2
 
 CHECKPOINT_FORMAT = 1
+PRIOR_FORMAT = 1
 Execute = Literal["teacher", "model", "auto"]
 Query = Literal["always", "uncertain", "never"]
 
@@ -120,8 +121,6 @@ class StageCounters:
 
     decisions: int = 0  # decisions taken (model or teacher), forced ones excluded
     model_executed: int = 0
-    teacher_calls: int = 0
-    teacher_failures: int = 0
     labelled: int = 0
     agreed: int = 0
     steps: int = 0
@@ -264,6 +263,9 @@ class OnlineTrainer:
         self.infer1 = copy.deepcopy(self.stage1).eval()
         self.infer2 = copy.deepcopy(self.stage2).eval()
         self._fast1: Any = None  # traced Stage1Net sharing self.infer1's parameters
+        # Labels a loaded prior was trained on, per stage, when the prior was taught by this
+        # memory's own teacher: they count toward warm-up (not toward agreement or stats).
+        self.prior_labels: dict[str, int] = {"stage1": 0, "stage2": 0}
 
     def _publish(self) -> None:
         """Copy the training networks' parameters into the inference copies (in place, so
@@ -370,7 +372,8 @@ class OnlineTrainer:
 
     # ------------------------------------------------------------------ train
     def labelled_count(self, stage: str) -> int:
-        return self.counters[stage].labelled
+        """Labels seen, counting a trusted prior's (see :meth:`load_prior`)."""
+        return self.counters[stage].labelled + self.prior_labels.get(stage, 0)
 
     def train_ready(self) -> int:
         """Train every stage whose queue holds a full batch; returns steps taken."""
@@ -490,7 +493,53 @@ class OnlineTrainer:
                 "counters": {k: asdict(v) for k, v in self.counters.items()},
                 "temperature": {k: v.temperature for k, v in self.calib.items()},
                 "platt": [self.decision_calib.a, self.decision_calib.b],
+                "prior_labels": dict(self.prior_labels),
             }
+
+    def prior_state(self) -> dict[str, Any]:
+        """What a shipped prior holds: both networks, calibration and label counts (no
+        optimiser state, no counters but the labels)."""
+        with self.lock:
+            return {
+                "format": PRIOR_FORMAT,
+                "model_config": self.model_config.to_dict(),
+                "stage1": self.stage1.state_dict(),
+                "stage2": self.stage2.state_dict(),
+                "temperature": {k: v.temperature for k, v in self.calib.items()},
+                "platt": [self.decision_calib.a, self.decision_calib.b],
+                "labelled": {k: c.labelled for k, c in self.counters.items()},
+            }
+
+    def load_prior(self, state: dict[str, Any], *, trusted: bool) -> None:
+        """Start from a prior's networks (:meth:`prior_state`). ``trusted``: the prior was
+        taught by the teacher this trainer imitates, so its calibration is kept and its
+        labels count toward warm-up; otherwise calibration starts afresh and the gates stay
+        closed until this teacher's own labels arrive. Raises CheckpointError (and changes
+        nothing) when the prior does not fit."""
+        if not isinstance(state, dict) or state.get("format") != PRIOR_FORMAT:
+            raise CheckpointError("not a membrain prior (unknown format)")
+        if state.get("model_config") != self.model_config.to_dict():
+            raise CheckpointError("the prior was trained for other model dimensions")
+        try:
+            s1, s2 = Stage1Net(self.model_config).to(self.device), Stage2Net(self.model_config).to(self.device)
+            s1.load_state_dict(state["stage1"])
+            s2.load_state_dict(state["stage2"])
+            temps = {k: float(state["temperature"][k]) for k in ("stage1", "stage2")}
+            platt = (float(state["platt"][0]), float(state["platt"][1]))
+            labelled = {k: int(state["labelled"][k]) for k in ("stage1", "stage2")}
+        except Exception as exc:
+            raise CheckpointError(f"the prior does not fit the model: {exc}") from None
+        with self.lock, self.infer_lock:
+            self.stage1, self.stage2 = s1.eval(), s2.eval()
+            self.infer1, self.infer2 = copy.deepcopy(s1).eval(), copy.deepcopy(s2).eval()
+            self._fast1 = None
+            self.opt1 = self._optimiser(self.stage1, self.config.stage1)
+            self.opt2 = self._optimiser(self.stage2, self.config.stage2)
+            if trusted:
+                for k, t in temps.items():
+                    self.calib[k].temperature = t
+                self.decision_calib.a, self.decision_calib.b = platt
+                self.prior_labels = labelled
 
     def save(self, path_or_buffer: str | Path | IO[bytes]) -> None:
         """Write a checkpoint to a path or a binary file object."""
@@ -535,7 +584,9 @@ class OnlineTrainer:
             o1, o2 = self._optimiser(s1, self.config.stage1), self._optimiser(s2, self.config.stage2)
             o1.load_state_dict(state["opt1"])
             o2.load_state_dict(state["opt2"])
-            counters = {k: StageCounters(**state["counters"][k]) for k in ("stage1", "stage2")}
+            known = StageCounters.__dataclass_fields__
+            counters = {k: StageCounters(**{f: v for f, v in state["counters"][k].items() if f in known})
+                        for k in ("stage1", "stage2")}
             temps = {k: float(state["temperature"][k]) for k in ("stage1", "stage2")}
             platt = (float(state["platt"][0]), float(state["platt"][1]))
         except Exception as exc:
@@ -549,4 +600,5 @@ class OnlineTrainer:
             for k, t in temps.items():
                 self.calib[k].temperature = t
             self.decision_calib.a, self.decision_calib.b = platt
+            self.prior_labels = {k: int(v) for k, v in state.get("prior_labels", {}).items()}
             self.pending1, self.pending2 = [], []

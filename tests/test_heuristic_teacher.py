@@ -10,7 +10,8 @@ import pytest
 
 from langchain_membrain.actions import Demote, Group, Promote, validate_action
 from langchain_membrain.errors import InvalidOperationError
-from langchain_membrain.pipeline import attach, descend, rewrite, stage1_candidates
+from langchain_membrain.pipeline import attach, rewrite, stage1_candidates
+from langchain_membrain.placement import descend, destination
 from langchain_membrain.teachers.base import NewFact, Subtree, Teacher
 from langchain_membrain.teachers.heuristic import HeuristicConfig, HeuristicTeacher
 from langchain_membrain.tree import MembrainTree
@@ -177,7 +178,7 @@ def test_every_action_validates_on_random_inserts(aspect_actions):
     for i in range(150):
         v = centres[rng.integers(5)] + 0.4 * rng.standard_normal(DIM)
         nf = NewFact(f"fact {i}", (v / np.linalg.norm(v)).astype(np.float32))
-        parent, _ = descend(t, nf, lambda sub: teacher.choose_stage1(nf, sub))
+        parent = destination(descend(t, nf, lambda sub: teacher.choose_stage1(nf, sub)))
         fid = attach(t, nf, parent)
         acts = teacher.choose_stage2(t, t.closure(fid))
         for a in acts:

@@ -81,11 +81,10 @@ def test_a_garbage_teacher_never_loses_a_fact(execute, query):
     assert sorted(ids) == sorted(tree.facts())
     assert [tree.node(i).metadata["i"] for i in ids] == list(range(40))
     tree.check_invariants()
-    c1, c2 = learner.counters["stage1"], learner.counters["stage2"]
-    # every answer was garbage: every call is a counted failure, nothing was learned from it
-    assert c1.teacher_calls + c2.teacher_calls > 0
-    assert c1.teacher_failures == c1.teacher_calls and c2.teacher_failures == c2.teacher_calls
-    assert c1.labelled == 0 and c2.labelled == 0
+    # every answer was garbage: every question is a counted failure, nothing was learned from it
+    asked = learner.questions["placement"] + learner.questions["audit"]
+    assert asked > 0 and sum(learner.failures.values()) == asked
+    assert learner.counters["stage1"].labelled == learner.counters["stage2"].labelled == 0
 
 
 def test_a_good_teacher_is_followed_under_teacher_forcing():
@@ -107,7 +106,8 @@ def test_a_good_teacher_is_followed_under_teacher_forcing():
 
 def test_place_then_supervise_on_a_changed_tree():
     """The tree changes between place and supervise (here: the aspect the fact was placed
-    under loses all its facts and is pruned); supervise re-validates ids and never fails."""
+    under loses all its facts and is pruned); supervise reads its own snapshot, and its
+    corrections are re-validated when applied: they never fail nor bring a fact back."""
     teacher = HeuristicTeacher()
     learner = Learner(teacher, config())
     tree = MembrainTree("s", dim=DIM)
@@ -120,9 +120,12 @@ def test_place_then_supervise_on_a_changed_tree():
         parent = tree.parent(rec.fact_id)
         for f in list(tree.child_facts(parent)):
             tree.remove(f)  # may prune the aspect and the record's nodes
-        sup = learner.supervise(tree, rec)
-        assert sup.corrections == []  # the fact is gone: nothing to correct
-        assert learner.supervise(tree, rec).teacher_calls == 0  # a second call does nothing
+        n = len(tree.facts())
+        sup = learner.supervise(rec)
+        assert sup.teacher_calls == 1  # audited on the snapshot taken before the attach
+        learner.apply_corrections(tree, sup)
+        assert rec.fact_id not in tree and len(tree.facts()) == n
+        assert learner.supervise(rec).teacher_calls == 0  # a second call does nothing
     tree.check_invariants()
 
 

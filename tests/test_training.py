@@ -118,7 +118,7 @@ def test_learning_happens(trained):
     assert after >= 0.7, (before, after)
     assert after >= before + 0.15, (before, after)
     c1, c2 = learner.counters["stage1"], learner.counters["stage2"]
-    assert c1.steps > 0 and c2.steps > 0 and c1.labelled == c1.decisions
+    assert c1.steps > 0 and c2.steps > 0 and c1.labelled > 0 and c2.labelled > 0
     tree.check_invariants()
 
 
@@ -205,10 +205,13 @@ def test_policy_teacher_forcing_executes_and_asks_every_decision():
     t = CountingTeacher()
     learner = Learner(t, small_config(execute="teacher", query="always"))
     _, results = _run(learner)
-    steps = [s for r in results for s in r.record.steps]
-    assert steps and all(s.by == "teacher" for s in steps)
-    assert t.stage1_calls == len(steps) == learner.counters["stage1"].teacher_calls
-    assert learner.counters["stage1"].labelled == len(steps)
+    # one joint question per insert with a decision to take; its path labels every level
+    asked = [r for r in results if r.record.steps or r.record.stage2 is not None]
+    assert asked and all(r.teacher_calls == 1 and r.record.plan is not None for r in asked)
+    assert all(r.stage1_by == "teacher" for r in results if r.record.steps)
+    assert learner.questions["placement"] == len(asked)
+    assert learner.counters["stage1"].labelled == t.stage1_calls > 0
+    assert all(lab.calibrate for r in results for lab in r.record.labels1)
 
 
 def test_policy_model_never_asks_nothing():
@@ -231,11 +234,14 @@ def test_policy_model_always_audits_every_decision_later():
         rec = learner.place(tree, nf)
         calls_after_place = t.stage1_calls
         assert rec.teacher_calls == 0  # nothing asked on the insert's path
-        sup = learner.supervise(tree, rec)
-        # every step is audited; one whose node lost its choice meanwhile (stage 2 moved
-        # things) is skipped, never asked about a state that no longer exists
-        assert t.stage1_calls - calls_after_place <= len(rec.steps)
-        assert all(s.audit and s.calibrate for s in rec.steps)
+        sup = learner.supervise(rec)
+        # every insert is audited later, on the tree as the model saw it
+        if not rec.steps and rec.stage2 is None:
+            assert sup.teacher_calls == 0  # nothing was decided: nothing to audit
+            continue
+        assert sup.teacher_calls == 1 and rec.plan is not None
+        assert t.stage1_calls - calls_after_place == len(rec.labels1)
+        assert all(lab.calibrate for lab in rec.labels1)
         learner.apply_corrections(tree, sup)
     assert learner.counters["stage1"].labelled == t.stage1_calls > 0
     tree.check_invariants()
@@ -247,25 +253,31 @@ def test_policy_auto_and_uncertain():
     learner = Learner(t, small_config(execute="auto", query="uncertain", confidence=0.0, warmup=0, audit_rate=0.0))
     _, results = _run(learner)
     assert t.stage1_calls == 0 and all(s.by == "model" for r in results for s in r.record.steps)
-    # never confident enough: the teacher is asked now and its answer executed
+    assert all(r.teacher_calls == 0 for r in results)
+    # never confident enough: the teacher is asked now, once per insert, and its answer executed
     t = CountingTeacher()
     learner = Learner(t, small_config(execute="auto", query="uncertain", confidence=1.01, warmup=0,
                                                 audit_rate=0.0))
     _, results = _run(learner)
-    steps = [s for r in results for s in r.record.steps]
-    assert all(s.by == "teacher" and not s.calibrate for s in steps)  # biased sample: not calibrated on
-    assert t.stage1_calls == len(steps)
+    decided = [r for r in results if r.record.steps]
+    assert decided and all(r.stage1_by == "teacher" and r.teacher_calls == 1 for r in decided)
+    labels = [lab for r in results for lab in r.record.labels1]
+    assert labels and not any(lab.calibrate for lab in labels)  # biased sample: not calibrated on
+    assert t.stage1_calls == len(labels)
     # during warm-up the teacher decides even when the model is sure
     t = CountingTeacher()
     learner = Learner(t, small_config(execute="auto", query="uncertain", confidence=0.0, warmup=10**9))
     _, results = _run(learner)
-    assert all(s.by == "teacher" and s.calibrate for r in results for s in r.record.steps)
-    # audit rate 1: every confident model decision is audited later (and calibrated on)
+    assert all(r.stage1_by == "teacher" for r in results if r.record.steps)
+    assert all(lab.calibrate for r in results for lab in r.record.labels1)
+    # audit rate 1: every insert the model decided is audited later (and calibrated on)
     t = CountingTeacher()
     learner = Learner(t, small_config(execute="model", query="uncertain", confidence=0.0, warmup=0, audit_rate=1.0))
     _, results = _run(learner)
-    steps = [s for r in results for s in r.record.steps]
-    assert all(s.by == "model" and s.audit and s.calibrate for s in steps)
+    assert all(s.by == "model" for r in results for s in r.record.steps)
+    decided = [r for r in results if r.record.steps or r.record.stage2 is not None]
+    assert decided and all(not r.record.asked and r.supervision.teacher_calls == 1 for r in decided)
+    assert all(lab.calibrate for r in results for lab in r.record.labels1)
 
 
 def test_gradient_accumulation_steps_once_per_batch():

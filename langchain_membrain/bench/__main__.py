@@ -14,6 +14,9 @@ SUBCOMMANDS = {
     "locomo": "retrieval on LoCoMo against flat baselines",
     "scale": "add/search latency and recall against N",
     "graph": "cost of the compiled insert graph against walking its nodes directly",
+    "startup": "cold start of import and of each membrain command, as fresh processes",
+    "economy": "teacher questions per insert through the product, tree shape and insert cost",
+    "pretrain": "train the prior shipped with the package (networks taught by the offline teacher)",
 }
 
 

@@ -124,6 +124,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wordnet-dir", default="/usr/share/wordnet", help="folder with data.noun, index.noun")
     parser.add_argument("--save-data", help="--wordnet: also write the sampled rows to this JSON lines file")
     parser.add_argument("--limit", type=int, help="use only the first N facts")
+    parser.add_argument("--product", action=argparse.BooleanOptionalAction, default=True,
+                        help="also build the tree through MembrainMemory().add, the product's own path "
+                             "(the student decides where it is confident)")
     parser.add_argument("--json", dest="json_out", help="write the results here")
     parser.add_argument("--export", help="write the heuristic teacher's tree here (MembrainTree.to_dict JSON)")
     parser.add_argument("--cache", help="embeddings cache (.npy), reused when it has one row per fact")
@@ -158,6 +161,28 @@ def build_online(rows: list, emb: np.ndarray, teacher: Any, *, allow_aspects: bo
         nf = NewFact(r.text, e, oracle_metadata(r.id, r.path_ids, r.path))
         ids.append(insert_with_teacher(tree, nf, teacher, node_id=f"f{i}", allow_aspects=allow_aspects))
     return tree, ids, time.perf_counter() - t0
+
+
+def build_product(rows: list, emb: np.ndarray, *, subject: str = "") -> tuple[MembrainTree, list[str], float, float]:
+    """Insert every row in order through the product: ``MembrainMemory()`` with its defaults
+    (the shipped prior, the heuristic teacher, background training), one ``add`` per fact;
+    returns (tree, fact ids, seconds, teacher questions per insert). Embeddings are
+    precomputed (the same vectors; new aspect labels are embedded by MiniLM)."""
+    from ..embeddings import MiniLMEmbeddings
+    from ..memory import MembrainMemory
+    from .economy import PrecomputedEmbeddings
+
+    texts = [r.text for r in rows]
+    known = dict(zip(texts, emb))
+    ns = subject or "subject"
+    t0 = time.perf_counter()
+    with MembrainMemory(embeddings=PrecomputedEmbeddings(MiniLMEmbeddings(), known), dedupe=False) as mem:
+        ids = [mem.add(t, namespace=ns) for t in texts]
+        mem.flush()
+        tree = mem.tree(ns).copy()
+        stats = mem.stats()
+    seconds = time.perf_counter() - t0
+    return tree, ids, seconds, (stats["teacher_calls"] + stats["naming_calls"]) / max(len(ids), 1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -222,6 +247,11 @@ def run(args: argparse.Namespace) -> int:
 
     tree, ids, secs = build_online(rows, emb, MemTreeRuleTeacher(), subject=subject)
     record("memtree", tree, ids, secs, True)
+
+    if args.product:
+        tree, ids, secs, questions = build_product(rows, emb, subject=subject)
+        record("product", tree, ids, secs, True)
+        results["product"]["questions_per_insert"] = round(questions, 3)
 
     t0 = time.perf_counter()
     tree, ids = flat_tree(emb, subject=subject)

@@ -123,11 +123,7 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
         **{f"stage2_{t}_recall_last200": _rate(v[0], v[1]) for t, v in by_type.items()},
         **{f"stage2_{t}_precision_last200": _rate(v[0], v[2]) for t, v in by_type.items()},
         "teacher_calls_per_insert_last200": _rate(sum(r.teacher_calls for r in last), len(last)),
-        "stage1_asked_per_insert_last200": _rate(sum(s.teacher_choice is not None for r in last
-                                                      for s in r.record.steps), len(last)),
-        "stage2_asked_per_insert_last200": _rate(sum(r.record.stage2 is not None
-                                                      and r.record.stage2.teacher_actions is not None
-                                                      for r in last), len(last)),
+        "asked_now_per_insert_last200": _rate(sum(r.record.asked for r in last), len(last)),
         "audit_calls_per_insert_last200": _rate(sum(r.supervision.teacher_calls for r in last), len(last)),
         "stage1_decisions_last200": len(s1),
         "stage1_teacher_stops_last200": len(stops),
@@ -228,8 +224,8 @@ def run(args: argparse.Namespace) -> int:
         "train_ms_per_insert": (c1.train_ms + c2.train_ms) / len(facts),
         "dendrogram_purity": _purity(tree, [r.fact_id for r in results], rows),
         "teacher_only_purity": _purity(ref_tree, ref_ids, rows),
-        "teacher_failures": c1.teacher_failures + c2.teacher_failures,
-        "teacher_calls_total": c1.teacher_calls + c2.teacher_calls,
+        "teacher_failures": sum(learner.failures.values()),
+        "teacher_calls_total": learner.teacher_calls,
         "stage1_prequential_agreement": c1.agreement,
         "stage2_prequential_agreement": c2.agreement,
         "stage1_temperature": learner.trainer.calib["stage1"].temperature,

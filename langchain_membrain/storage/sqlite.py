@@ -14,7 +14,8 @@ are serialised across threads and processes and never hit a snapshot conflict. S
 one writer lock per file, so :meth:`namespace_lock` serialises writers of *all*
 namespaces of the file, which is what SQLite does anyway. The trainer lock is an
 ``flock`` on a side file ``<database>.trainer-<hash>.lock``, released by the OS when the
-holding process dies. A ``:memory:`` database lives in this object only: one connection
+holding process dies; the holder removes the file when it releases the lock (on close), so
+no empty lock files stay beside the database. A ``:memory:`` database lives in this object only: one connection
 guarded by a re-entrant lock.
 """
 
@@ -50,6 +51,17 @@ try:  # POSIX only; elsewhere the trainer lock is held within this process only
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """Whether the open file ``fd`` is still the file at ``path`` (not removed or replaced)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
+
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS membrain_schema (
@@ -398,23 +410,42 @@ class SQLiteStorage(Storage):
                 # A private in-memory database has no other process to exclude.
                 self._trainers[name] = None
                 return True
-            path = f"{self.location}.trainer-{lock_key(name) & 0xFFFFFFFFFFFF:012x}.lock"
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise StorageUnavailableError(f"cannot create the trainer lock file {path!r}: {exc}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            path = self._trainer_path(name)
+            while True:
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                except OSError as exc:
+                    raise StorageUnavailableError(f"cannot create the trainer lock file {path!r}: {exc}") from None
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    os.close(fd)
+                    return False
+                # The holder we waited for may have removed the file as it released it (see
+                # release_trainer): a lock on a file that is no longer at ``path`` excludes
+                # nobody, so take the lock again on the file that is there now.
+                if _same_file(fd, path):
+                    break
                 os.close(fd)
-                return False
             self._trainers[name] = fd
             return True
+
+    def _trainer_path(self, name: str) -> str:
+        return f"{self.location}.trainer-{lock_key(name) & 0xFFFFFFFFFFFF:012x}.lock"
 
     def release_trainer(self, name: str) -> None:
         with self._trainers_lock:
             fd = self._trainers.pop(name, None)
         if fd is not None:
+            # Remove the lock file while still holding its lock: no other process holds it
+            # (the lock is exclusive), and one that opened it meanwhile finds, once it gets
+            # the lock, that the file is gone and locks a new one (try_acquire_trainer).
+            path = self._trainer_path(name)
+            try:
+                if _same_file(fd, path):
+                    os.unlink(path)
+            except OSError:
+                pass  # left in place: harmless, reused by the next trainer
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 

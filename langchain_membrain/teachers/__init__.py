@@ -3,13 +3,40 @@
 - :class:`HeuristicTeacher`: offline embedding rules (the default when no LLM is configured).
 - :class:`LLMTeacher`: any LangChain chat model with structured output.
 - :class:`OpenAITeacher`: any OpenAI-compatible endpoint, straight on the ``openai`` SDK.
+
+The names are imported on first use (PEP 562): importing a light submodule such as
+``teachers.base`` does not load the LangChain or OpenAI SDKs.
 """
 
-from .base import BaseTeacher, NewFact, Subtree, Teacher
-from .guard import GuardedTeacher, Placement, TeacherCallError, TeacherStats, insert_with_placement
-from .heuristic import HeuristicConfig, HeuristicTeacher
-from .llm import LLMTeacher, as_teacher
-from .openai_teacher import OpenAITeacher
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import BaseTeacher, NewFact, Subtree, Teacher
+    from .guard import GuardedTeacher, Placement, TeacherCallError, TeacherStats, insert_with_placement
+    from .heuristic import HeuristicConfig, HeuristicTeacher
+    from .llm import LLMTeacher, as_teacher
+    from .openai_teacher import OpenAITeacher
+
+# public name -> the submodule that defines it
+_LAZY: dict[str, str] = {
+    "BaseTeacher": ".base",
+    "NewFact": ".base",
+    "Subtree": ".base",
+    "Teacher": ".base",
+    "GuardedTeacher": ".guard",
+    "Placement": ".guard",
+    "TeacherCallError": ".guard",
+    "TeacherStats": ".guard",
+    "insert_with_placement": ".guard",
+    "HeuristicConfig": ".heuristic",
+    "HeuristicTeacher": ".heuristic",
+    "LLMTeacher": ".llm",
+    "as_teacher": ".llm",
+    "OpenAITeacher": ".openai_teacher",
+}
 
 __all__ = [
     "BaseTeacher",
@@ -27,3 +54,16 @@ __all__ = [
     "as_teacher",
     "insert_with_placement",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,6 +1,14 @@
 """The Teacher protocol: who decides, when the models are not trusted yet.
 
-A teacher answers three questions:
+The question the learner asks is the **joint question** about one insert,
+``place(new_fact, tree) -> Placement``: the path from the root to the parent the new fact
+goes under, the stage-2 actions once it is attached there, and the labels of the aspects
+those actions create (placement.py). One placement is one teacher question, whatever the
+tree's depth. :func:`teacher_placement` answers it from the three elementary questions
+below, on a copy of the tree, for teachers that answer in-process (the heuristic and the
+oracle); the LLM teachers answer it in one request (guard.py).
+
+The elementary questions:
 
 - stage 1, ``choose_stage1(new_fact, subtree) -> int``: index into ``subtree.candidates``
   (0 is the current node, meaning "attach here"; any other index is a child aspect to
@@ -20,35 +28,14 @@ thread by default.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..actions import Action
+from ..actions import Action, Group, apply_action
+from ..errors import MembrainError, TeacherError
+from ..placement import NEW_FACT, NewFact, Placement, Subtree, descend, destination
 from ..tree import Closure, MembrainTree
-
-
-@dataclass
-class NewFact:
-    """A fact being inserted: its text, its embedding and the caller's metadata."""
-
-    text: str
-    embedding: np.ndarray
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Subtree:
-    """A two-layer subtree as a stage-1 decision sees it.
-
-    ``candidates[0]`` is ``node_id`` (attach here); the rest are child aspects, possibly
-    cut to the top-K most similar to the new fact.
-    """
-
-    tree: MembrainTree
-    node_id: str
-    candidates: list[str]
 
 
 @runtime_checkable
@@ -66,6 +53,38 @@ class Teacher(Protocol):
     async def aname_aspect(self, fact_texts: list[str]) -> str: ...
 
 
+def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
+    """The joint answer of a teacher that only answers the elementary questions: descend by
+    ``choose_stage1``, attach the fact to a copy of ``tree`` as :data:`NEW_FACT`, ask
+    ``choose_stage2`` on its closure, and name each Group's aspect with ``name_aspect``
+    (``tree`` is not changed). Raises :class:`~langchain_membrain.errors.TeacherError` when
+    an answer is not valid: an index that is not a candidate's, an action that does not
+    apply, an empty label."""
+    def choose(sub: Subtree) -> int:
+        i = teacher.choose_stage1(new_fact, sub)
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < len(sub.candidates):
+            raise TeacherError(f"stage-1 answer {i!r} is not a candidate's index")
+        return int(i)
+
+    parent = destination(descend(tree, new_fact, choose))
+    view = tree.copy()
+    view.add_fact(parent, new_fact.text, embedding=new_fact.embedding, node_id=NEW_FACT,
+                  metadata=new_fact.metadata)
+    actions: list[Action] = []
+    for a in teacher.choose_stage2(view, view.closure(NEW_FACT)):
+        if isinstance(a, Group) and not a.label:
+            label = teacher.name_aspect([view.node(i).text for i in a.node_ids if i in view])
+            if not isinstance(label, str) or not label.strip():
+                raise TeacherError(f"aspect label {label!r} is empty")
+            a = Group(a.node_ids, label, a.metadata)
+        try:
+            apply_action(view, a)
+        except MembrainError as exc:
+            raise TeacherError(f"stage-2 action {a!r} does not apply: {exc}") from None
+        actions.append(a)
+    return Placement(parent, tree.path(parent), actions)
+
+
 class BaseTeacher:
     """Convenience base: subclasses write the sync methods, async ones run in a thread."""
 
@@ -80,6 +99,13 @@ class BaseTeacher:
 
     def name_aspect(self, fact_texts: list[str]) -> str:
         raise NotImplementedError
+
+    def place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        """The joint question (module docstring); see :func:`teacher_placement`."""
+        return teacher_placement(self, new_fact, tree)
+
+    async def aplace(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        return await asyncio.to_thread(self.place, new_fact, tree)
 
     async def achoose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         return await asyncio.to_thread(self.choose_stage1, new_fact, subtree)

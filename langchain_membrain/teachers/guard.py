@@ -29,13 +29,15 @@ Calls are counted per stage: ``calls`` are requests sent (retries and failed req
 included), ``decisions`` the questions answered; ``calls_per_insert`` is total calls over
 ``inserts`` (see :class:`TeacherStats`).
 
-Modes. ``mode="per_decision"`` asks one question per tree level (stage 1, only where the
-node has child aspects) and one for stage 2. ``mode="one_call"`` asks :meth:`place` once per
+Modes. ``mode="one_call"`` (the default) asks :meth:`place`, the joint question, once per
 insert: the model sees an outline of the tree and names the destination (the path is the
 destination's path) and the stage-2 actions together; ``choose_stage1`` and ``choose_stage2``
 then answer from that placement, so ``pipeline.insert_with_teacher`` works unchanged. (While
 the root has no child aspect there is no stage-1 question, so stage 2 is asked on its own:
-still one call.) :func:`insert_with_placement` always uses one :meth:`place` call.
+still one call.) ``mode="per_decision"`` asks one question per tree level (stage 1, only
+where the node has child aspects) and one for stage 2, when ``choose_stage1`` and
+``choose_stage2`` are called; a :class:`~langchain_membrain.pipeline.Learner` always asks
+:meth:`place`. :func:`insert_with_placement` always uses one :meth:`place` call.
 """
 
 from __future__ import annotations
@@ -58,12 +60,12 @@ from ..actions import Action, Demote, Group, Promote, validate_action
 from ..errors import MembrainError, TeacherError
 from ..tree import Closure, MembrainTree
 from . import prompts
+from ..placement import NEW_FACT, Placement, descend, destination
 from .base import BaseTeacher, NewFact, Subtree, Teacher
 
 T = TypeVar("T")
 Stage = Literal["stage1", "stage2", "name", "place"]
 STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place")
-NEW_FACT = "<new fact>"  # stands for the new fact's id in a Placement's actions
 
 # Failure kinds, as counted in the stats.
 FAILURE_KINDS = ("invalid", "malformed", "refusal", "truncated", "timeout", "rate_limit",
@@ -171,47 +173,6 @@ class TeacherStats:
 
 
 # ------------------------------------------------------------------- placement
-@dataclass
-class Placement:
-    """A one-call answer: where the new fact goes and what to rearrange afterwards.
-
-    ``path`` runs from the root to ``parent_id`` (both included); ``actions`` name the new
-    fact as :data:`NEW_FACT` (use :meth:`bind`). ``fell_back`` is True when the LLM's answer
-    was unusable: the parent then comes from the fallback teacher and stage 2 is left to it
-    (``actions`` is empty and :meth:`GuardedTeacher.placement_actions` asks the fallback).
-    """
-
-    parent_id: str
-    path: list[str]
-    actions: list[Action] = field(default_factory=list)
-    fell_back: bool = False
-
-    def bind(self, fact_id: str) -> list[Action]:
-        """The actions with :data:`NEW_FACT` replaced by the attached fact's id."""
-        def sub(i: str) -> str:
-            return fact_id if i == NEW_FACT else i
-
-        out: list[Action] = []
-        for a in self.actions:
-            if isinstance(a, Promote):
-                out.append(Promote(sub(a.node_id)))
-            elif isinstance(a, Demote):
-                out.append(Demote(sub(a.node_id), a.target_id))
-            else:
-                out.append(Group(tuple(sub(i) for i in a.node_ids), a.label))
-        return out
-
-    def next_choice(self, subtree: Subtree) -> int | None:
-        """The stage-1 index this placement implies at ``subtree`` (None: not on the path)."""
-        if subtree.node_id == self.parent_id:
-            return 0
-        if subtree.node_id in self.path[:-1]:
-            nxt = self.path[self.path.index(subtree.node_id) + 1]
-            if nxt in subtree.candidates:
-                return subtree.candidates.index(nxt)
-        return None
-
-
 class _AttachedView:
     """A read-only view of ``tree`` as it will be once the new fact is attached under
     ``parent``: just what :func:`~langchain_membrain.actions.validate_action` reads."""
@@ -395,8 +356,8 @@ class GuardedTeacher(BaseTeacher):
     """Base of the LLM teachers: prompts, validation, retry, fallback, limits and stats.
 
     Args:
-        mode: ``"per_decision"`` (one question per level, then one for stage 2) or
-            ``"one_call"`` (one :meth:`place` question per insert).
+        mode: ``"one_call"`` (one :meth:`place` question per insert, the default) or
+            ``"per_decision"`` (one question per level, then one for stage 2).
         fallback: the teacher that decides when the LLM's answers are unusable; default
             :class:`~.heuristic.HeuristicTeacher` (lazily imported); ``None``: the
             last-resort rule only.
@@ -415,7 +376,7 @@ class GuardedTeacher(BaseTeacher):
     name = "llm"
     _sync_timeout_by_thread = False  # subclasses whose sync call cannot time out itself
 
-    def __init__(self, *, mode: Literal["per_decision", "one_call"] = "per_decision", fallback: Any = _DEFAULT,
+    def __init__(self, *, mode: Literal["per_decision", "one_call"] = "one_call", fallback: Any = _DEFAULT,
                  timeout: float = 30.0, max_concurrency: int = 4, max_retries: int = 1,
                  max_backoff_s: float = 5.0, examples_per_aspect: int = 3, outline_max_aspects: int = 200,
                  outline_facts_per_node: int = 5, allow_aspects: bool = False, raise_on_failure: bool = False):
@@ -751,8 +712,6 @@ class GuardedTeacher(BaseTeacher):
 
     def _fallback_placement(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
         """Descend with the fallback teacher; stage 2 is left to it after the attach."""
-        from ..pipeline import descend  # lazy: pipeline imports the teachers package
-
         self._stats.add("place", fallbacks=1)
         fb = self.fallback
 
@@ -763,7 +722,7 @@ class GuardedTeacher(BaseTeacher):
             except Exception:  # noqa: BLE001
                 return 0
 
-        parent, _ = descend(tree, new_fact, choose)
+        parent = destination(descend(tree, new_fact, choose))
         return Placement(parent, tree.path(parent), [], fell_back=True)
 
     # ------------------------------------------------------- the guarded call

@@ -100,6 +100,7 @@ class HeuristicConfig:
     rate: float = 5.0
     depth_scale: float = 10.0
     size_aware: bool = True
+    descent_margin: float = 0.02
     promote_margin: float = 0.05
     demote_margin: float = 0.05
     crowd: int = 4
@@ -221,21 +222,72 @@ class HeuristicTeacher(BaseTeacher):
     # --------------------------------------------------------------- stage 1
     def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         """Index 0 (attach at ``subtree.node_id``) or the index of the child aspect to descend
-        into: the best-scoring one, if its score reaches theta(depth of the current node)."""
+        into: the best-scoring one, if its score reaches the bar of the current node (module
+        docstring: theta(depth) and, size-aware, the affinity to the current node plus
+        ``descent_margin``)."""
         self._observe([new_fact.text])
-        tree = subtree.tree
         e = _unit(np.asarray(new_fact.embedding, dtype=np.float64))
         if e is None or len(subtree.candidates) < 2:
             return 0
-        theta = self.config.theta(tree.depth(subtree.node_id))
-        best_i, best = 0, -math.inf
-        for i, cand in enumerate(subtree.candidates[1:], start=1):
-            if tree.node(cand).kind != "aspect":
+        best = self._descent(subtree.tree, e, subtree.node_id, subtree.candidates[1:])
+        return 0 if best is None else subtree.candidates.index(best)
+
+    def _descent(self, tree: MembrainTree, e: np.ndarray, node: str, candidates: Iterable[str],
+                 exclude: str | None = None, slack: float = 0.0) -> str | None:
+        """The stage-1 rule at ``node``: the candidate aspect to descend into, or None.
+
+        ``exclude`` is a fact already below ``node`` that is left out of its statistics
+        (stage 2 asks this question about facts that are already attached); ``slack`` raises
+        the bar (hysteresis for facts that are already placed)."""
+        best, best_s = None, -math.inf
+        for cand in candidates:
+            if cand == exclude or tree.node(cand).kind != "aspect":
                 continue
             s = self._score(e, tree.mean_embedding(cand))
-            if s > best:
-                best_i, best = i, s
-        return best_i if best >= theta else 0
+            if s > best_s:
+                best, best_s = cand, s
+        if best is None:
+            return None
+        return best if best_s >= self._bar(tree, e, node, best, exclude) + slack else None
+
+    def _bar(self, tree: MembrainTree, e: np.ndarray, node: str, cand: str,
+             exclude: str | None = None) -> float:
+        """The score ``cand`` (a child aspect of ``node``) must reach for stage 1 to descend
+        into it: theta(depth) and, with ``size_aware``, the balance bar
+        ``a(f, node minus cand) + descent_margin * odds`` (module docstring)."""
+        cfg = self.config
+        bar = cfg.theta(tree.depth(node))
+        if getattr(cfg, "_xp_norm", False):
+            r_sum, r_cnt = self._sum_count(tree, tree.root_id)
+            c0 = min(max(self._coherence(r_sum, r_cnt), 0.0), 0.9) if r_cnt >= 2 else 0.0
+            bar = c0 + (1 - c0) * bar
+        if not cfg.size_aware or cfg.descent_margin <= 0 and getattr(cfg, "_xp_plain", False):
+            return bar
+        total, count = self._sum_count(tree, node)
+        if total is None:
+            return bar
+        c_sum, c_cnt = self._sum_count(tree, cand)
+        if exclude is not None:
+            x = tree.node(exclude)
+            if x.emb_sum is not None:
+                total, count = total - x.emb_sum, count - x.emb_count
+                if cand in tree.path(exclude):
+                    c_sum, c_cnt = c_sum - x.emb_sum, c_cnt - x.emb_count
+        if c_cnt <= 0:
+            return math.inf
+        rest = count - c_cnt
+        if rest <= 0:
+            return math.inf  # cand holds everything below node: a link of a chain
+        a_rest = float(np.dot(e, (total - c_sum) / rest))
+        mode = getattr(cfg, "_xp_mode", "odds")
+        if mode == "odds":
+            return max(bar, a_rest + cfg.descent_margin * c_cnt / rest)
+        if mode == "odds_half":
+            return max(bar, a_rest + cfg.descent_margin * c_cnt / rest) if c_cnt > rest else bar
+        if mode == "odds_excess":
+            return max(bar, a_rest + cfg.descent_margin * (c_cnt / rest - 1)) if c_cnt > rest else bar
+        a_node = float(np.dot(e, total / count))
+        return max(bar, a_node + cfg.descent_margin)
 
     # --------------------------------------------------------------- stage 2
     def choose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
@@ -262,7 +314,7 @@ class HeuristicTeacher(BaseTeacher):
         # Promote or Demote the new fact (and, with tidy_siblings, each sibling fact).
         movers = [fid] + ([c for c in neighbourhood if c != fid] if cfg.tidy_siblings else [])
         for x in movers:
-            act = self._fact_move(tree, x, parent, grand, sibling_aspects)
+            act = self._fact_move(tree, x, parent, grand, sibling_aspects, focal=fid)
             if act is not None:
                 actions.append(act)
                 moved.add(x)
@@ -276,11 +328,18 @@ class HeuristicTeacher(BaseTeacher):
         # Group tight clusters of a crowded parent's facts (never all of P's children: that
         # would only add a level).
         facts = [c for c in neighbourhood if c not in moved and tree.node(c).embedding is not None]
-        if len(facts) >= cfg.crowd:
+        if len(facts) >= cfg.crowd and tree.fact_count(parent) >= getattr(cfg, "_xp_split", 0):
             n_children = len([c for c in tree.children(parent) if c not in moved])
-            for members in self._clusters(tree, facts):
+            ov = getattr(cfg, "_xp_overfull", None)
+            overfull = (ov is not None and grand is not None
+                        and tree.fact_count(parent) > ov * tree.fact_count(grand))
+            for members in self._clusters(tree, facts, parent):
                 if len(members) >= cfg.min_group and len(members) < n_children:
-                    actions.append(Group(tuple(members)))
+                    if overfull:
+                        if fid not in members:
+                            actions.extend(Promote(m) for m in members)
+                    else:
+                        actions.append(Group(tuple(members)))
         return actions
 
     def _neighbourhood(self, tree: MembrainTree, fid: str, parent: str) -> list[str]:
@@ -298,7 +357,7 @@ class HeuristicTeacher(BaseTeacher):
         return [c for c in facts if c == fid or c in keep]
 
     def _fact_move(self, tree: MembrainTree, fid: str, parent: str, grand: str | None,
-                   sibling_aspects: list[str]) -> Action | None:
+                   sibling_aspects: list[str], focal: str | None = None) -> Action | None:
         """Promote(fid), Demote(fid, best sibling aspect) or None (stage-2 fact rules)."""
         cfg = self.config
         f = tree.node(fid)
@@ -309,20 +368,23 @@ class HeuristicTeacher(BaseTeacher):
         a_parent = self._affinity(e, self._mean(p_sum - f.emb_sum, p_cnt - 1))
         if a_parent is None:
             return None
-        if grand is not None:
+        if grand is not None and getattr(cfg, "_xp_promote", False):
+            if a_parent + cfg.promote_margin < self._bar(tree, e, grand, parent, exclude=fid):
+                return Promote(fid)
+        elif grand is not None:
             g_sum, g_cnt = self._sum_count(tree, grand)
             g_out = self._mean(g_sum - p_sum, g_cnt - p_cnt) if g_cnt > p_cnt else None
             a_grand = self._affinity(e, g_out)
             if a_grand is not None and a_grand > a_parent + cfg.promote_margin:
                 return Promote(fid)
-        best, best_a = None, -math.inf
-        for s in sibling_aspects:
-            a = self._affinity(e, tree.mean_embedding(s))
-            if a is not None and a > best_a:
-                best, best_a = s, a
-        if best is not None and best_a > a_parent + cfg.demote_margin:
-            return Demote(fid, best)
-        return None
+        target = self._descent(tree, e, parent, sibling_aspects, exclude=fid)
+        if target is None:
+            return None
+        if fid != focal and getattr(cfg, "_xp_olddem", True):
+            a = self._affinity(e, tree.mean_embedding(target))
+            if a is None or a <= a_parent + cfg.demote_margin:
+                return None
+        return Demote(fid, target)
 
     def _aspect_moves(self, tree: MembrainTree, parent: str, grand: str | None, aspects: list[str],
                       moved: set[str], targets: set[str]) -> list[Action]:
@@ -395,7 +457,7 @@ class HeuristicTeacher(BaseTeacher):
             return 1.0
         return (float(np.dot(total, total)) - count) / (count * (count - 1))
 
-    def _clusters(self, tree: MembrainTree, facts: list[str]) -> list[list[str]]:
+    def _clusters(self, tree: MembrainTree, facts: list[str], parent: str | None = None) -> list[list[str]]:
         """Clusters of two or more of ``facts``: average linkage on cosine similarity, two
         clusters merging while the mean similarity between their members is at least
         ``max(group_threshold, coherence + group_margin)``, with ``coherence`` the mean
@@ -406,7 +468,11 @@ class HeuristicTeacher(BaseTeacher):
         x = np.stack([tree.node(c).embedding for c in facts]).astype(np.float64)
         norms = np.linalg.norm(x, axis=1, keepdims=True)
         x = x / np.where(norms == 0.0, 1.0, norms)
-        cut = max(cfg.group_threshold, self._coherence(x.sum(axis=0), len(x)) + cfg.group_margin)
+        coh = self._coherence(x.sum(axis=0), len(x))
+        if parent is not None and getattr(cfg, "_xp_whole", False):
+            coh = max(coh, self._coherence(*self._sum_count(tree, parent)))
+        gam = getattr(cfg, "_xp_gamma", 0.0)
+        cut = max(cfg.group_threshold, coh + cfg.group_margin + gam * (1 - coh))
         labels = fcluster(linkage(x, method="average", metric="cosine"), t=1.0 - cut, criterion="distance")
         by_label: dict[int, list[str]] = {}
         for fid, lab in zip(facts, labels):

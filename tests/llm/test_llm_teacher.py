@@ -34,7 +34,7 @@ def test_fake_model_stage1_stage2_and_name(fake_model_factory, small_tree, fallb
         "AspectName": {"label": "desktop parts"},
     }
     model = fake_model_factory(lambda msgs, tools: tool_answer(tools, answers[tools[0]["function"]["name"]]))
-    teacher = LLMTeacher(model, fallback=fallback)
+    teacher = LLMTeacher(model, mode="per_decision", fallback=fallback)
     assert teacher.choose_stage1(new_fact("desktop"), root_subtree(small_tree)) == 2
     assert teacher.choose_stage2(small_tree, small_tree.closure("f-first")) == [
         Group(("f-first", "f-keys"), "old laptops")]
@@ -48,14 +48,14 @@ def test_fake_model_promote_in_deep_closure(fake_model_factory, small_tree, fall
     closure = small_tree.closure("f-batt")  # self, batteries, laptops(f-first, f-keys, ...), grandparent laptops
     assert closure.node_ids[:3] == ["f-batt", "a-batteries", "f-first"]
     spec = {"actions": [{"type": "promote", "node": 0, "target": None, "members": None, "label": None}]}
-    teacher = LLMTeacher(fake_model_factory(lambda m, t: tool_answer(t, spec)), fallback=fallback)
+    teacher = LLMTeacher(fake_model_factory(lambda m, t: tool_answer(t, spec)), mode="per_decision", fallback=fallback)
     assert teacher.choose_stage2(small_tree, closure) == [Promote("f-batt")]
 
 
 def test_fake_model_bad_then_good_quotes_the_error(fake_model_factory, small_tree, fallback):
     replies = iter([{"choice": 5}, {"choice": 1}])
     model = fake_model_factory(lambda m, t: tool_answer(t, next(replies)))
-    teacher = LLMTeacher(model, fallback=fallback)
+    teacher = LLMTeacher(model, mode="per_decision", fallback=fallback)
     assert teacher.choose_stage1(new_fact("laptop"), root_subtree(small_tree)) == 1
     retry = model.seen[1]
     assert len(retry) == 3 and "choice 5 is not one of the numbers shown" in retry[2].content
@@ -63,7 +63,7 @@ def test_fake_model_bad_then_good_quotes_the_error(fake_model_factory, small_tre
 
 def test_fake_model_text_instead_of_tool_call(fake_model_factory, small_tree, fallback):
     model = fake_model_factory(lambda m, t: AIMessage(content="I think laptops, number 1."))
-    teacher = LLMTeacher(model, fallback=fallback)
+    teacher = LLMTeacher(model, mode="per_decision", fallback=fallback)
     sub = root_subtree(small_tree)
     assert teacher.choose_stage1(new_fact("laptop"), sub) == len(sub.candidates) - 1
     assert teacher.stats()["stage1"]["failure_kinds"] == {"malformed": 2}
@@ -72,7 +72,7 @@ def test_fake_model_text_instead_of_tool_call(fake_model_factory, small_tree, fa
 def test_model_raising_is_counted_not_raised(fake_model_factory, small_tree, fallback):
     def boom(m, t):
         raise RuntimeError("model crashed")
-    teacher = LLMTeacher(fake_model_factory(boom), fallback=fallback)
+    teacher = LLMTeacher(fake_model_factory(boom), mode="per_decision", fallback=fallback)
     assert teacher.choose_stage2(small_tree, small_tree.closure("f-mouse")) == []
     assert teacher.stats()["stage2"]["failure_kinds"] == {"error": 2} and fallback.calls == ["stage2"]
 
@@ -81,7 +81,7 @@ def test_sync_timeout_on_a_slow_model(fake_model_factory, small_tree, fallback):
     def sleepy(m, t):
         time.sleep(1.5)
         return tool_answer(t, {"choice": 1})
-    teacher = LLMTeacher(fake_model_factory(sleepy), fallback=fallback, timeout=0.1, max_retries=0)
+    teacher = LLMTeacher(fake_model_factory(sleepy), mode="per_decision", fallback=fallback, timeout=0.1, max_retries=0)
     t0 = time.perf_counter()
     sub = root_subtree(small_tree)
     assert teacher.choose_stage1(new_fact("laptop"), sub) == len(sub.candidates) - 1
@@ -112,7 +112,7 @@ def chat(server, **kw) -> ChatOpenAI:
 def test_chat_openai_valid_answers(server, small_tree, fallback, method):
     server.push(answer({"choice": 1}),
                 answer({"actions": [{"type": "demote", "node": 1, "target": 2, "members": None, "label": None}]}))
-    teacher = LLMTeacher(chat(server), method=method, fallback=fallback)
+    teacher = LLMTeacher(chat(server), method=method, mode="per_decision", fallback=fallback)
     assert teacher.choose_stage1(new_fact("laptop"), root_subtree(small_tree)) == 1
     assert teacher.choose_stage2(small_tree, small_tree.closure("f-first")) == [Demote("f-keys", "a-batteries")]
     assert server.bad_requests == []
@@ -136,7 +136,7 @@ def test_chat_openai_valid_answers(server, small_tree, fallback, method):
 ])
 def test_chat_openai_bad_answers_fall_back(server, small_tree, fallback, method, bad, kinds):
     server.push(bad, bad)
-    teacher = LLMTeacher(chat(server), method=method, fallback=fallback)
+    teacher = LLMTeacher(chat(server), method=method, mode="per_decision", fallback=fallback)
     sub = root_subtree(small_tree)
     assert teacher.choose_stage1(new_fact("laptop"), sub) == len(sub.candidates) - 1
     s = teacher.stats()["stage1"]
@@ -146,14 +146,14 @@ def test_chat_openai_bad_answers_fall_back(server, small_tree, fallback, method,
 
 def test_chat_openai_429_then_success(server, small_tree, fallback):
     server.push(http_error(429, retry_after=0), answer({"choice": 2}))
-    teacher = LLMTeacher(chat(server), method="json_schema", fallback=fallback)
+    teacher = LLMTeacher(chat(server), method="json_schema", mode="per_decision", fallback=fallback)
     assert teacher.choose_stage1(new_fact("desktop"), root_subtree(small_tree)) == 2
     assert teacher.stats()["stage1"]["failure_kinds"] == {"rate_limit": 1}
 
 
 async def test_chat_openai_async_timeout(server, small_tree, fallback):
     server.push(slow(1.5, answer({"choice": 1})), answer({"choice": 2}))
-    teacher = LLMTeacher(chat(server), method="json_schema", fallback=fallback, timeout=0.2)
+    teacher = LLMTeacher(chat(server), method="json_schema", mode="per_decision", fallback=fallback, timeout=0.2)
     t0 = time.perf_counter()
     assert await teacher.achoose_stage1(new_fact("desktop"), root_subtree(small_tree)) == 2
     assert time.perf_counter() - t0 < 1.2
@@ -162,7 +162,7 @@ async def test_chat_openai_async_timeout(server, small_tree, fallback):
 
 def test_retry_message_reaches_the_server(server, small_tree, fallback):
     server.push(answer({"choice": 3}), answer({"choice": 0}))
-    teacher = LLMTeacher(chat(server), method="json_schema", fallback=fallback)
+    teacher = LLMTeacher(chat(server), method="json_schema", mode="per_decision", fallback=fallback)
     assert teacher.choose_stage1(new_fact("mouse"), root_subtree(small_tree)) == 0
     users = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "user"]
     assert "not one of the numbers shown (0 to 2)" in parse_data_block(users[1])["why_it_was_rejected"]

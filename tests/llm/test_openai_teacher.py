@@ -25,7 +25,7 @@ from langchain_membrain.teachers.prompts import parse_data_block
 def make_teacher(server, fallback=None, **options) -> OpenAITeacher:
     options.setdefault("timeout", 1.0)
     client = openai.OpenAI(base_url=server.base_url, api_key="x")
-    return OpenAITeacher(client, "test-model", fallback=fallback, **options)
+    return OpenAITeacher(client, "test-model", fallback=fallback, **{"mode": "per_decision", **options})
 
 
 def root_subtree(tree) -> Subtree:
@@ -254,7 +254,7 @@ def test_json_object_mode_puts_schema_in_prompt(server, fallback):
 
 
 def test_default_fallback_is_the_heuristic_teacher(server):
-    teacher = OpenAITeacher(openai.OpenAI(base_url=server.base_url, api_key="x"), "m")
+    teacher = OpenAITeacher(openai.OpenAI(base_url=server.base_url, api_key="x"), "m", mode="per_decision")
     assert type(teacher.fallback).__name__ in {"HeuristicTeacher", "LastResortTeacher"}
 
 

@@ -408,5 +408,10 @@ def test_membrain_memory_follows_the_llm_teacher(server, client):
         tree.check_invariants()
         assert shape(tree)[1] == EXPECTED[1]
         stats = mem.stats()
-        assert stats["teacher_calls"] > 0 and stats["stage1"]["teacher_failures"] == 0
+        assert stats["teacher_calls"] > 0 and stats["teacher_failures"] == 0
         assert stats["teacher"]["total"]["calls"] == len(server.requests)
+        # one joint question per insert at most, and the server sees no request that is not
+        # a counted question or a counted retry
+        assert stats["teacher_calls"] <= len(FACTS)
+        assert len(server.requests) <= (stats["teacher_calls"] + stats["naming_calls"]
+                                        + stats["teacher"]["total"]["retries"])

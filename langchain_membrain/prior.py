@@ -1,0 +1,53 @@
+"""The pretrained prior shipped with the package: both networks, so a memory is competent
+from its first insert.
+
+A new memory without a stored checkpoint starts from the prior (``MembrainMemory(prior=True)``,
+the default) and fine-tunes it online on its own teacher. The prior was taught by one teacher,
+named in its manifest (:func:`teacher_identity`): with that same teacher the prior's
+calibration is kept and its labels count toward warm-up, so the student decides alone from
+the start where it is confident; with any other teacher (an LLM) only the networks' weights
+are kept, and the gates stay closed until that teacher's own answers have calibrated them.
+
+The prior is rebuilt by ``python -m langchain_membrain.bench pretrain`` (bench/pretrain.py)
+from data the package ships under its own licence (the manifest lists each file with its
+SHA-256); never from LoCoMo or from the evaluation data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from importlib import resources
+from typing import Any
+
+PRIOR_FILE = "data/prior.pt"
+MANIFEST_FILE = "data/prior.json"
+
+
+def teacher_identity(teacher: Any) -> str:
+    """Who a teacher is, for deciding whether a prior was taught by it: its class name and,
+    when it has a dataclass ``config`` (the heuristic teacher), every setting of it."""
+    name = type(teacher).__name__
+    config = getattr(teacher, "config", None)
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return f"{name}{json.dumps(dataclasses.asdict(config), sort_keys=True)}"
+    return name
+
+
+def load_prior() -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the networks' state for ``OnlineTrainer.load_prior``, the manifest), or None when
+    the package ships no prior (or it cannot be read)."""
+    import torch
+
+    root = resources.files("langchain_membrain")
+    try:
+        data = root.joinpath(PRIOR_FILE).read_bytes()
+        manifest = json.loads(root.joinpath(MANIFEST_FILE).read_text(encoding="utf-8"))
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception:  # a missing or damaged prior: start from scratch, as before priors
+        return None
+    return state, manifest
+
+
+__all__ = ["MANIFEST_FILE", "PRIOR_FILE", "load_prior", "teacher_identity"]

@@ -1,0 +1,74 @@
+"""The product economy bench (``bench economy``) end to end on a tiny JSON-lines stream."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+COLUMNS = {
+    "run", "namespace", "window", "first_insert", "last_insert", "inserts", "questions",
+    "questions_cumulative", "questions_per_insert", "teacher_calls_per_insert", "naming_calls_per_insert",
+    "adds_with_questions_share", "merged", "pending_training", "height", "top_aspects", "aspects",
+    "largest_top_aspect_share", "root_fact_share", "facts", "wall_p50_ms", "wall_p95_ms", "cpu_p50_ms",
+    "cpu_p95_ms",
+}
+NON_NEGATIVE = ["inserts", "questions", "questions_cumulative", "questions_per_insert",
+                "teacher_calls_per_insert", "naming_calls_per_insert", "adds_with_questions_share", "merged",
+                "wall_p50_ms", "wall_p95_ms", "cpu_p50_ms", "cpu_p95_ms"]
+
+TOPICS = ["I adopted a puppy named {}", "My sister {} plays the cello", "We hiked up {} last weekend",
+          "I cooked a {} curry for dinner", "My new job at {} starts on Monday"]
+WORDS = ["Rex", "Mila", "Ben Nevis", "pumpkin", "Acme", "Luna", "Jo", "Snowdon", "lentil", "Globex"]
+
+
+def _stream() -> list[dict]:
+    """30 distinct turns: 20 in namespace alice, then 10 in bob."""
+    texts = [t.format(w) for w in WORDS for t in TOPICS][:30]
+    return [{"text": t, "namespace": "alice" if i < 20 else "bob"} for i, t in enumerate(texts)]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_economy_bench_end_to_end(tmp_path):
+    from langchain_membrain.bench.__main__ import main
+
+    data = tmp_path / "turns.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in _stream()) + "\n")
+    out_csv, out_png, out_json = tmp_path / "eco.csv", tmp_path / "eco.png", tmp_path / "eco.json"
+    assert main(["economy", "--data", str(data), "--window", "10", "--csv", str(out_csv),
+                 "--png", str(out_png), "--json", str(out_json)]) == 0
+
+    with out_csv.open() as fh:
+        reader = csv.DictReader(fh)
+        assert COLUMNS <= set(reader.fieldnames)
+        extra = set(reader.fieldnames) - COLUMNS  # per-kind columns, when stats() breaks questions down
+        assert all(c.startswith("q_") and c.endswith("_per_insert") for c in extra)
+        rows = list(reader)
+    # Two runs (the product and the teacher alone); windows of 10 per namespace and over the
+    # whole stream: alice 2, bob 1, (all) 3.
+    got = sorted((r["run"], r["namespace"], int(r["window"])) for r in rows)
+    want = sorted((run, ns, w) for run in ("product", "baseline")
+                  for ns, n in (("alice", 2), ("bob", 1), ("(all)", 3)) for w in range(n))
+    assert got == want
+    for r in rows:
+        assert int(r["inserts"]) == 10
+        for c in NON_NEGATIVE + sorted(extra):
+            assert float(r[c]) >= 0, (c, r)
+        if r["namespace"] != "(all)":
+            assert int(r["height"]) >= 1 and 0.0 <= float(r["root_fact_share"]) <= 1.0
+            assert 0.0 <= float(r["largest_top_aspect_share"]) <= 1.0
+
+    res = json.loads(out_json.read_text())
+    for run in ("product", "baseline"):
+        stats = res["runs"][run]["final_stats"]
+        total = int(stats.get("teacher_calls") or 0) + int(stats.get("naming_calls") or 0)
+        mine = [r for r in rows if r["run"] == run]
+        per_ns = sum(int(r["questions"]) for r in mine if r["namespace"] != "(all)")
+        assert per_ns == total > 0
+        last_all = max((r for r in mine if r["namespace"] == "(all)"), key=lambda r: int(r["window"]))
+        assert int(last_all["questions_cumulative"]) == total
+        assert stats["inserts"] == 30
+        summary = res["runs"][run]["summaries"]["(all)"]["all"]
+        assert summary["inserts"] == 30 and summary["questions"] == total
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
