@@ -180,10 +180,9 @@ def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB
         yield memory
 
 
-# Must equal memory.CHECKPOINT_NAME (a test checks); not imported from there, which loads torch.
+# As in memory.py (a test checks both); not imported from there, which loads torch.
 CHECKPOINT_NAME = "models"
-
-
+# The saved checkpoint's counters that MembrainMemory.stats() reports before it has inserted.
 class StoredMemory:
     """A database read without a MembrainMemory: its namespaces, their trees, and the
     counters of the last saved model checkpoint. Loads no model, no embedder, no torch:
@@ -226,13 +225,10 @@ class StoredMemory:
             aspects += len(t.aspects())
             depth = max(depth, t.height())
         out: dict[str, Any] = {"namespaces": len(names), "facts": facts, "aspects": aspects, "max_depth": depth}
-        saved = self._storage.load_checkpoint(CHECKPOINT_NAME) if self._storage is not None else None
-        if saved is not None and "stage1" in saved[1]:
-            counters = saved[1]
-            out.update({k: counters[k] for k in ("stage1", "stage2", "teacher_calls", "naming_calls")
-                        if k in counters})
-            out["saved_inserts"] = counters.get("inserts", 0)
-            out["teacher_calls_per_insert"] = out.get("teacher_calls", 0) / max(out["saved_inserts"], 1)
+        if self._storage is not None:
+            from .storage.base import saved_stats
+
+            out.update(saved_stats(self._storage, CHECKPOINT_NAME))
         return out
 
     def flush(self) -> None:
@@ -288,45 +284,28 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def teacher_calls(stats: dict[str, Any]) -> int | None:
-    """Total teacher calls reported by ``MembrainMemory.stats()``, or None if not reported."""
-    flat = _flatten(stats)
-    for key in ("teacher_calls", "teacher.calls", "teacher_queries"):
-        if isinstance(flat.get(key), (int, float)):
-            return int(flat[key])
-    for key, value in flat.items():
-        if "teacher" in key and "call" in key and "rate" not in key and isinstance(value, (int, float)):
-            return int(value)
-    return None
+    """Teacher questions reported by ``stats()``: joint questions plus naming questions
+    (None before anything was counted)."""
+    if not isinstance(stats.get("teacher_calls"), (int, float)):
+        return None
+    return int(stats["teacher_calls"]) + int(stats.get("naming_calls") or 0)
 
 
-def agreement(stats: dict[str, Any]) -> float | None:
-    """The model/teacher agreement rate reported by ``stats()`` (the mean over the stages
-    that report one), or None."""
-    rates = list(agreements(stats).values())
-    return sum(rates) / len(rates) if rates else None
-
-
-def agreements(stats: dict[str, Any]) -> dict[str, float]:
-    """Agreement rates by name (``{"stage1": 0.9, "stage2": 0.7}``) found in ``stats()``."""
+def agreements(stats: dict[str, Any]) -> dict[str, tuple[float, int]]:
+    """(prequential agreement, labelled decisions) per stage that has labels."""
     out = {}
-    for key, value in _flatten(stats).items():
-        if "agree" in key and isinstance(value, (int, float)) and 0.0 <= value <= 1.0:
-            out[key.rsplit(".", 1)[0] if "." in key else key] = float(value)
+    for stage in ("stage1", "stage2"):
+        entry = stats.get(stage)
+        if isinstance(entry, dict) and entry.get("labelled"):
+            out[stage] = (float(entry["agreement"]), int(entry["labelled"]))
     return out
 
 
-def decision_counts(stats: dict[str, Any]) -> tuple[int, int] | None:
-    """(teacher calls, decisions) summed over the stages whose ``stats()`` entry reports
-    both, or None when no stage does."""
-    calls = decisions = 0
-    found = False
-    for value in stats.values():
-        if isinstance(value, dict) and isinstance(value.get("decisions"), (int, float)) \
-                and isinstance(value.get("teacher_calls"), (int, float)):
-            calls += int(value["teacher_calls"])
-            decisions += int(value["decisions"])
-            found = True
-    return (calls, decisions) if found else None
+def _fmt_agreements(stats: dict[str, Any]) -> str | None:
+    found = agreements(stats)
+    if not found:
+        return None
+    return ", ".join(f"{stage.replace('stage', 'stage ')} {a:.0%} of {n}" for stage, (a, n) in found.items())
 
 
 def _pick_namespaces(memory: Any, ns: tuple[str, ...] | None) -> list[tuple[str, ...]]:
@@ -580,9 +559,9 @@ def cmd_stats(args: argparse.Namespace, console: Console) -> int:
         kv.add_column("what", style="bold")
         kv.add_column("value", justify="right")
         kv.add_row("teacher", escape(args.teacher_label))
-        calls, agree = teacher_calls(stats), agreement(stats)
-        kv.add_row("teacher calls", "not reported" if calls is None else str(calls))
-        kv.add_row("agreement with teacher", "not reported" if agree is None else f"{agree:.1%}")
+        calls, agree = teacher_calls(stats), _fmt_agreements(stats)
+        kv.add_row("teacher questions", "not reported" if calls is None else str(calls))
+        kv.add_row("agreement with teacher", "not reported" if agree is None else agree)
         for key, value in _flatten(stats).items():
             if isinstance(value, float):
                 value = f"{value:.4g}"
@@ -629,19 +608,19 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     with open_memory(args, default_db=None) as memory:
         console.print(f"[dim]{escape(args.teacher_label)}; loading the embedder…[/]")
         _warm_up(memory)
-        rates: list[tuple[int, float | None, str]] = []
+        rates: list[tuple[int, float | None]] = []
         start = time.perf_counter()
         for idx, (session, group) in enumerate(sessions):
-            before = _teacher_snapshot(_stats(memory))
+            before = _stats(memory)
             memory.add_many([t["text"] for t in group], namespace=ns,
                             metadatas=[{"speaker": t["speaker"], "session": t["session"], "date": t["date"]}
                                        for t in group])
             memory.flush()
-            rate, what = _teacher_rate(before, _teacher_snapshot(_stats(memory)), len(group))
-            rates.append((session, rate, what))
+            rate = _teacher_rate(before, _stats(memory), len(group))
+            rates.append((session, rate))
             tree = memory.tree(ns)
             n_aspects = len(tree.aspects())
-            asked = "" if rate is None else f" · teacher [bold]{_fmt_rate(rate, what)}[/]"
+            asked = "" if rate is None else f" · teacher asked [bold]{rate:.2f}[/] per fact"
             console.print(f"\n[bold]session {session}[/] [dim]({group[0]['date']})[/] +{len(group)} → "
                           f"{tree.fact_count(tree.root_id)} facts, {n_aspects} aspect{'s' if n_aspects != 1 else ''}, "
                           f"depth {tree.height()}{asked}", overflow="ellipsis", no_wrap=True)
@@ -668,50 +647,26 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _teacher_snapshot(stats: dict[str, Any]) -> tuple[int, int | None] | None:
-    """(teacher calls, decisions or None) from ``stats()``; None if calls are not reported."""
-    counts = decision_counts(stats)
-    if counts is not None:
-        return counts
-    calls = teacher_calls(stats)
-    return None if calls is None else (calls, None)
+def _teacher_rate(before: dict[str, Any], after: dict[str, Any], facts: int) -> float | None:
+    """Teacher questions per new fact between two ``stats()`` (a memory reports nothing
+    before its first insert: that counts as zero)."""
+    if teacher_calls(after) is None:
+        return None
+    return (teacher_calls(after) - (teacher_calls(before) or 0)) / max(facts, 1)
 
 
-def _teacher_rate(before: tuple[int, int | None] | None, after: tuple[int, int | None] | None,
-                  facts: int) -> tuple[float | None, str]:
-    """The share of decisions the teacher took between two snapshots (or calls per fact).
-    A memory may report nothing before its first insert: that counts as zero."""
-    if after is None:
-        return None, ""
-    before = before or (0, 0 if after[1] is not None else None)
-    calls = after[0] - before[0]
-    if after[1] is not None and before[1] is not None:
-        decisions = after[1] - before[1]
-        return (calls / decisions if decisions else 0.0), "decisions"
-    return calls / max(facts, 1), "per fact"
-
-
-def _fmt_rate(rate: float, what: str) -> str:
-    return f"asked {rate:.0%}" if what == "decisions" else f"{rate:.1f} calls/fact"
-
-
-def _print_teacher_rates(console: Console, rates: list[tuple[int, float | None, str]],
-                         stats: dict[str, Any]) -> None:
-    if not rates or any(rate is None for _, rate, _ in rates):
-        console.print("[dim]teacher-call rate: not reported by this build's MembrainMemory.stats()[/]")
+def _print_teacher_rates(console: Console, rates: list[tuple[int, float | None]], stats: dict[str, Any]) -> None:
+    if not rates or any(rate is None for _, rate in rates):
+        console.print("[dim]teacher questions: not reported by this build's MembrainMemory.stats()[/]")
         return
-    what = rates[0][2]
-    title = "share of decisions the teacher was asked" if what == "decisions" else "teacher calls per new fact"
-    console.print(f"[bold]{title}[/], session by session")
-    peak = max((rate for _, rate, _ in rates), default=0.0) or 1.0
-    for session, rate, kind in rates:
+    console.print("[bold]teacher questions per new fact[/], session by session")
+    peak = max((rate for _, rate in rates), default=0.0) or 1.0
+    for session, rate in rates:
         bar = "█" * int(round(30 * rate / peak))
-        value = f"{rate:4.0%}" if kind == "decisions" else f"{rate:4.1f}"
-        console.print(f"  session {session}  [magenta]{bar:<30}[/] {value}")
-    agree = agreements(stats)
+        console.print(f"  session {session}  [magenta]{bar:<30}[/] {rate:4.2f}")
+    agree = _fmt_agreements(stats)
     if agree:
-        parts = ", ".join(f"{name} {value:.0%}" for name, value in agree.items())
-        console.print(f"  the models agree with the teacher: [bold]{escape(parts)}[/]")
+        console.print(f"  the models agree with the teacher: [bold]{escape(agree)}[/]")
     console.print()
 
 

@@ -33,6 +33,10 @@ def as_namespace(namespace: str | Sequence[str] | None) -> Namespace:
         raise NamespaceError(f"a namespace is a str or a tuple of str, got {type(namespace).__name__}")
     if not parts or any(not isinstance(p, str) or not p for p in parts):
         raise NamespaceError(f"invalid namespace {namespace!r}: labels must be non-empty strings")
+    # LangGraph's rule for store namespaces, applied everywhere so that a namespace ``add``
+    # accepts is one the store accepts too.
+    if any("." in p or "\x00" in p for p in parts):
+        raise NamespaceError(f"invalid namespace {namespace!r}: labels cannot contain '.' or NUL")
     return parts
 
 

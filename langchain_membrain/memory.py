@@ -41,9 +41,10 @@ from .inputs import Namespace, as_namespace, check_text
 from .inputs import json_copy as _json_copy
 from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
 from .prior import load_prior, teacher_identity
-from .pipeline import QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, cosine, nearby_labels
+from .pipeline import QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, cosine, relabel_avoid
 from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
+from .storage.base import saved_stats
 from .teachers.base import Teacher
 from .tree import MembrainTree
 
@@ -53,8 +54,9 @@ CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its n
 
 
 def _normalised(text: str) -> str:
-    """``text`` as duplicates are compared: lower-cased words, punctuation and spacing dropped."""
-    return " ".join(re.findall(r"\w+", text.lower())) or text.strip()
+    """``text`` as duplicates are compared: casefolded words, apostrophes, punctuation and
+    spacing dropped ("im ALLERGIC to peanuts!!" is "I'm allergic to peanuts")."""
+    return " ".join(re.findall(r"\w+", re.sub(r"['’]", "", text.casefold()))) or text.strip()
 
 
 def _saved_questions(counters: dict[str, Any]) -> dict[str, int]:
@@ -813,7 +815,7 @@ class MembrainMemory:
             tree = self._tree(ns, create=False)
             if tree is None or fact_id not in tree:
                 return
-            todo = {a: (typical_facts(tree, a), nearby_labels(tree, tree.parent(a)), tree.mean_embedding(a))
+            todo = {a: (typical_facts(tree, a), relabel_avoid(tree, a), tree.mean_embedding(a))
                     for a in stale_aspects(tree, fact_id)}
         if not todo:
             return
@@ -822,11 +824,13 @@ class MembrainMemory:
             # The teacher is asked to rename one aspect per ``naming_interval`` inserts at
             # most (a counted question); the others get the offline labeller's name.
             due = self._counts["supervised"] - self._last_naming >= self.naming_interval
+            label = None
             if due:
                 self._last_naming = self._counts["supervised"]
-                names[a] = self._learner.name_aspect(texts)
-            else:
-                names[a] = self._label_aspect(texts, avoid, mean)
+                label = self._learner.name_aspect(texts)
+                if label.casefold() in {x.casefold() for x in avoid}:
+                    label = None  # a parent's, sibling's or child's label: not a name for this one
+            names[a] = label or self._label_aspect(texts, avoid, mean)
         vecs = dict(zip(names, self._embed(list(names.values()))))
 
         def write(t: MembrainTree) -> int:
@@ -922,14 +926,7 @@ class MembrainMemory:
         elif self._storage is not None:
             # A process that has not inserted yet (e.g. `membrain stats`): report what the
             # last saved checkpoint recorded, without loading the models.
-            saved = self._storage.load_checkpoint(CHECKPOINT_NAME)
-            if saved is not None and "stage1" in saved[1]:
-                counters = saved[1]
-                out.update({k: counters[k] for k in ("stage1", "stage2", "teacher_calls", "naming_calls", "questions",
-                                                             "teacher_failures")
-                            if k in counters})
-                out["saved_inserts"] = counters.get("inserts", 0)
-                out["teacher_calls_per_insert"] = out.get("teacher_calls", 0) / max(out["saved_inserts"], 1)
+            out.update(saved_stats(self._storage, CHECKPOINT_NAME))
         if callable(getattr(self.teacher, "stats", None)):
             out["teacher"] = self.teacher.stats()
         return out

@@ -19,7 +19,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from .actions import Action, Group, apply_actions, validate_action
+from .actions import Action, Group, apply_actions
 from .decoding import DecodeConfig, action_key, decode, encode_actions
 from .errors import DimensionError, InvalidOperationError, MembrainError
 from .features import S1, Stage1Features, Stage2Features, stage1_features, stage2_features
@@ -250,6 +250,14 @@ def nearby_labels(tree: MembrainTree, parent_id: str) -> list[str]:
     if tree.node(parent_id).kind == "aspect":
         out.append(tree.node(parent_id).text)
     return out
+
+
+def relabel_avoid(tree: MembrainTree, aspect_id: str) -> list[str]:
+    """The labels a renamed aspect must differ from: its parent's and siblings' (its own
+    current label aside) and its child aspects'."""
+    own = tree.node(aspect_id).text
+    return ([t for t in nearby_labels(tree, tree.parent(aspect_id)) if t != own]
+            + [tree.node(c).text for c in tree.child_aspects(aspect_id)])
 
 
 def _same_actions(a: list[Action], b: list[Action]) -> bool:
@@ -753,5 +761,5 @@ class Learner:
 __all__ = [
     "Correction", "InsertResult", "Learner", "LearnerConfig", "PlaceRecord", "QUESTION_KINDS", "Stage1Decision",
     "Stage1Label", "Stage2Decision", "SupervisionResult", "ask_placement", "attach", "cosine", "descend",
-    "fallback_label", "insert_with_teacher", "nearby_labels", "rewrite", "stage1_candidates",
+    "fallback_label", "insert_with_teacher", "nearby_labels", "relabel_avoid", "rewrite", "stage1_candidates",
 ]

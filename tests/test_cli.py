@@ -265,7 +265,7 @@ def test_demo_runs_offline_and_leaves_no_files(capsys, tmp_path, monkeypatch):
     for session in range(1, 7):
         assert f"session {session}" in out
     assert "60 facts" in out
-    assert "teacher asked" in out and "share of decisions the teacher was asked" in out  # from stats()
+    assert "teacher asked" in out and "teacher questions per new fact" in out  # from stats()
     assert "the models agree with the teacher" in out
     assert "allergic to peanuts" in out  # a search found it
     assert list(tmp_path.iterdir()) == []  # in memory unless --db is given

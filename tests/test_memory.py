@@ -403,6 +403,26 @@ def test_the_same_memory_added_twice_is_stored_once(tmp_path):
         assert mem.add("the same", namespace="me") != mem.add("the same", namespace="me")
 
 
+def test_duplicates_ignore_case_apostrophes_and_punctuation():
+    with memory() as mem:
+        first = mem.add("I'm allergic to peanuts", namespace="me")
+        assert mem.add("im ALLERGIC to peanuts!!", namespace="me") == first
+        assert mem.add("I’m allergic to peanuts.", namespace="me") == first  # typographic apostrophe
+        assert mem.add("I'm not allergic to peanuts", namespace="me") != first
+        assert mem.stats()["merged"] == 2
+
+
+def test_a_namespace_the_store_refuses_is_refused_by_add_too():
+    from langchain_membrain.inputs import NamespaceError
+
+    with memory() as mem:
+        with pytest.raises(NamespaceError, match="cannot contain"):
+            mem.add("the dog sleeps", namespace="users/jo.smith")
+        with pytest.raises(NamespaceError, match="cannot contain"):
+            mem.search("dog", namespace=("users", "jo.smith"))
+        assert mem.namespaces() == []
+
+
 def test_training_keeps_pace_while_add_many_runs():
     """The background worker supervises earlier inserts while a long add_many goes on (an
     add that held the tree's lock from start to end starved it until the batch was done)."""

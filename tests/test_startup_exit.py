@@ -96,6 +96,32 @@ def test_cli_checkpoint_name_matches_memory():
     assert cli.CHECKPOINT_NAME == memory.CHECKPOINT_NAME
 
 
+def test_stored_view_reports_what_a_fresh_memory_reports(tmp_path):
+    """``membrain stats`` reads the database without MembrainMemory (StoredMemory): its
+    figures are those of MembrainMemory.stats() in a process that has not inserted, less the
+    per-process counters (zero, None or False there)."""
+    from helpers import WordEmbeddings
+
+    from langchain_membrain.cli import StoredMemory
+    from langchain_membrain.memory import MembrainMemory
+
+    db = str(tmp_path / "m.db")
+    with MembrainMemory(db, embeddings=WordEmbeddings(), checkpoint_every=5) as m:
+        m.add_many(["Maya is allergic to peanuts", "Maya plays the piano", "Tom plays football",
+                    "Tom climbs on Mondays", "Maya is learning Japanese", "Tom has a dog"], namespace="users/x")
+    with MembrainMemory(db, embeddings=WordEmbeddings()) as fresh:
+        cold = fresh.stats()
+    with StoredMemory(db) as view:
+        seen = view.stats()
+        assert view.namespaces() == [("users", "x")]
+        assert view.tree("users/x").fact_count(view.tree("users/x").root_id) == 6
+    assert seen["saved_inserts"] == 6 and "stage1" in seen
+    for key, value in seen.items():
+        assert cold[key] == value, key
+    for key in set(cold) - set(seen) - {"teacher"}:
+        assert cold[key] in (0, None, False, {}, []), (key, cold[key])
+
+
 def test_read_commands_load_no_torch(tmp_path):
     db = tmp_path / "m.db"
     build = EMBEDDER + textwrap.dedent(f"""

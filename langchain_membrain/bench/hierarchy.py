@@ -163,11 +163,14 @@ def build_online(rows: list, emb: np.ndarray, teacher: Any, *, allow_aspects: bo
     return tree, ids, time.perf_counter() - t0
 
 
-def build_product(rows: list, emb: np.ndarray, *, subject: str = "") -> tuple[MembrainTree, list[str], float, float]:
-    """Insert every row in order through the product: ``MembrainMemory()`` with its defaults
-    (the shipped prior, the heuristic teacher, background training), one ``add`` per fact;
+def build_product(rows: list, emb: np.ndarray, *, subject: str = "", teacher: Any = None,
+                  ) -> tuple[MembrainTree, list[str], float, float]:
+    """Insert every row in order through the product: ``MembrainMemory(teacher=teacher)``
+    with its defaults otherwise (the shipped prior, background training), one ``add`` per
+    fact, with the ground truth as the fact's metadata (read only by an OracleTeacher);
     returns (tree, fact ids, seconds, teacher questions per insert). Embeddings are
     precomputed (the same vectors; new aspect labels are embedded by MiniLM)."""
+    from .oracle import oracle_metadata
     from ..embeddings import MiniLMEmbeddings
     from ..memory import MembrainMemory
     from .economy import PrecomputedEmbeddings
@@ -176,8 +179,9 @@ def build_product(rows: list, emb: np.ndarray, *, subject: str = "") -> tuple[Me
     known = dict(zip(texts, emb))
     ns = subject or "subject"
     t0 = time.perf_counter()
-    with MembrainMemory(embeddings=PrecomputedEmbeddings(MiniLMEmbeddings(), known), dedupe=False) as mem:
-        ids = [mem.add(t, namespace=ns) for t in texts]
+    with MembrainMemory(embeddings=PrecomputedEmbeddings(MiniLMEmbeddings(), known), dedupe=False,
+                        teacher=teacher) as mem:
+        ids = [mem.add(r.text, namespace=ns, metadata=oracle_metadata(r.id, r.path_ids, r.path)) for r in rows]
         mem.flush()
         tree = mem.tree(ns).copy()
         stats = mem.stats()
@@ -252,6 +256,10 @@ def run(args: argparse.Namespace) -> int:
         tree, ids, secs, questions = build_product(rows, emb, subject=subject)
         record("product", tree, ids, secs, True)
         results["product"]["questions_per_insert"] = round(questions, 3)
+        if rows and all(r.path_ids is not None for r in rows):
+            tree, ids, secs, questions = build_product(rows, emb, subject=subject, teacher=OracleTeacher())
+            record("product+oracle", tree, ids, secs, True)
+            results["product+oracle"]["questions_per_insert"] = round(questions, 3)
 
     t0 = time.perf_counter()
     tree, ids = flat_tree(emb, subject=subject)
@@ -267,12 +275,13 @@ def run(args: argparse.Namespace) -> int:
 
     table = Table(title=f"dendrogram purity: {source} ({len(rows)} facts, {n_classed} with a class)")
     table.add_column("method", no_wrap=True, min_width=17)
-    for col in ("purity", "ms/insert", "aspects", "height", "top share"):
+    for col in ("purity", "ms/insert", "questions/insert", "aspects", "height", "top share"):
         table.add_column(col, justify="right", no_wrap=True)
     for name, r in results.items():
         p = r["dendrogram_purity"]
         table.add_row(name, "-" if p is None else f"{p:.4f}",
                       "-" if r["insert_ms_mean"] is None else f"{r['insert_ms_mean']:.2f}",
+                      f"{r['questions_per_insert']:.3f}" if "questions_per_insert" in r else "-",
                       str(r["aspects"]), str(r["height"]), f"{r['largest_top_aspect_share']:.2f}")
     console.print(table)
     console.print(f"[dim]embedding {len(rows)} texts: {embed_s:.1f} s; heuristic config: "

@@ -45,6 +45,17 @@ META_PATH = "path"
 GT_NODE = "gt_node"
 
 
+def ground_truth(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """The ground-truth keys of a fact's metadata: the metadata itself, or the stored value
+    when the fact came through ``MembrainMemory.add(text, metadata=oracle_metadata(...))``
+    (which keeps the caller's fields under ``"value"``)."""
+    metadata = metadata or {}
+    value = metadata.get("value")
+    if META_PATH_IDS not in metadata and isinstance(value, dict):
+        return value
+    return metadata
+
+
 def oracle_metadata(fact_id: str | None, path_ids: list[str] | None, path: list[str] | None = None) -> dict[str, Any]:
     """The metadata a fact needs for the oracle (see the module docstring)."""
     return {META_ID: fact_id, META_PATH_IDS: list(path_ids or []), META_PATH: list(path or [])}
@@ -104,7 +115,7 @@ class OracleTeacher(BaseTeacher):
     # ------------------------------------------------------------------ stage 1
     def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         """The candidate aspect standing for the deepest ancestor of the fact, else 0."""
-        ancestors = self._learn(new_fact.text, new_fact.metadata or {})
+        ancestors = self._learn(new_fact.text, ground_truth(new_fact.metadata))
         if not ancestors:
             return 0
         depth_of = {a: i for i, a in enumerate(ancestors)}
@@ -120,7 +131,7 @@ class OracleTeacher(BaseTeacher):
         """Promote facts whose parent is not an ancestor, Demote facts into a sibling aspect
         that is one, Group facts sharing the next ancestor below the parent's."""
         focal = tree.node(closure.fact_id)
-        self._learn(focal.text, focal.metadata)
+        self._learn(focal.text, ground_truth(focal.metadata))
         parent = closure.parent_id
         p_node = tree.node(parent)
         here = self._stands(tree, parent)
@@ -129,7 +140,7 @@ class OracleTeacher(BaseTeacher):
         actions: list[Action] = []
         groups: dict[str, list[str]] = {}
         for x in tree.child_facts(parent):
-            ancestors = tree.node(x).metadata.get(META_PATH_IDS)
+            ancestors = ground_truth(tree.node(x).metadata).get(META_PATH_IDS)
             if not isinstance(ancestors, list):
                 continue
             if p_node.kind == "aspect" and here not in ancestors:

@@ -280,6 +280,9 @@ class HeuristicTeacher(BaseTeacher):
             return math.inf  # cand holds everything below node: a link of a chain
         a_rest = float(np.dot(e, (total - c_sum) / rest))
         mode = getattr(cfg, "_xp_mode", "odds")
+        delta = getattr(cfg, "_xp_typ", None)
+        if delta is not None and c_cnt >= 2:
+            bar = max(bar, self._coherence(c_sum, c_cnt) - delta)
         if mode == "odds":
             return max(bar, a_rest + cfg.descent_margin * c_cnt / rest)
         if mode == "odds_half":
@@ -328,7 +331,11 @@ class HeuristicTeacher(BaseTeacher):
         # Group tight clusters of a crowded parent's facts (never all of P's children: that
         # would only add a level).
         facts = [c for c in neighbourhood if c not in moved and tree.node(c).embedding is not None]
-        if len(facts) >= cfg.crowd and tree.fact_count(parent) >= getattr(cfg, "_xp_split", 0):
+        split_min = getattr(cfg, "_xp_split", 0)
+        sq = getattr(cfg, "_xp_sqrt", None)
+        if sq is not None:
+            split_min = sq * math.sqrt(tree.fact_count(tree.root_id))
+        if len(facts) >= cfg.crowd and tree.fact_count(parent) >= split_min:
             n_children = len([c for c in tree.children(parent) if c not in moved])
             ov = getattr(cfg, "_xp_overfull", None)
             overfull = (ov is not None and grand is not None
@@ -472,7 +479,13 @@ class HeuristicTeacher(BaseTeacher):
         if parent is not None and getattr(cfg, "_xp_whole", False):
             coh = max(coh, self._coherence(*self._sum_count(tree, parent)))
         gam = getattr(cfg, "_xp_gamma", 0.0)
-        cut = max(cfg.group_threshold, coh + cfg.group_margin + gam * (1 - coh))
+        gt = cfg.group_threshold
+        alpha = getattr(cfg, "_xp_press", 0.0)
+        if alpha and len(facts) > cfg.crowd:
+            gt = gt * (cfg.crowd / len(facts)) ** alpha
+        cut = max(gt, coh + cfg.group_margin + gam * (1 - coh))
+        if parent is not None and getattr(cfg, "_xp_gtheta", False):
+            cut = max(cut, cfg.theta(tree.depth(parent)))
         labels = fcluster(linkage(x, method="average", metric="cosine"), t=1.0 - cut, criterion="distance")
         by_label: dict[int, list[str]] = {}
         for fid, lab in zip(facts, labels):

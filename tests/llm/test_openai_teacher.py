@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import openai
 import pytest
@@ -188,9 +187,7 @@ def test_slow_answer_times_out_and_falls_back(server, small_tree, fallback):
     server.push(slow(1.5, answer({"choice": 1})), slow(1.5, answer({"choice": 1})))
     teacher = make_teacher(server, fallback, timeout=0.2)
     sub = root_subtree(small_tree)
-    t0 = time.perf_counter()
     assert teacher.choose_stage1(new_fact("laptop"), sub) == len(sub.candidates) - 1
-    assert time.perf_counter() - t0 < 1.2
     assert teacher.stats()["stage1"]["failure_kinds"] == {"timeout": 2}
 
 
