@@ -287,13 +287,22 @@ refer to the outline; 0 is the new fact, whose parent is then your "parent".
 {_DATA_RULE} Schema: {{"parent": <number>, "actions": [...]}}."""
 
 
+# The joint question's size: the outline's JSON stops at this many characters (about 6,000
+# tokens at four characters a token), plus the fixed instructions and the new fact.
+OUTLINE_BUDGET_CHARS = 24_000
+
+
 def tree_outline(tree: MembrainTree, *, max_aspects: int = 200, facts_per_node: int = 5,
-                 max_chars: int = 200) -> tuple[list[dict[str, Any]], list[str], bool]:
+                 max_chars: int = 200, budget_chars: int = OUTLINE_BUDGET_CHARS,
+                 ) -> tuple[list[dict[str, Any]], list[str], bool]:
     """The numbered outline shown by one-call placement.
 
     Breadth-first from the root: the root and up to ``max_aspects`` aspects, and up to
-    ``facts_per_node`` direct facts of each. Returns (entries, ids, truncated) where
-    ``ids[k]`` is the node numbered ``k`` (``ids[0]`` is reserved for the new fact: "").
+    ``facts_per_node`` direct facts of each, while the entries' JSON stays within
+    ``budget_chars`` (about a quarter as many tokens): past it, example facts are left out
+    (counted in "more facts") and no further aspect is shown, so the top levels, where
+    every descent starts, are always in the question. Returns (entries, ids, truncated)
+    where ``ids[k]`` is the node numbered ``k`` (``ids[0]`` is reserved for the new fact: "").
     """
     ids: list[str] = [""]
     entries: list[dict[str, Any]] = []
@@ -301,6 +310,17 @@ def tree_outline(tree: MembrainTree, *, max_aspects: int = 200, facts_per_node: 
     truncated = False
     queue = deque([tree.root_id])
     aspects_shown = 0
+    used = 0
+    reserve = 240  # room kept for each aspect waiting in the queue (about its entry's size)
+
+    def fits(entry: dict[str, Any]) -> bool:
+        nonlocal used
+        size = len(json.dumps(entry, ensure_ascii=False))
+        if used + reserve * len(queue) + size > budget_chars:
+            return False
+        used += size
+        return True
+
     while queue:
         nid = queue.popleft()
         node = tree.node(nid)
@@ -311,17 +331,25 @@ def tree_outline(tree: MembrainTree, *, max_aspects: int = 200, facts_per_node: 
                                  "path": _label_path(tree, nid), "facts_below": tree.fact_count(nid)}
         if parent is not None:
             entry["under"] = number[parent]
+        used += len(json.dumps(entry, ensure_ascii=False))  # queued: room was kept for it
         entries.append(entry)
         facts = tree.child_facts(nid)
+        shown = 0
         for fid in facts[:facts_per_node]:
+            fact_entry = {"number": len(ids), "kind": "fact", "under": number[nid],
+                          "text": _clip(tree.node(fid).text, max_chars)}
+            if not fits(fact_entry):
+                truncated = True
+                break
             number[fid] = len(ids)
             ids.append(fid)
-            entries.append({"number": number[fid], "kind": "fact", "under": number[nid],
-                            "text": _clip(tree.node(fid).text, max_chars)})
-        if len(facts) > facts_per_node:
-            entries.append({"kind": "more facts", "under": number[nid], "count": len(facts) - facts_per_node})
+            entries.append(fact_entry)
+            shown += 1
+        if len(facts) > shown:
+            entries.append({"kind": "more facts", "under": number[nid], "count": len(facts) - shown})
+            used += 50
         for aid in tree.child_aspects(nid):
-            if aspects_shown >= max_aspects:
+            if aspects_shown >= max_aspects or used + reserve * (len(queue) + 1) > budget_chars:
                 truncated = True
                 break
             aspects_shown += 1
