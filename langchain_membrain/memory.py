@@ -25,7 +25,7 @@ import re
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -181,6 +181,7 @@ class MembrainMemory:
         relabel: bool = True,
         naming_interval: int = 50,
         prior: bool = True,
+        max_loaded_namespaces: int = 1000,
         max_training_lag: int = 4,
     ):
         """
@@ -216,6 +217,10 @@ class MembrainMemory:
                 or by the teacher at most once per ``naming_interval`` inserts (a counted
                 naming question).
             naming_interval: inserts between two naming questions to the teacher.
+            max_loaded_namespaces: with storage, namespaces kept in this process at once;
+                the least recently used past it are unloaded and reloaded from storage when
+                next used (a small namespace costs about 50 KB loaded). Without storage
+                every namespace stays (memory is its only copy).
             prior: start new models from the pretrained prior shipped with the package
                 (prior.py) instead of from scratch, when no checkpoint is stored.
             max_training_lag: inserts the background trainer may be behind before an
@@ -238,6 +243,10 @@ class MembrainMemory:
             storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
         )
         self._synced: dict[Namespace, int] = {}  # namespace -> stored version our tree reflects
+        self._recent: OrderedDict[Namespace, None] = OrderedDict()  # loaded namespaces, least recent first
+        if max_loaded_namespaces < 1:
+            raise InvalidOperationError("max_loaded_namespaces is at least 1")
+        self.max_loaded_namespaces = int(max_loaded_namespaces)
         self._checked: dict[Namespace, float] = {}  # namespace -> monotonic time of last check
         self._closed = False
         self._learner: Learner | None = None
@@ -288,11 +297,39 @@ class MembrainMemory:
         tree, version = loaded
         self._forest.trees[ns], self._synced[ns] = tree, version
         self._rebuild_index(ns, tree)
+        self._touch(ns)
         return tree
+
+    def _touch(self, ns: Namespace) -> None:
+        """Mark a namespace as just used; with storage, unload the least recently used
+        ones past ``max_loaded_namespaces`` (each is reloaded from storage when next used,
+        so nothing is lost). A namespace whose lock another thread holds is skipped: it is
+        in use. Call under ``ns``'s lock."""
+        if self._storage is None:
+            return
+        with self._forest.guard:
+            self._recent[ns] = None
+            self._recent.move_to_end(ns)
+            over = len(self._recent) - self.max_loaded_namespaces
+            candidates = [old for old in self._recent if old != ns][: max(over, 0) * 2]
+        for old in candidates:
+            if over <= 0:
+                break
+            lock = self._forest.lock(old)
+            if not lock.acquire(blocking=False):
+                continue
+            try:
+                self._drop(old)
+                self._checked.pop(old, None)
+                over -= 1
+            finally:
+                lock.release()
 
     def _drop(self, ns: Namespace) -> None:
         """Forget a namespace's in-memory state (it is reloaded from storage on next use)."""
         self._forest.trees.pop(ns, None)
+        with self._forest.guard:
+            self._recent.pop(ns, None)
         self._synced.pop(ns, None)
         self._indexes.pop(ns, None)
         self._indexed.pop(ns, None)
@@ -352,6 +389,8 @@ class MembrainMemory:
                     tree = self._load(ns)
         if tree is None and create:
             tree = self._forest.trees[ns] = MembrainTree("/".join(ns))
+        if tree is not None:
+            self._touch(ns)
         return tree
 
     def _mutate(self, ns: Namespace, write: Callable[[MembrainTree], Any]) -> Any:
@@ -388,6 +427,7 @@ class MembrainMemory:
                     elif rows or removed:
                         self._synced[ns] = self._storage.write(ns, rows, removed, expected_version=stored)
                         self._sync_index(ns, rows, removed)
+                        self._touch(ns)
                     self._checked[ns] = time.monotonic()
                 return result
             except BaseException:
@@ -915,6 +955,7 @@ class MembrainMemory:
             "last_worker_error": self._last_worker_error,
             "checkpoint_error": self._checkpoint_error,
             "trainer": self._is_trainer,
+            "loaded_namespaces": len(self._forest.trees),
             "prior": self.prior_used,
             "recent_teacher_calls_per_insert": (sum(self._recent_calls) / len(self._recent_calls)
                                                 if self._recent_calls else None),

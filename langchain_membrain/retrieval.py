@@ -72,6 +72,10 @@ try:  # optional: Snowball stemmer (extra "bench"); without it terms are not ste
 except ImportError:  # pragma: no cover - exercised only where PyStemmer is missing
     _PyStemmer = None
 
+# Embeddings past which an index keeps running moments for the dense z-score (below, it
+# computes them from its rows: cheaper than a dim x dim matrix per small namespace).
+MOMENTS_MIN = 256
+
 try:  # optional: HNSW for the fast mode; without it the dense part is exact
     import hnswlib as _hnswlib
 except ImportError:  # pragma: no cover
@@ -583,7 +587,7 @@ class FactIndex:
         cap = self._alive.size
         if n <= cap:
             return
-        new = max(n, 2 * cap, 64)
+        new = max(n, 2 * cap, 4)
         emb = np.zeros((new, self.dim or 0), dtype=np.float32)
         emb[:cap] = self._emb[:cap]
         self._emb = emb
@@ -594,13 +598,18 @@ class FactIndex:
         self._spk_arr = np.concatenate([self._spk_arr, np.full(new - cap, -1, dtype=np.int64)])
 
     def _moments(self, vec: np.ndarray, sign: int) -> None:
-        v = vec.astype(np.float64)
-        if self._m1 is None:
-            self._m1 = np.zeros(v.size)
-            self._m2 = np.zeros((v.size, v.size))
-        self._m1 += sign * v
-        self._m2 += sign * np.outer(v, v)
+        """Count an embedding in (or out); past MOMENTS_MIN embeddings, keep the sums of
+        the embeddings and of their outer products (a dim x dim matrix: 1.2 MB at 384-d,
+        which a small namespace does without; :meth:`_dense_z` then reads the rows)."""
         self._n_emb += sign
+        if self._m2 is None and self._n_emb >= MOMENTS_MIN:  # ``vec`` is among the rows already
+            live = self._emb[np.flatnonzero(self._has_emb[: len(self._ids)])].astype(np.float64)
+            self._m1, self._m2 = live.sum(axis=0), live.T @ live
+            return
+        if self._m2 is not None:
+            v = vec.astype(np.float64)
+            self._m1 += sign * v
+            self._m2 += sign * np.outer(v, v)
 
     def _set_vec(self, slot: int, vec: np.ndarray) -> None:
         self._emb[slot] = vec
@@ -642,8 +651,12 @@ class FactIndex:
         else:
             cos = self._emb[cand] @ qvec
         q = qvec.astype(np.float64)
-        mean = float(q @ self._m1) / self._n_emb
-        var = float(q @ self._m2 @ q) / self._n_emb - mean * mean
+        if self._m2 is None:  # a small index: the moments from its rows
+            every = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64) @ q
+            mean, var = float(every.mean()), float(every.var())
+        else:
+            mean = float(q @ self._m1) / self._n_emb
+            var = float(q @ self._m2 @ q) / self._n_emb - mean * mean
         z = (cos - mean) / math.sqrt(var) if var > 1e-12 else cos - mean
         return np.where(self._has_emb[cand], z, 0.0)
 

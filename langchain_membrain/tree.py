@@ -45,8 +45,9 @@ class Node:
     created_at: float = 0.0
     updated_at: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
-    # Sum (float64, to avoid drift) and count of the embeddings of the facts at or below
-    # this node; a fact's own embedding is its sum. Maintained by MembrainTree only.
+    # Sum (float64 above a fact, to avoid drift) and count of the embeddings of the facts at
+    # or below this node; a fact's sum is its own embedding (the same array). Maintained by
+    # MembrainTree only, which never writes an array in place once a node holds it.
     emb_sum: np.ndarray | None = field(default=None, repr=False)
     emb_count: int = 0
     n_facts: int = 0  # facts at or below this node, embedded or not
@@ -259,7 +260,7 @@ class MembrainTree:
         node = Node(node_id, "fact", text, vec, created, now, dict(metadata or {}), n_facts=1,
                     seq=self._next_seq())
         if vec is not None:
-            node.emb_sum, node.emb_count = vec.astype(np.float64), 1
+            node.emb_sum, node.emb_count = vec, 1
         self.graph.add_node(node_id, node=node)
         self.graph.add_edge(parent_id, node_id)
         self._add_to_ancestors(node_id, +1)
@@ -363,7 +364,7 @@ class MembrainTree:
             self._claim_dim(vec)
             self._add_to_ancestors(fact_id, -1)
             node.embedding = vec
-            node.emb_sum, node.emb_count = vec.astype(np.float64), 1
+            node.emb_sum, node.emb_count = vec, 1
             self._add_to_ancestors(fact_id, +1)
         if text is not None:
             node.text = text
@@ -488,7 +489,9 @@ class MembrainTree:
     # ---------------------------------------------------------- serialisation
     def copy(self) -> "MembrainTree":
         """An independent copy: same ids, texts, order, sums and version, an empty change
-        journal. Writes to either tree never show in the other. O(n).
+        journal. Writes to either tree never show in the other. O(n); the embedding and sum
+        arrays are shared, not copied, since a tree replaces them and never writes one in
+        place.
 
         Used to let a slow reader (an LLM teacher auditing an earlier insert) work on a
         frozen view while the tree itself keeps taking writes.
@@ -501,8 +504,7 @@ class MembrainTree:
             n: Node = data["node"]
             out.graph.add_node(nid, node=replace(
                 n, metadata=dict(n.metadata),
-                embedding=None if n.embedding is None else n.embedding.copy(),
-                emb_sum=None if n.emb_sum is None else n.emb_sum.copy()))
+                embedding=n.embedding, emb_sum=n.emb_sum))
         out.graph.add_edges_from(self.graph.edges)
         return out
 
@@ -561,7 +563,7 @@ class MembrainTree:
                 parent.n_facts += node.n_facts
                 if node.emb_count:
                     if parent.emb_sum is None:
-                        parent.emb_sum = node.emb_sum.copy()
+                        parent.emb_sum = node.emb_sum.astype(np.float64)  # a copy, its own buffer
                     else:
                         parent.emb_sum += node.emb_sum  # parent's own buffer: safe in place
                     parent.emb_count += node.emb_count
@@ -590,7 +592,7 @@ class MembrainTree:
         if kind == "fact":
             node.n_facts = 1
             if vec is not None:
-                node.emb_sum, node.emb_count = vec.astype(np.float64), 1
+                node.emb_sum, node.emb_count = vec, 1
         return node
 
     # ------------------------------------------------------------- invariants

@@ -253,7 +253,10 @@ def test_hierarchy_bench_end_to_end(tmp_path):
                  "--export", str(export)]) == 0
     res = json.loads(out.read_text())
     methods = res["methods"]
-    assert set(methods) == {"heuristic", "heuristic+aspects", "memtree", "flat", "average_linkage", "oracle"}
+    assert set(methods) == {"heuristic", "heuristic+aspects", "memtree", "flat", "average_linkage", "oracle",
+                            "product", "product+oracle"}
+    # through MembrainMemory: every fact placed, with fewer questions than inserts
+    assert methods["product"]["questions_per_insert"] < 1.0
     assert methods["oracle"]["dendrogram_purity"] == 1.0
     assert all(0.0 < m["dendrogram_purity"] <= 1.0 for m in methods.values())
     tree = MembrainTree.from_dict(json.loads(export.read_text()))

@@ -442,3 +442,20 @@ def test_training_keeps_pace_while_add_many_runs():
         assert seen_while_adding >= len(facts) // 8
         mem.flush()
         assert mem.stats()["supervised"] == len(facts)
+
+
+def test_namespaces_past_the_cap_are_unloaded_and_come_back_from_storage(tmp_path):
+    """Thousands of tenants: with storage, only the most recently used namespaces stay
+    loaded; an unloaded one is read back on its next use, with every write."""
+    with memory(storage=tmp_path / "m.db", max_loaded_namespaces=3) as mem:
+        keys = {f"user/{i}": mem.add(f"user {i} keeps bees on the roof", namespace=f"user/{i}")
+                for i in range(10)}
+        assert mem.stats()["loaded_namespaces"] <= 3
+        for ns, key in keys.items():
+            assert mem.get(key, namespace=ns).text.startswith(ns.replace("/", " "))
+            assert [r.key for r in mem.search("bees", namespace=ns)] == [key]
+        mem.add("user 0 also keeps hens", namespace="user/0")
+        assert len(mem.search(None, namespace="user/0", limit=10)) == 2
+        assert mem.stats()["loaded_namespaces"] <= 3 and mem.stats()["facts"] == 11
+    with pytest.raises(InvalidOperationError):
+        memory(max_loaded_namespaces=0)

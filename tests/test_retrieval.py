@@ -288,3 +288,26 @@ def test_locomo_bench_end_to_end_on_a_tiny_conversation(tmp_path):
     assert res["flat_pipeline"]["single_hop"]["all@1"] == 1.0
     assert out["timing"]["membrain"]["ingest_ms_per_turn"] > 0
     assert len(list((tmp_path / "cache").glob("*.npy"))) >= 2  # embeddings cached for reruns
+
+
+def test_small_and_large_indexes_score_alike(monkeypatch):
+    """A small index computes the dense z-score's moments from its rows; past MOMENTS_MIN
+    it keeps running sums instead. Both give the same scores, across adds and removals."""
+    import langchain_membrain.retrieval as retrieval
+
+    facts = make_facts(300, seed=7)
+    q = unit(np.random.default_rng(8), 1)[0]
+
+    def scores(moments_min: int) -> list:
+        monkeypatch.setattr(retrieval, "MOMENTS_MIN", moments_min)
+        index = FactIndex()
+        for f in facts:
+            index.add(*f)
+        for f in facts[:40]:
+            index.remove(f[0])
+        assert (index._m2 is None) == (moments_min > 300)
+        return index.search("Alice guitar river", q, 10, mode="exact")
+
+    rows, sums = scores(10**6), scores(64)
+    assert [x for x, _ in rows] == [x for x, _ in sums]
+    assert np.allclose([s for _, s in rows], [s for _, s in sums])

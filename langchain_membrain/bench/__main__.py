@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "graph": "cost of the compiled insert graph against walking its nodes directly",
     "startup": "cold start of import and of each membrain command, as fresh processes",
     "economy": "teacher questions per insert through the product, tree shape and insert cost",
+    "tenants": "resident memory of many small namespaces in one process, in memory and on SQLite",
     "pretrain": "train the prior shipped with the package (networks taught by the offline teacher)",
 }
 
