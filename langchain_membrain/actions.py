@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Union
 
-from .errors import InvalidOperationError
+from .errors import InvalidOperationError, NodeNotFoundError
 from .tree import MembrainTree
 
 ACTION_TYPES: tuple[str, ...] = ("idle", "promote", "demote", "group")
@@ -108,14 +108,15 @@ def apply_actions(tree: MembrainTree, actions: list[Action], **kwargs) -> tuple[
     """Apply a series in order, re-validating each against the tree as it is then.
 
     Returns (applied, skipped) where skipped pairs an action with the reason it no longer
-    applied; a skipped action changes nothing.
+    applied (it breaks a precondition, or names a node that is gone); a skipped action
+    changes nothing.
     """
     applied: list[Action] = []
     skipped: list[tuple[Action, str]] = []
     for action in actions:
         try:
             apply_action(tree, action, **kwargs)
-        except InvalidOperationError as exc:
+        except (InvalidOperationError, NodeNotFoundError) as exc:
             skipped.append((action, str(exc)))
         else:
             applied.append(action)

@@ -68,7 +68,8 @@ def _saved_questions(counters: dict[str, Any]) -> dict[str, int]:
     return {"placement": int(counters.get("teacher_calls", 0)), "naming": int(counters.get("naming_calls", 0))}
 
 
-def resolve_teacher(teacher: Any, model: str | None = None) -> Teacher:
+def resolve_teacher(teacher: Any, model: str | None = None, *, embed: Callable[[list[str]], Any] | None = None
+                    ) -> Teacher:
     """What ``MembrainMemory(teacher=...)`` accepts, as a Teacher: None (the offline
     HeuristicTeacher), a LangChain chat model (LLMTeacher), an ``openai.OpenAI`` client
     with ``model`` (OpenAITeacher), or any Teacher. LLM teachers raise on a failed answer
@@ -76,7 +77,7 @@ def resolve_teacher(teacher: Any, model: str | None = None) -> Teacher:
     from .teachers.heuristic import HeuristicTeacher
 
     if teacher is None:
-        return HeuristicTeacher()
+        return HeuristicTeacher(embed=embed)
     try:
         import openai
     except ImportError:  # pragma: no cover - openai is a core dependency
@@ -229,7 +230,7 @@ class MembrainMemory:
         """
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
-        self.teacher = resolve_teacher(teacher, teacher_model)
+        self.teacher = resolve_teacher(teacher, teacher_model, embed=self._embed)
         self.refresh_interval = float(refresh_interval)
         self.background = bool(background)
         self.checkpoint_every = int(checkpoint_every)

@@ -395,14 +395,19 @@ class Learner:
         return label if isinstance(label, str) and label.strip() else self.label_aspect(texts, [])
 
     def _labelled(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
-        """``actions`` with every Group that has no label named by ``label_aspect``, each
-        label different from its parent's and its future siblings' (``nearby_labels``)."""
+        """``actions`` with every Group named: its own label when it has one that differs
+        (casefolded) from its parent's and its future siblings' (``nearby_labels``), else
+        one by ``label_aspect`` that does."""
         out: list[Action] = []
         made: dict[str, list[str]] = {}
         for a in actions:
-            if isinstance(a, Group) and not a.label and a.node_ids and a.node_ids[0] in tree:
+            if isinstance(a, Group) and a.node_ids and a.node_ids[0] in tree:
                 parent = tree.parent(a.node_ids[0])
                 avoid = nearby_labels(tree, parent) + made.setdefault(parent, [])
+                if a.label and a.label.casefold() not in {x.casefold() for x in avoid}:
+                    made[parent].append(a.label)
+                    out.append(a)
+                    continue  # a teacher's label that differs from its neighbours' is kept
                 members = [i for i in a.node_ids if i in tree]
                 embs = [tree.node(i).embedding for i in members if tree.node(i).embedding is not None]
                 mean = np.mean(embs, axis=0) if embs else None

@@ -94,6 +94,7 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
     import torch
 
     from ..embeddings import MiniLMEmbeddings, embed_texts
+    from ..labels import offline_label
     from ..personas import load_personas
     from ..pipeline import Learner, LearnerConfig
     from ..prior import teacher_identity
@@ -105,9 +106,16 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
     streams = _streams()
     heldout = [r["text"] for rows in load_personas("heldout").values() for r in rows]
     texts = sorted({t for _, ts in streams for t in ts} | set(heldout))
-    vectors = dict(zip(texts, embed_texts(MiniLMEmbeddings(), texts)))
-    teacher = HeuristicTeacher()
-    learner = Learner(teacher, LearnerConfig(seed=seed))
+    embedder = MiniLMEmbeddings()
+    vectors = dict(zip(texts, embed_texts(embedder, texts)))
+    def embed(batch: list[str]):
+        return embed_texts(embedder, batch)
+
+    def label(batch: list[str], avoid: list[str], mean=None) -> str:
+        return offline_label(batch, embed, mean=mean, avoid=avoid, max_candidates=32)
+
+    teacher = HeuristicTeacher(embed=embed)  # names aspects as the product's teacher does
+    learner = Learner(teacher, LearnerConfig(seed=seed), label_aspect=label)
     t0 = time.perf_counter()
     learner.config.stage1 = Policy(execute="teacher", query="always")
     learner.config.stage2 = Policy(execute="teacher", query="always")

@@ -81,9 +81,12 @@ siblings under G):
   is demoted under the larger. This is the average-linkage merge step, stopped at the
   container's own coherence.
 
-Aspect labels (:meth:`HeuristicTeacher.name_aspect`): the 1 to 4 words of the grouped texts
-with the highest tf-idf, where document frequencies are counted over every fact text the
-teacher has seen (state kept inside the teacher).
+Aspect labels (:meth:`HeuristicTeacher.name_aspect`): with an ``embed`` function (what
+``MembrainMemory`` gives its default teacher), the offline labeller's phrase
+(``labels.offline_label``: the 1 to 4 word phrase of the texts nearest their mean
+embedding); without one, the 1 to 4 words of the grouped texts with the highest tf-idf,
+where document frequencies are counted over every fact text the teacher has seen (state
+kept inside the teacher).
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ import re
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -218,11 +221,13 @@ class HeuristicTeacher(BaseTeacher):
     name = "heuristic"
     fast = True
 
-    def __init__(self, config: HeuristicConfig | None = None, **overrides):
+    def __init__(self, config: HeuristicConfig | None = None, *, embed: Callable[[list[str]], Any] | None = None,
+                 **overrides):
         base = config or HeuristicConfig()
         if overrides:
             base = HeuristicConfig(**{**base.__dict__, **overrides})
         self.config = base
+        self.embed = embed  # texts -> vectors: names aspects with the offline labeller (labels.py)
         self._df: Counter[str] = Counter()  # documents (fact texts) containing each word
         self._n_docs = 0
         self._seen: set[int] = set()  # hashes of texts already counted
@@ -505,7 +510,9 @@ class HeuristicTeacher(BaseTeacher):
 
     # ----------------------------------------------------------------- naming
     def name_aspect(self, fact_texts: list[str]) -> str:
-        """The most distinctive 1 to ``max_label_words`` words of ``fact_texts``.
+        """A 1 to ``max_label_words`` word label for ``fact_texts``. With ``embed``: the
+        offline labeller's phrase (``labels.offline_label``: the phrase of the texts nearest
+        their mean embedding). Without: the most distinctive words, as follows.
 
         Each word is scored by tf-idf: the number of the texts that contain it times
         ``log((1 + N) / (1 + df))``, with N and df counted over every fact text this teacher
@@ -514,6 +521,10 @@ class HeuristicTeacher(BaseTeacher):
         first word of the first text (or ``"group"``) is the label.
         """
         texts = [t for t in fact_texts if isinstance(t, str)]
+        if self.embed is not None and texts:
+            from ..labels import offline_label
+
+            return offline_label(texts, self.embed, max_words=self.config.max_label_words, max_candidates=32)
         self._observe(texts)
         tf: Counter[str] = Counter()
         first_seen: dict[str, int] = {}
