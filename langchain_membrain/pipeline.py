@@ -98,10 +98,11 @@ class LearnerConfig:
 
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    # Both gates at 0.9: a decision the student takes alone should be one the teacher would
+    # have taken at least 9 times in 10 (the bar for agreement). Stage 2's confidence is
+    # that the *whole* action series matches the teacher (training.PlattCalibrator).
     stage1: Policy = field(default_factory=Policy)
-    # Stage 2's gate is lower: its calibrated confidence is that the *whole* action series
-    # matches the teacher, a stricter event than one stage-1 choice (measured: bench learning).
-    stage2: Policy = field(default_factory=lambda: Policy(confidence=0.6))
+    stage2: Policy = field(default_factory=lambda: Policy(confidence=0.9))
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     apply_corrections: bool = True
     allow_aspects: bool = False

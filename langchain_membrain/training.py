@@ -146,8 +146,10 @@ class Calibrator:
         self.rows.append((np.asarray(logits, np.float64), int(label)))
         self._since_fit += 1
 
+    MIN_ROWS = 32  # fewer rows fit a temperature to noise (the grid's ends: 0.2 or 10)
+
     def maybe_fit(self, every: int) -> None:
-        if self._since_fit >= every and len(self.rows) >= 8:
+        if self._since_fit >= every and len(self.rows) >= self.MIN_ROWS:
             self.fit()
 
     def fit(self) -> float:
@@ -176,7 +178,15 @@ class Calibrator:
 class PlattCalibrator:
     """Platt scaling of a decision score: ``P(right) = sigmoid(a * score + b)``, with
     ``(a, b)`` maximising the likelihood of (score, agreed-with-the-teacher) rows over a
-    window (Newton's method, lightly L2-regularised). Before the first fit (a, b) = (1, 0)."""
+    window, plus Platt's own smoothing: the targets are ``(k + 1) / (k + 2)`` for the ``k``
+    rows that agreed and ``1 / (m + 2)`` for the ``m`` that did not, so that a window where
+    every decision agreed (or none did) does not send ``b`` to infinity. Newton's method
+    with step halving, L2-regularised; ``a`` is kept at 0 or above (a more probable series
+    is never *less* likely right) and both are bounded. Fitted once the window holds
+    MIN_ROWS rows; before, (a, b) = (1, 0)."""
+
+    MIN_ROWS = 64
+    BOUND = 50.0
 
     def __init__(self, window: int):
         self.rows: deque[tuple[float, int]] = deque(maxlen=window)
@@ -188,21 +198,35 @@ class PlattCalibrator:
         self._since_fit += 1
 
     def maybe_fit(self, every: int) -> None:
-        if self._since_fit >= every and len(self.rows) >= 16:
+        if self._since_fit >= every and len(self.rows) >= self.MIN_ROWS:
             self.fit()
 
     def fit(self) -> tuple[float, float]:
         self._since_fit = 0
         x = np.array([r[0] for r in self.rows])
-        y = np.array([r[1] for r in self.rows], float)
+        right = np.array([r[1] for r in self.rows], bool)
+        k, m = int(right.sum()), int((~right).sum())
+        y = np.where(right, (k + 1) / (k + 2), 1 / (m + 2))
         X = np.stack([x, np.ones_like(x)], axis=1)
-        w = np.array([self.a, self.b])
-        lam = 1e-3
-        for _ in range(25):
+        lam = 1e-2
+
+        def loss(w: np.ndarray) -> float:
+            z = X @ w
+            return float(np.sum(np.logaddexp(0, z) - y * z) + 0.5 * lam * w @ w)
+
+        w = np.array([1.0, 0.0])
+        for _ in range(50):
             p = 1.0 / (1.0 + np.exp(-np.clip(X @ w, -30, 30)))
             grad = X.T @ (p - y) + lam * w
             hess = X.T @ (X * (p * (1 - p))[:, None]) + lam * np.eye(2)
-            w = w - np.linalg.solve(hess, grad)
+            step = np.linalg.solve(hess, grad)
+            t, before = 1.0, loss(w)
+            while t > 1e-4 and loss(w - t * step) > before:
+                t /= 2
+            w = w - t * step
+            if np.abs(t * step).max() < 1e-8:
+                break
+        w = np.clip(w, [0.0, -self.BOUND], [self.BOUND, self.BOUND])
         self.a, self.b = float(w[0]), float(w[1])
         return self.a, self.b
 

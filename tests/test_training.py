@@ -88,12 +88,8 @@ def eval_decisions(n_tree: int = 60, n_eval: int = 40) -> list:
 
 
 def agreement(learner: Learner, decisions) -> float:
-    """Balanced agreement: the mean of the agreement on the teacher's "attach here"
-    decisions and on its "descend" decisions (so always descending scores 0.5)."""
-    hits = {True: [], False: []}
-    for f, y in decisions:
-        hits[y == 0].append(int(np.argmax(learner.trainer.predict_stage1(f))) == y)
-    return float(np.mean([np.mean(hits[True]), np.mean(hits[False])]))
+    """The share of the teacher's decisions the model's argmax takes."""
+    return float(np.mean([int(np.argmax(learner.trainer.predict_stage1(f))) == y for f, y in decisions]))
 
 
 @pytest.fixture(scope="module")
@@ -318,3 +314,24 @@ def test_traced_inference_follows_the_trained_network(trained):
         for f, _ in decisions[:10]:
             b = collate_stage1([f])
             torch.testing.assert_close(tr._stage1_inference(b), tr.stage1(b))
+
+
+def test_platt_calibration_stays_finite_and_increasing():
+    """A window where every decision agreed (the prior's DAgger passes come close) must not
+    send the fit to infinity: the stage-2 gate would then pass every decision."""
+    from langchain_membrain.training import PlattCalibrator
+
+    rng = np.random.default_rng(0)
+    all_right = PlattCalibrator(256)
+    for _ in range(200):
+        all_right.add(float(-rng.exponential(2.0)), True)
+    a, b = all_right.fit()
+    assert 0.0 <= a <= PlattCalibrator.BOUND and abs(b) <= PlattCalibrator.BOUND
+    assert all_right.prob(-20.0) < 0.999  # never certain, however many agreed
+
+    mixed = PlattCalibrator(256)
+    for _ in range(256):
+        score = float(-rng.exponential(3.0))
+        mixed.add(score, rng.random() < np.exp(score / 2))  # likelier right when more probable
+    mixed.fit()
+    assert mixed.a > 0 and mixed.prob(-0.1) > 0.7 > 0.3 > mixed.prob(-12.0)

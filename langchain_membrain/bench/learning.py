@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", default=None, help="an .npy file caching the embeddings of --data")
     parser.add_argument("--confidence", type=float, default=0.9,
                         help="stage-1 gate: calibrated probability of agreeing with the teacher")
-    parser.add_argument("--confidence2", type=float, default=0.6,
+    parser.add_argument("--confidence2", type=float, default=0.9,
                         help="stage-2 gate: calibrated probability that the whole action series agrees")
     parser.add_argument("--audit-rate", type=float, default=0.02)
     parser.add_argument("--idle-margin", type=float, default=0.0,
