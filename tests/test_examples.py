@@ -29,7 +29,8 @@ def test_quickstart(tmp_path):
     out = run_example("quickstart.py", cwd=tmp_path).stdout
     lines = out.splitlines()
     assert "allergic to peanuts" in lines[0] or "vegetarian" in lines[0]  # the best hit first
-    assert "users/maya" in out and "7 facts" in out
+    assert "users/maya" in out and "24 facts" in out
+    assert "├──" in out  # a tree with aspects, not a flat list
 
 
 FIRST_VISIT = ("# first visit\nHi, I'm Maya and I live in Lisbon.\nI am allergic to peanuts.\n"

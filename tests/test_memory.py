@@ -356,7 +356,8 @@ def test_adds_and_searches_do_not_wait_for_a_slow_teacher():
 
 def test_a_failed_compiled_graph_run_leaves_no_record_behind_for_long():
     with memory() as mem:
-        mem.add_many(all_facts(), namespace="me")
+        # enough facts for the teacher to group some (a subject groups from about 20 facts)
+        mem.add_many([f"{fact} (note {i})" for i in range(3) for fact in all_facts()], namespace="me")
         mem.flush()
         aspect = mem.tree("me").aspects()[0]
         with pytest.raises(InvalidOperationError):  # the key names an aspect: attach refuses
