@@ -607,7 +607,7 @@ class Learner:
         carried out by :meth:`apply_stage2`)."""
         if rec.asked or rec.fact_id not in tree:
             return
-        rec.asked = True
+        rec.asked, rec.snapshot = True, None  # asked now: an audit has nothing left to ask
         self.unsure["stage2"] += 1
         view = tree.copy()
         view.remove(rec.fact_id)
@@ -662,12 +662,6 @@ class Learner:
             return None
 
     # ------------------------------------------------------------------ supervise
-    @staticmethod
-    def asks_teacher(record: PlaceRecord) -> bool:
-        """Whether :meth:`supervise` would ask the teacher about this record (an audit the
-        model decided alone, not yet supervised)."""
-        return not record.supervised and record.snapshot is not None
-
     def supervise(self, record: PlaceRecord, *, train: bool = True) -> SupervisionResult:
         """The slow half: the deferred audit, training, corrections. Reads no live tree.
 
