@@ -75,9 +75,11 @@ STAGE2_COLUMNS: tuple[str, ...] = (
     "depth", "children", "facts", "cos_label", "cos_mean",
     # the same on every token
     "has_grandparent", "parent_facts", "parent_facts_lin", "parent_aspects", "coherence",
+    "parent_share_of_grand",
     # fact tokens only
     "is_focal", "aff_parent_loo", "aff_grand_out", "promote_margin", "cos_parent_loo",
     "best_aspect_aff", "demote_margin", "best_aspect_label", "best_other_fact", "mean_other_fact",
+    "aff_rest_of_parent", "best_aspect_odds", "parent_odds_in_grand",
     *(f"cluster@{c}" for c in CLUSTER_CUTS), *(f"cluster@coh+{c}" for c in RELATIVE_CUTS),
     "best_coph", "best_coph_minus_coherence",
     # one-hot count of P's fact children (1 .. FACT_BUCKETS, the last meaning "or more"):
@@ -320,6 +322,7 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
     - the closure (same on every token): ``has_grandparent``; ``parent_facts`` and
       ``parent_aspects`` (log counts of P's fact and aspect children), ``parent_facts_lin``
       (the fact count / 10); ``coherence`` = mean pairwise cosine of P's fact children;
+      ``parent_share_of_grand = n(P) / n(G)`` (0 without G);
     - fact tokens: ``aff_parent_loo = e . (S(P) - e) / (n(P) - 1)`` (affinity to P's other
       facts); ``aff_grand_out = e . (S(G) - S(P)) / (n(G) - n(P))`` (to the facts of G
       outside P); ``promote_margin`` = their difference; ``cos_parent_loo`` the cosine
@@ -330,7 +333,12 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
       average-linkage cluster among P's facts cut at similarity ``c``, and
       ``cluster@coh+c`` the same cut at ``coherence + c``; ``best_coph`` the largest
       cophenetic similarity to another fact of P (where the fact first joins a cluster)
-      and that minus ``coherence``; ``parent_facts=k`` one-hot of P's fact count.
+      and that minus ``coherence``; ``parent_facts=k`` one-hot of P's fact count. Sizes
+      weigh against similarities where a teacher balances a tree: with ``B`` the fact's
+      best aspect (by ``e . m(A)``), ``aff_rest_of_parent = e . (S(P) - S(B) - e) /
+      (n(P) - n(B) - 1)`` (affinity to the rest of P), ``best_aspect_odds = n(B) /
+      (n(P) - n(B) - 1)`` and ``parent_odds_in_grand = (n(P) - 1) / (n(G) - n(P))``, both
+      clipped at 20 and divided by 20.
 
     Demote pairs (fact, aspect A), DEMOTE_COLUMNS: ``e . m(A)``, that minus
     ``aff_parent_loo``, cos to A's label, log1p facts of A, is the fact's best aspect, best
@@ -393,6 +401,9 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
     num[:, S2["parent_facts_lin"]] = n_all / 10.0
     num[:, S2["parent_aspects"]] = _count(len(all_aspects))
     num[:, S2["coherence"]] = coherence
+    g_cnt = tree.node(gp).emb_count if gp is not None else 0
+    if g_cnt:
+        num[:, S2["parent_share_of_grand"]] = tree.node(parent).emb_count / g_cnt
 
     # Fact quantities, for every fact of the parent (the kept ones are copied to tokens).
     pnode = tree.node(parent)
@@ -434,6 +445,17 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
         num[:n_f, S2["best_aspect_aff"]] = best_aff
         num[:n_f, S2["demote_margin"]] = best_aff - aff_p[kf]
         num[:n_f, S2["best_aspect_label"]] = a_lcos[kf].max(axis=1)
+    if all_aspects and p_sum is not None:
+        best = np.argmax(a_aff[kf], axis=1)
+        a_nodes = [tree.node(a) for a in all_aspects]
+        a_cnt = np.array([n.emb_count for n in a_nodes], np.float64)
+        a_sum = np.stack([n.emb_sum if n.emb_sum is not None else np.zeros(dim) for n in a_nodes])
+        rest_cnt = p_cnt - a_cnt[best] - 1
+        rest = (p_sum[None, :] - a_sum[best] - f_label[kf]) / np.maximum(rest_cnt, 1)[:, None]
+        num[:n_f, S2["aff_rest_of_parent"]] = np.where(rest_cnt > 0, np.einsum("ij,ij->i", f_unit[kf], rest), 0.0)
+        num[:n_f, S2["best_aspect_odds"]] = np.minimum(a_cnt[best] / np.maximum(rest_cnt, 1), 20.0) / 20.0
+    if g_cnt > p_cnt:
+        num[:n_f, S2["parent_odds_in_grand"]] = min((p_cnt - 1) / (g_cnt - p_cnt), 20.0) / 20.0
     if n_all > 1:
         num[:n_f, S2["best_other_fact"]] = other[kf].max(axis=1)
         num[:n_f, S2["mean_other_fact"]] = (fsims[kf].sum(axis=1) - 1.0) / (n_all - 1)

@@ -321,11 +321,11 @@ class GatedTeacher(HeuristicTeacher):
         super().__init__()
         self.asked, self.release = threading.Event(), threading.Event()
 
-    def choose_stage1(self, new_fact, subtree):
-        if threading.current_thread().name == "membrain-trainer":
+    def place(self, new_fact, tree):
+        if threading.current_thread().name == "membrain-trainer":  # the joint question of an audit
             self.asked.set()
             assert self.release.wait(30), "the test never released the teacher"
-        return super().choose_stage1(new_fact, subtree)
+        return super().place(new_fact, tree)
 
 
 def test_adds_and_searches_do_not_wait_for_a_slow_teacher():
