@@ -40,16 +40,17 @@ def as_namespace(namespace: str | Sequence[str] | None) -> Namespace:
     return parts
 
 
-def check_text(text: Any) -> str:
-    """A memory's text: a non-blank str without NUL, at most MAX_TEXT_CHARS long."""
+def check_text(text: Any, what: str = "memory text") -> str:
+    """A memory's text (or a query: ``what`` names it in errors): a non-blank str without
+    NUL, at most MAX_TEXT_CHARS long."""
     if not isinstance(text, str):
-        raise InvalidOperationError(f"memory text must be a str, got {type(text).__name__}")
+        raise InvalidOperationError(f"{what} must be a str, got {type(text).__name__}")
     if not text.strip():
-        raise InvalidOperationError("memory text is empty")
+        raise InvalidOperationError(f"{what} is empty")
     if "\x00" in text:
-        raise InvalidOperationError("memory text may not contain NUL characters")
+        raise InvalidOperationError(f"{what} may not contain NUL characters")
     if len(text) > MAX_TEXT_CHARS:
-        raise InvalidOperationError(f"memory text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        raise InvalidOperationError(f"{what} has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
     return text
 
 

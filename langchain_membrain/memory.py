@@ -682,7 +682,7 @@ class MembrainMemory:
             return []
         spaces = [ns for ns in self.namespaces()
                   if ns == prefix or (not exact_namespace and ns[: len(prefix)] == prefix)]
-        query = check_text(query) if query is not None else None
+        query = check_text(query, "the search query") if query is not None else None
         embedded: dict[str, np.ndarray] = {}  # one embedding per distinct dense query text
         hits: list[MemoryRecord] = []
         vectors: dict[tuple[Namespace, str], np.ndarray] = {}  # for merging across namespaces

@@ -282,3 +282,11 @@ def test_reopen_a_db_between_commands(capsys, tmp_path, notes):
     assert code == 0 and "4 facts" in out, err
     code, out, err = run(capsys, ["show", "--db", "postgresql://nobody@127.0.0.1:1/none"])
     assert_one_line_error(code, out, err)
+
+
+def test_an_empty_search_query_says_so(capsys, tmp_path):
+    db = str(tmp_path / "m.db")
+    assert run(capsys, ["--db", db, "--offline", "add", "I keep bees"])[0] == 0
+    code, out, err = run(capsys, ["--db", db, "search", "  "])
+    assert code == 1 and "search query is empty" in out + err
+    assert "memory text" not in out + err
