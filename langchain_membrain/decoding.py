@@ -2,7 +2,7 @@
 
 The stage-2 network scores each actable fact ``i`` (the focal fact and its sibling facts)
 separately; a tree edit is a joint choice. The decoder is a small planning step over
-these potentials (design section 4):
+these potentials (README, Concepts: stage 2):
 
 - **Unary potentials**: ``gain[i, t] = log p(t | i) - log p(idle | i) - idle_margin`` for
   t in {promote, demote, group}, from the action-type logits. Idle has gain 0, so an action

@@ -12,7 +12,7 @@ Pure functions of the tree (nothing is written). Every node becomes a token made
 
 The networks could learn such similarities from the raw embeddings, but only from many
 examples; handing them the cosines and margins directly is what makes online imitation
-fast (design, section 6; issue 3, "goals").
+fast (measured by ``bench learning``).
 
 Definitions used below (``cos`` is cosine similarity, 0 for a missing or zero vector;
 fact embeddings are taken as unit vectors, as all-MiniLM-L6-v2's are):
@@ -306,7 +306,7 @@ def _cophenetic_similarity(unit_vecs: np.ndarray) -> np.ndarray:
 
 def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48,
                     max_aspects: int = 24, max_uncles: int = 24) -> Stage2Features:
-    """Features of a closure (design section 4) for the stage-2 decision.
+    """Features of a closure (README, Concepts: the closure) for the stage-2 decision.
 
     Tokens: focal fact, sibling facts, sibling aspects, parent, uncles, grandparent. Very
     crowded parents keep the ``max_facts`` sibling facts (``max_aspects`` aspects,

@@ -2,7 +2,7 @@
 
 :class:`FactIndex` holds the facts of one namespace (one tree) and answers
 ``search(query, query_embedding, k)`` with ``[(fact_id, score), ...]``, best first. It is
-the "strong flat pipeline" of issue 7, every part switchable in :class:`RetrievalConfig`
+the "strong flat pipeline" of the README's LoCoMo results, every part switchable in :class:`RetrievalConfig`
 so that each can be measured, plus the parts that use the tree.
 
 Definitions (``s`` is a fact, ``q`` the query):

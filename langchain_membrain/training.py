@@ -1,4 +1,4 @@
-"""Online imitation of a teacher (design section 5): losses, policies, calibration, checkpoints.
+"""Online imitation of a teacher (README, Concepts): losses, policies, calibration, checkpoints.
 
 The pieces:
 

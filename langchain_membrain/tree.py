@@ -1,6 +1,6 @@
 """The membrain tree: one subject's memories as root, aspects and facts.
 
-Definitions (design, sections 2 to 4):
+Definitions (README, Concepts):
 
 - The **root** is the subject; **aspects** are inner nodes (sub-topics); **facts** are the
   memories and are always leaves. Every non-root node has exactly one parent.

@@ -9,7 +9,7 @@ of categories 1 to 4 every method returns its top k turns of that conversation:
 
 Methods: ``membrain`` (:class:`~langchain_membrain.retrieval.FactIndex` with the tree built
 online), ``bm25`` (bm25s, no stemming), ``dense`` (cosine), ``flat_pipeline`` (FactIndex
-without a tree: the strong flat pipeline of issue 7), ``inmemorystore`` (LangGraph's
+without a tree: the strong flat pipeline of retrieval.py), ``inmemorystore`` (LangGraph's
 ``InMemoryStore`` with an index config, its own search). Evidence ids are normalised first
 (:func:`normalize_evidence`); questions left without a valid id are skipped.
 
