@@ -184,6 +184,7 @@ class MembrainMemory:
         prior: bool = True,
         max_loaded_namespaces: int = 1000,
         max_training_lag: int = 4,
+        shadow_teacher: Any = None,
     ):
         """
         Args:
@@ -227,10 +228,17 @@ class MembrainMemory:
             max_training_lag: inserts the background trainer may be behind before an
                 ``add`` waits for it (its labels are learned from within this many inserts),
                 with an in-process teacher (``fast``); with an LLM teacher adds never wait.
+            shadow_teacher: for evaluation: a second teacher (same forms as ``teacher``)
+                asked about every decision the student takes alone, never counted, trained
+                on or executed. ``stats()["shadow_agreement"]`` then says how often it
+                agreed (stage 1 per level, stage 2 per whole action series). It costs one
+                teacher call per decision: with an LLM, that is the price of the check.
         """
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
         self.teacher = resolve_teacher(teacher, teacher_model, embed=self._embed)
+        self._shadow = None if shadow_teacher is None else resolve_teacher(shadow_teacher, teacher_model,
+                                                                            embed=self._embed)
         self.refresh_interval = float(refresh_interval)
         self.background = bool(background)
         self.checkpoint_every = int(checkpoint_every)
@@ -743,7 +751,7 @@ class MembrainMemory:
             cfg = self._learner_config
             cfg.model.dim = int(dim)
             learner = Learner(self.teacher, cfg, embed_label=lambda label: self._embed([label])[0],
-                              label_aspect=self._label_aspect)
+                              label_aspect=self._label_aspect, shadow=self._shadow)
             restored = False
             if self._storage is not None:
                 self._is_trainer = self._storage.try_acquire_trainer(CHECKPOINT_NAME)
@@ -906,6 +914,10 @@ class MembrainMemory:
         out["questions"] = {k: self._learner.questions[k] for k in QUESTION_KINDS}
         out["teacher_failures"] = sum(self._learner.failures.values())  # invalid or failed answers
         out["asked_when_unsure"] = dict(self._learner.unsure)  # placement questions, by the unsure stage
+        if self._shadow is not None:
+            out["shadow_agreement"] = {k: {"agreed": a, "decisions": n, "rate": a / n if n else None}
+                                       for k, (a, n) in self._learner.shadow_agreement.items()}
+            out["shadow_seconds"] = self._learner.shadow_seconds
         return out
 
     def _maybe_reload_checkpoint(self) -> None:

@@ -301,6 +301,10 @@ class Learner:
         self.questions: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self.unsure: Counter[str] = Counter()  # placement questions by the stage that was unsure
+        # With a shadow: of the decisions the student took alone, how many the shadow would
+        # have taken too (stage 1 per level, the whole stage-2 series), as (agreed, total).
+        self.shadow_agreement: dict[str, list[int]] = {"stage1": [0, 0], "stage2": [0, 0]}
+        self.shadow_seconds = 0.0  # time spent asking the shadow (left out of insert times)
         self._count_lock = threading.Lock()
         self.inserts = 0
 
@@ -496,6 +500,7 @@ class Learner:
         return rec
 
     def _shadow_time(self, rec: PlaceRecord, seconds: float) -> None:
+        self.shadow_seconds += seconds
         t0, c0, s = rec.clock
         rec.clock = (t0, c0, s + seconds)
 
@@ -528,6 +533,8 @@ class Learner:
             if not rec.asked and self._unsure(pol, "stage1", conf):
                 return True
             self.trainer.counters["stage1"].model_executed += 1
+            if step.shadow_choice is not None:
+                self._shadowed("stage1", mchoice == step.shadow_choice)
             if mchoice == 0:
                 break
             rec.cursor = cands[mchoice]
@@ -644,6 +651,8 @@ class Learner:
                     except Exception:
                         dec.shadow_actions = None
                     self._shadow_time(rec, time.perf_counter() - s0)
+                    if dec.by == "model" and dec.shadow_actions is not None:
+                        self._shadowed("stage2", _same_actions(dec.executed, dec.shadow_actions))
                 rec.applied = self._rewrite(tree, dec.executed)
             elif rec.applied and rec.fact_id in tree:
                 rec.applied = self._rewrite(tree, rec.applied)
@@ -653,6 +662,11 @@ class Learner:
         rec.place_ms = (time.perf_counter() - t0 - shadow_s) * 1000
         rec.place_cpu_ms = max(time.process_time() - c0 - shadow_s, 0.0) * 1000
         return rec.applied
+
+    def _shadowed(self, stage: str, agreed: bool) -> None:
+        with self._count_lock:
+            self.shadow_agreement[stage][0] += bool(agreed)
+            self.shadow_agreement[stage][1] += 1
 
     def _shadow1(self, new_fact: NewFact, sub: Subtree) -> int | None:
         try:

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from langchain_membrain.teachers.heuristic import HeuristicTeacher
+
 COLUMNS = {
     "run", "namespace", "window", "first_insert", "last_insert", "inserts", "questions",
     "questions_cumulative", "questions_per_insert", "teacher_calls_per_insert", "naming_calls_per_insert",
@@ -72,3 +74,47 @@ def test_economy_bench_end_to_end(tmp_path):
         summary = res["runs"][run]["summaries"]["(all)"]["all"]
         assert summary["inserts"] == 30 and summary["questions"] == total
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    shadow = res["runs"]["product"]["final_stats"]["shadow_agreement"]
+    assert set(shadow) == {"stage1", "stage2"}
+    for v in shadow.values():
+        assert 0 <= v["agreed"] <= v["decisions"]
+    assert "shadow_agreement" not in res["runs"]["baseline"]["final_stats"]  # the teacher alone needs none
+
+
+class CountingTeacher(HeuristicTeacher):
+    """The offline teacher, counting the questions put to it (here: as a shadow)."""
+
+    asked = 0
+
+    def choose_stage1(self, new_fact, subtree):
+        self.asked += 1
+        return super().choose_stage1(new_fact, subtree)
+
+    def choose_stage2(self, tree, closure):
+        self.asked += 1
+        return super().choose_stage2(tree, closure)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_shadow_teacher_checks_the_student_without_being_counted():
+    """The shadow is asked about the student's own decisions and reported apart; the teacher
+    questions a user pays for are the same with or without it."""
+    from langchain_membrain import MembrainMemory
+
+    texts = [r["text"] for r in _stream()]
+    runs = {}
+    for with_shadow in (False, True):
+        shadow = CountingTeacher() if with_shadow else None
+        with MembrainMemory(background=False, shadow_teacher=shadow) as mem:
+            for t in texts:
+                mem.add(t, namespace="alice")
+            runs[with_shadow] = (mem.stats(), shadow)
+    plain, (checked, shadow) = runs[False][0], runs[True]
+    assert "shadow_agreement" not in plain
+    assert checked["questions"] == plain["questions"] and checked["teacher_calls"] == plain["teacher_calls"]
+    agreement = checked["shadow_agreement"]
+    decided = agreement["stage1"]["decisions"] + agreement["stage2"]["decisions"]
+    assert decided > 0 and shadow.asked >= decided
+    assert agreement["stage1"]["decisions"] <= checked["stage1"]["model_executed"]
+    for v in agreement.values():
+        assert v["rate"] is None or 0.0 <= v["rate"] <= 1.0

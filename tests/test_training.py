@@ -324,14 +324,58 @@ def test_platt_calibration_stays_finite_and_increasing():
     rng = np.random.default_rng(0)
     all_right = PlattCalibrator(256)
     for _ in range(200):
-        all_right.add(float(-rng.exponential(2.0)), True)
-    a, b = all_right.fit()
-    assert 0.0 <= a <= PlattCalibrator.BOUND and abs(b) <= PlattCalibrator.BOUND
-    assert all_right.prob(-20.0) < 0.999  # never certain, however many agreed
+        all_right.add(float(-rng.exponential(2.0)), float(rng.integers(1, 30)), True)
+    a, c, b = all_right.fit()
+    assert 0.0 <= a <= PlattCalibrator.BOUND and -PlattCalibrator.BOUND <= c <= 0.0 and abs(b) <= PlattCalibrator.BOUND
+    assert all_right.prob(-20.0, 10) < 0.999  # never certain, however many agreed
 
     mixed = PlattCalibrator(256)
     for _ in range(256):
-        score = float(-rng.exponential(3.0))
-        mixed.add(score, rng.random() < np.exp(score / 2))  # likelier right when more probable
-    mixed.fit()
-    assert mixed.a > 0 and mixed.prob(-0.1) > 0.7 > 0.3 > mixed.prob(-12.0)
+        score, n = float(-rng.exponential(3.0)), float(rng.integers(1, 30))
+        mixed.add(score, n, rng.random() < np.exp(score / 2) * (1 - n / 40))  # likelier right when more probable, smaller
+    a, c, b = mixed.fit()
+    assert a > 0 and c < 0 and mixed.prob(-0.1, 2) > 0.6 > 0.3 > mixed.prob(-12.0, 2)
+    assert mixed.prob(-1.0, 2) > mixed.prob(-1.0, 25)  # a larger decision, at the same score, is doubted more
+
+
+def test_stage2_confidence_follows_the_decision_fit_alone(trained):
+    """Stage 2's confidence is the Platt fit of the network's own log-probabilities: audited
+    facts arriving in a burst must not rescale the score that fit was made on (a per-fact
+    temperature did, and the gate then doubted every closure)."""
+    learner, _, _, tree = trained
+    tr = learner.trainer
+    fact = tree.facts()[0]
+    feats = learner._feats2(tree, fact)
+    types, _, _ = tr.predict_stage2(feats)
+    mask = feats.type_mask()
+    z = np.where(mask, types, -np.inf)
+    z = z - z.max(axis=1, keepdims=True)
+    expected = float(max((-np.log(np.exp(z).sum(axis=1))).sum(), -30.0))
+    assert tr.stage2_score(types, mask) == pytest.approx(expected)
+    n = int((mask.sum(axis=1) > 1).sum())
+    tr.decision_calib.w = (2.0, -0.1, 1.0)
+    assert tr.confidence_stage2(types, mask) == pytest.approx(1 / (1 + np.exp(-(2.0 * expected - 0.1 * n + 1.0))))
+
+
+def test_a_checkpoint_fitted_on_another_decision_score_keeps_its_networks_not_its_fit(trained):
+    """Checkpoints written before the score changed carry a Platt fit made on temperature-
+    scaled scores: the networks load, the fit is left out (the calibrator refits)."""
+    learner, decisions, _, _ = trained
+    state = learner.trainer.state_dict()
+    state["platt"] = [0.01, 40.0]  # a fit on the old score that would pass every decision
+    state["platt_rows"] = [[-1.0, 1]]
+    del state["decision_score"]
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    fresh = Learner(HeuristicTeacher(), small_config())
+    before = fresh.trainer.decision_calib.w
+    fresh.load_bytes(buf.getvalue())
+    assert fresh.trainer.decision_calib.w == before
+    f, _ = decisions[0]
+    np.testing.assert_array_equal(fresh.trainer.predict_stage1(f), learner.trainer.predict_stage1(f))
+    # and one written now keeps its fit and the window it continues from
+    learner.trainer.decision_calib.w = (0.7, -0.05, 2.5)
+    fresh.load_bytes(learner.state_bytes())
+    assert fresh.trainer.decision_calib.w == (0.7, -0.05, 2.5)
+    assert list(fresh.trainer.decision_calib.rows) == list(learner.trainer.decision_calib.rows)
+    assert len(fresh.trainer.decision_calib.rows) > 0

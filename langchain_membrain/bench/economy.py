@@ -41,6 +41,14 @@ Tree shape at each window's end (``mem.tree(namespace)``): height, top-level asp
 aspects, the largest top-level aspect's share of the namespace's facts, the share of facts
 attached directly to the root.
 
+Agreement (``--shadow``, default on): the product's memory gets a shadow copy of the
+teacher (``MembrainMemory(shadow_teacher=...)``), asked about every decision the student
+takes alone and never counted, trained on or executed; the share it would have taken too
+(stage 1 per level, stage 2 per whole action series) is printed and saved in the JSON
+(``final_stats.shadow_agreement``). Economy counts only beside it: a student that decides
+alone and wrongly saves questions by silence. The shadow's time is left out of the insert
+times.
+
 Baseline (``--baseline``, default on), measured in the same run on the same stream: a memory
 whose student never decides (``LearnerConfig(stage1=Policy(execute="teacher"),
 stage2=Policy(execute="teacher"))``): the teacher alone, and its questions per insert.
@@ -224,7 +232,7 @@ def run_stream(items: Sequence[Item], make_memory: Callable[[], Any], vecs: np.n
     shapes: dict[tuple[str, int], dict[str, Any]] = {}
     pending: dict[tuple[str, int], int] = {}
     prev = read_counts(mem.stats())
-    prev_merged = 0
+    prev_merged, shadow_s = 0, 0.0
     t_start = time.perf_counter()
     try:
         for i, (it, vec) in enumerate(zip(items, vecs)):
@@ -237,7 +245,11 @@ def run_stream(items: Sequence[Item], make_memory: Callable[[], Any], vecs: np.n
             stats = mem.stats()
             cur = read_counts(stats)
             n = seen[it.namespace] = seen.get(it.namespace, 0) + 1
-            rec = Insert(it.namespace, n, 1e3 * (w1 - w0), 1e3 * (c1 - c0), 1e3 * (p1 - p0))
+            # The shadow teacher's time (evaluation only) is not the insert's.
+            sh = float(stats.get("shadow_seconds") or 0.0)
+            spent, shadow_s = sh - shadow_s, sh
+            rec = Insert(it.namespace, n, 1e3 * max(w1 - w0 - spent, 0.0), 1e3 * max(c1 - c0 - spent, 0.0),
+                         1e3 * max(p1 - p0 - spent, 0.0))
             _charge(rec, prev, cur)
             rec.asked = rec.questions > 0
             merged = int(stats.get("merged") or 0)
@@ -473,6 +485,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "ground truth, which chat turns do not have)")
     parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the teacher alone on the same stream (default on)")
+    parser.add_argument("--shadow", action=argparse.BooleanOptionalAction, default=True,
+                        help="check the student's own decisions against a shadow copy of the teacher "
+                             "(its time is left out of the insert times)")
     parser.add_argument("--csv", default=None, help="one row per window per namespace (and run)")
     parser.add_argument("--png", default=None, help="questions per insert per window")
     parser.add_argument("--json", default=None, help="summaries and final stats")
@@ -510,8 +525,13 @@ def run(args: argparse.Namespace) -> int:
                   f"teacher={args.teacher}, pause {args.pause:g}s between adds, embedded in {embed_s:.1f}s beforehand "
                   f"({'passed as embedding=' if pass_embedding else 'served by the embedder'})")
 
+    def shadow() -> Any:
+        from ..teachers.heuristic import HeuristicTeacher
+
+        return HeuristicTeacher() if args.shadow else None
+
     def product() -> Any:
-        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known))
+        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), shadow_teacher=shadow())
 
     def teacher_alone() -> Any:
         cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
@@ -565,6 +585,10 @@ def run(args: argparse.Namespace) -> int:
                   "namespace; 'pending': inserts the trainer had not supervised yet at the window's end). "
                   "'adds w/ q': share of adds during which the counters rose. Times: one "
                   "mem.add, embeddings precomputed; cpu = the calling thread's CPU time.")
+    agreement = prod.final_stats.get("shadow_agreement")
+    if isinstance(agreement, Mapping):
+        console.print("the student's own decisions, checked by a shadow copy of the teacher (never counted): "
+                      + "; ".join(f"{k} {_f(v.get('rate'))} of {v.get('decisions')}" for k, v in agreement.items()))
     console.print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs ({machine_description()}), "
                   f"torch device {prod.device}, torch threads {torch.get_num_threads()}")
 

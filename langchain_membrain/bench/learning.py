@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         "stage1_prequential_agreement": c1.agreement,
         "stage2_prequential_agreement": c2.agreement,
         "stage1_temperature": learner.trainer.calib["stage1"].temperature,
-        "stage2_temperature": learner.trainer.calib["stage2"].temperature,
+        "stage2_decision_fit": list(learner.trainer.decision_calib.w),
         "optimiser_steps": steps,
         "facts": len(facts),
         "teacher": args.teacher,
