@@ -64,7 +64,7 @@ def storage_backend(schema: str):
             cur = conn.execute(statement.replace("?", "%s"), params)
             return cur.fetchall() if cur.description else []
 
-    backend = Backend(open=lambda: open_storage(URL, schema=schema), raw=raw,
+    backend = Backend(open=lambda **kw: open_storage(URL, schema=schema, **kw), raw=raw,
                       worker_args=["--target", URL, "--schema", schema], concurrent_facts=200)
     yield backend
     for storage in backend.opened:
