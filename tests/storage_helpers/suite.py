@@ -483,7 +483,8 @@ def test_closed_storage_refuses_calls(storage_backend: Backend) -> None:
 # ----------------------------------------------------------------- other processes
 def test_sigkill_mid_ingest_keeps_every_acknowledged_fact(storage_backend: Backend) -> None:
     """A writer killed at several points: after each kill the stored tree is valid, holds
-    every fact whose write was acknowledged and none whose removal was acknowledged."""
+    every fact whose write was acknowledged and none whose removal was acknowledged, and
+    a tree loaded before the round catches up by the logged changes to that same tree."""
     acked: set[str] = set()
     deleted: set[str] = set()
     # Removals tried by a write that was not acknowledged: a kill can land after the commit
@@ -501,6 +502,8 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_fact(storage_backend: Backe
             acked.add(words[1])
         return words[0] == "ACK"
 
+    follower: MembrainTree | None = None
+    follower_at = 0
     for round_, kill_after in enumerate((3, 12, 25, 40)):
         proc = start_worker(storage_backend, "write", "--ns", "/".join(NS), "--count", "1000", "--removes",
                             "--seed", str(round_), "--prefix", f"r{round_}")
@@ -524,6 +527,10 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_fact(storage_backend: Backe
         lost = acked - deleted - may_delete - facts
         assert not lost, f"lost acknowledged facts: {sorted(lost)}"
         assert not (deleted & facts), f"acknowledged removals came back: {sorted(deleted & facts)}"
+        if follower is None:
+            follower, follower_at = storage.load_tree(NS)
+        else:
+            follower_at = catch_up(storage, follower, follower_at)  # equal to the reload above
         storage.close()
     assert len(acked) >= 80
 
@@ -535,11 +542,15 @@ def test_sigkill_inside_a_transaction_stores_none_of_it(storage_backend: Backend
     proc = start_worker(storage_backend, "write", "--ns", "/".join(NS), "--count", "100", "--removes",
                         "--seed", "7", "--prefix", "k", "--pause-at", "20")
     lines = []
+    reader = storage_backend.fresh()
+    held = None
     try:
         while not lines or not lines[-1].startswith("PAUSED"):
             line = proc.stdout.readline()
             assert line, f"writer ended early: {proc.stderr.read()}"
             lines.append(line.strip())
+            if held is None and len(lines) == 10:
+                held = reader.load_tree(NS)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
@@ -549,26 +560,39 @@ def test_sigkill_inside_a_transaction_stores_none_of_it(storage_backend: Backend
     tree, version = storage.load_tree(NS)
     assert version == 20  # twenty acknowledged writes, the twenty-first rolled back
     assert "k-20" not in tree and "k-19" in tree
+    # The rolled-back write left nothing in the change log either: a tree loaded earlier
+    # catches up to exactly the stored one.
+    assert catch_up(reader, *held) == 20
     # The dead writer's lock is gone: another process can write at once.
     result = run_worker(storage_backend, "write", "--ns", "/".join(NS), "--count", "3", "--prefix", "after")
     assert result.returncode == 0, result.stderr
     assert storage.namespace_version(NS) == 23
+    assert catch_up(reader, held[0], 20) == 23
 
 
 @pytest.mark.slow
 def test_two_processes_write_one_namespace_and_a_third_sees_all(storage_backend: Backend) -> None:
+    """Two writers interleave on one namespace, each catching up on the other's writes by
+    applying the logged changes; every caught-up tree equals a reload (--verify), none
+    had to reload, and the final tree holds every fact."""
     n = storage_backend.concurrent_facts
     writers = [start_worker(storage_backend, "write", "--ns", "/".join(NS), "--count", str(n), "--seed", str(k),
-                            "--prefix", f"p{k}") for k in range(2)]
+                            "--prefix", f"p{k}", "--removes", "--verify") for k in range(2)]
     outputs = [w.communicate(timeout=240) for w in writers]
+    applied = 0
     for w, (out, err) in zip(writers, outputs):
-        assert w.returncode == 0, err
-        assert out.splitlines()[-1] == "DONE"
+        assert w.returncode == 0, out[-500:] + err
+        last = out.splitlines()[-1].split()
+        assert last[0] == "DONE" and last[2] == "reloaded=0", last
+        applied += int(last[1].split("=")[1])
+    assert applied > 0  # they did interleave
+    removed = {line.split()[3] for w, (out, _) in zip(writers, outputs) for line in out.splitlines()
+               if line.startswith("ACK") and " DEL " in line}
     result = run_worker(storage_backend, "read", "--ns", "/".join(NS))
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
-    assert seen["facts"] == sorted(f"p{k}-{i}" for k in range(2) for i in range(n))
+    assert seen["facts"] == sorted({f"p{k}-{i}" for k in range(2) for i in range(n)} - removed)
     assert seen["version"] == 2 * n
     # And this process agrees.
     tree, version = storage_backend.fresh().load_tree(NS)
-    assert version == 2 * n and len(tree.facts()) == 2 * n
+    assert version == 2 * n and len(tree.facts()) == 2 * n - len(removed)
