@@ -315,10 +315,10 @@ class MembrainMemory:
             try:
                 tree.apply_rows(rows, removed)
             except InvariantError:
-                pass  # half-applied: the reload below replaces it
+                self._drop(ns)  # half-applied: never used again, the reload below replaces it
             else:
                 self._synced[ns] = version
-                self._sync_index(ns, rows, removed)
+                self._sync_index(ns, rows, removed, defer_ann=True)  # inserted in HNSW at our next write
                 self._checked[ns] = time.monotonic()
                 self._counts["refreshed_by_change"] += 1
                 self._touch(ns)
@@ -370,8 +370,10 @@ class MembrainMemory:
         facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
         self._sync_index(ns, [tree.node_row(f) for f in facts], [])
 
-    def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str]) -> None:
-        """Bring the namespace's search index up to date with a write's changed rows."""
+    def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str], *,
+                    defer_ann: bool = False) -> None:
+        """Bring the namespace's search index up to date with a write's changed rows
+        (``defer_ann``: see :meth:`FactIndex.add`)."""
         index = self._indexes.get(ns)
         if index is None:
             index = self._indexes[ns] = FactIndex(self.retrieval, embed_query=lambda t: self._embed([t])[0])
@@ -398,9 +400,9 @@ class MembrainMemory:
             if seen.get(rid) == signature:
                 continue  # moved in the tree only: the index does not care
             if rid in index:
-                index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value)
+                index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value, defer_ann=defer_ann)
             else:
-                index.add(rid, row["text"], row["embedding"], metadata=value)
+                index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
             seen[rid] = signature
 
     def _tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
@@ -965,7 +967,9 @@ class MembrainMemory:
         """Counts of the forest and of learning: facts, aspects, depth, inserts, teacher
         calls (per insert overall and over the last 100 inserts), agreement per stage,
         corrections, pending training, inserts in flight (started in the insert graph and
-        not finished), worker errors and the teacher's own cost stats."""
+        not finished), worker errors, namespaces brought up to date after other processes'
+        writes (``refreshed_by_change``; ``refresh_reloads``: reloaded whole) and the
+        teacher's own cost stats."""
         names = self.namespaces()
         facts = aspects = depth = 0
         for ns in names:

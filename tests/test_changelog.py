@@ -9,6 +9,9 @@ server.
 
 from __future__ import annotations
 
+import os
+import uuid
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
@@ -18,6 +21,7 @@ from helpers import WordEmbeddings
 from langchain_membrain import MembrainTree
 from langchain_membrain.errors import InvariantError
 from langchain_membrain.memory import MembrainMemory
+from langchain_membrain.storage import open_storage
 from langchain_membrain.storage.base import merge_changes
 from test_tree_properties import DIM, TreeMachine
 
@@ -121,12 +125,29 @@ def test_changes_that_do_not_fit_the_tree_are_refused() -> None:
             follower.apply_rows(rows, removed)
 
 
-def test_a_memory_refreshes_by_change_after_another_ones_writes(tmp_path) -> None:
-    """Two memories on one file: each sees the other's adds, updates and deletes by
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_storage(request, tmp_path):
+    """A function opening a new Storage on one database shared by the test's memories."""
+    if request.param == "sqlite":
+        db = str(tmp_path / "shared.db")
+        yield lambda: open_storage(db)
+        return
+    url = os.environ.get("MEMBRAIN_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("MEMBRAIN_TEST_POSTGRES_URL is not set: no PostgreSQL server to test against")
+    import psycopg
+
+    schema = f"membrain_test_{uuid.uuid4().hex[:12]}"
+    yield lambda: open_storage(url, schema=schema)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_memory_refreshes_by_change_after_another_ones_writes(shared_storage) -> None:
+    """Two memories on one database: each sees the other's adds, updates and deletes by
     applying the logged changes, searches find them, and the tree equals a reload."""
-    db = str(tmp_path / "shared.db")
-    a = MembrainMemory(embeddings=WordEmbeddings(), storage=db, refresh_interval=0.0)
-    b = MembrainMemory(embeddings=WordEmbeddings(), storage=db, refresh_interval=0.0)
+    a = MembrainMemory(embeddings=WordEmbeddings(), storage=shared_storage(), refresh_interval=0.0)
+    b = MembrainMemory(embeddings=WordEmbeddings(), storage=shared_storage(), refresh_interval=0.0)
     try:
         texts = ["my dog rex loves the park", "the cat sleeps on the sofa", "pasta with tomato sauce",
                  "fresh bread from the bakery", "the quarterly report is due monday", "rex the dog barks"]
