@@ -36,7 +36,7 @@ def storage_backend(tmp_path: Path):
             return conn.execute(statement, params).fetchall()
 
     backend = Backend(open=lambda **kw: open_storage(str(path), **kw), raw=raw, worker_args=["--target", str(path)],
-                      concurrent_facts=100)
+                      concurrent_facts=100, scratch=str(tmp_path))
     yield backend
     for storage in backend.opened:
         storage.close()

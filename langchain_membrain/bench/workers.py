@@ -23,7 +23,8 @@ reload pays). Three phases, each op timed in the process that runs it:
 - **reload (before)**: the same turns with the change log ignored (``changes_since``
   answers None), so every catch-up reloads the namespace whole, as before.
 
-Turns keep one process busy at a time, so on a small machine the phases compare the cost
+Turns keep one process busy at a time (a worker waits for its own background training,
+``flush()``, before passing the turn), so on a small machine the phases compare the cost
 of refreshing, not CPU contention between workers. Model checkpoints are not saved during
 the run (``checkpoint_every`` huge): reloading a checkpoint another process saved is a
 separate cost, paid once per ``checkpoint_every`` inserts.
@@ -144,6 +145,7 @@ def _worker(idx: int, n_proc: int, target: str, options: dict, ops: int, reload_
             timed(first, kind)
             if second is not None:
                 timed(second, kind)
+            mem.flush()  # our background training ends before the next worker's turn starts
             with sync["cond"]:
                 sync["turn"].value += 1
                 sync["cond"].notify_all()

@@ -291,6 +291,19 @@ def merge_changes(head: int, after: int,
     return list(rows.values()), sorted(removed), head
 
 
+def merge_log_rows(found: Sequence[tuple], version: int) -> tuple[list[dict[str, Any]], list[str], int] | None:
+    """:meth:`Storage.changes_since` from the rows of the backends' one query: (head
+    version, entry version, op, node columns...) per log entry after ``version``, in
+    version order, or one row of NULL entry columns; no row when the namespace is absent."""
+    if not found:
+        return None
+    head = int(found[0][0])
+    if head == version:
+        return [], [], version
+    return merge_changes(head, int(version), (
+        (int(e[1]), e[2], e[3], decode_row(*e[3:]) if e[2] == "upsert" else None) for e in found if e[1] is not None))
+
+
 # ---------------------------------------------------------------------- interface
 class Storage(abc.ABC):
     """Persistent home of a forest of membrain trees and of model checkpoints.

@@ -43,7 +43,7 @@ from .base import (
     encode_namespace,
     encode_rows,
     lock_key,
-    merge_changes,
+    merge_log_rows,
     redact_url,
 )
 
@@ -310,19 +310,15 @@ class PostgresStorage(Storage):
 
     def changes_since(self, ns: Sequence[str], version: int) -> tuple[list[dict[str, Any]], list[str], int] | None:
         key = encode_namespace(ns)
-        with self._read(snapshot=True) as conn:
-            head = conn.execute(self._q("SELECT version FROM {s}.membrain_namespaces WHERE ns = %s"),
-                                (key,)).fetchone()
-            if head is None:
-                return None
-            if int(head[0]) == version:
-                return [], [], version
-            with conn.cursor(binary=True) as cur:
-                cur.execute(self._q(f"SELECT version, op, {_NODE_COLUMNS} FROM {{s}}.membrain_changes "
-                                    "WHERE ns = %s AND version > %s ORDER BY version"), (key, int(version)))
-                entries = cur.fetchall()
-        return merge_changes(int(head[0]), int(version), (
-            (int(e[0]), e[1], e[2], decode_row(*e[2:]) if e[1] == "upsert" else None) for e in entries))
+        # One statement (one snapshot, one round trip): the head version beside each later
+        # log entry; one row of NULL entry columns when nothing is logged after.
+        columns = ", ".join("c." + c for c in _NODE_COLUMNS.split(", "))
+        with self._read() as conn, conn.cursor(binary=True) as cur:
+            cur.execute(self._q(f"SELECT n.version, c.version, c.op, {columns} FROM {{s}}.membrain_namespaces n "
+                                "LEFT JOIN {s}.membrain_changes c ON c.ns = n.ns AND c.version > %s "
+                                "WHERE n.ns = %s ORDER BY c.version"), (int(version), key))
+            found = cur.fetchall()
+        return merge_log_rows(found, version)
 
     def _log(self, conn: "psycopg.Connection", key: str, version: int, encoded: list[tuple],
              removed_ids: list[str]) -> None:

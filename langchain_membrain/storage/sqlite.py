@@ -47,7 +47,7 @@ from .base import (
     encode_namespace,
     encode_rows,
     lock_key,
-    merge_changes,
+    merge_log_rows,
 )
 
 try:  # POSIX only; elsewhere the trainer lock is held within this process only
@@ -383,17 +383,14 @@ class SQLiteStorage(Storage):
 
     def changes_since(self, ns: Sequence[str], version: int) -> tuple[list[dict[str, Any]], list[str], int] | None:
         key = encode_namespace(ns)
-        with self._read(snapshot=True) as conn:
-            head = conn.execute("SELECT version FROM membrain_namespaces WHERE ns = ?", (key,)).fetchone()
-            if head is None:
-                return None
-            if int(head[0]) == version:
-                return [], [], version
-            entries = conn.execute(
-                f"SELECT version, op, {_NODE_COLUMNS} FROM membrain_changes WHERE ns = ? AND version > ? "
-                "ORDER BY version", (key, int(version))).fetchall()
-        return merge_changes(int(head[0]), int(version), (
-            (int(e[0]), e[1], e[2], decode_row(*e[2:]) if e[1] == "upsert" else None) for e in entries))
+        # One statement (one snapshot, no transaction to open): the head version beside
+        # each later log entry; one row of NULL entry columns when nothing is logged after.
+        with self._read() as conn:
+            found = conn.execute(
+                f"SELECT n.version, c.version, c.op, {', '.join('c.' + c for c in _NODE_COLUMNS.split(', '))} "
+                "FROM membrain_namespaces n LEFT JOIN membrain_changes c ON c.ns = n.ns AND c.version > ? "
+                "WHERE n.ns = ? ORDER BY c.version", (int(version), key)).fetchall()
+        return merge_log_rows(found, version)
 
     def write(self, ns: Sequence[str], rows: Iterable[dict[str, Any]], removed: Iterable[str] = (), *,
               expected_version: int | None = None) -> int:

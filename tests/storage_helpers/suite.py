@@ -44,6 +44,7 @@ class Backend:
     raw: Callable[[str, tuple], list]  # run one SQL statement ("?" placeholders) and fetch its rows
     worker_args: list[str]  # --target/--schema for worker.py
     concurrent_facts: int = 100  # facts per process in the two-writer test
+    scratch: str = ""  # a directory of the test's own, for files the workers wait on
     opened: list[Storage] = field(default_factory=list)
 
     def fresh(self, **options) -> Storage:
@@ -576,8 +577,15 @@ def test_two_processes_write_one_namespace_and_a_third_sees_all(storage_backend:
     applying the logged changes; every caught-up tree equals a reload (--verify), none
     had to reload, and the final tree holds every fact."""
     n = storage_backend.concurrent_facts
+    go = os.path.join(storage_backend.scratch, "go")
     writers = [start_worker(storage_backend, "write", "--ns", "/".join(NS), "--count", str(n), "--seed", str(k),
-                            "--prefix", f"p{k}", "--removes", "--verify") for k in range(2)]
+                            "--prefix", f"p{k}", "--removes", "--verify", "--go", go,
+                            # a pause between writes: SQLite's busy handler is not fair, and a
+                            # writer that commits and locks again at once would starve the other
+                            "--delay", "0.01") for k in range(2)]
+    for w in writers:
+        assert w.stdout.readline().strip() == "READY", w.stderr.read()
+    open(go, "w").close()  # both start writing now
     outputs = [w.communicate(timeout=240) for w in writers]
     applied = 0
     for w, (out, err) in zip(writers, outputs):

@@ -7,6 +7,7 @@ Modes (``python worker.py MODE --target T [--schema S] ...``):
   brings the tree up to date when another process wrote: by applying the logged changes
   (``changes_since``), or by reloading when the log does not reach back. With
   ``--verify`` each caught-up tree is compared with a reload (exits 3 on a difference).
+  With ``--go FILE`` it prints ``READY`` once open and starts writing when FILE exists.
   Ends with ``DONE applied=<catch-ups by change> reloaded=<whole reloads>``. After each write has returned it prints ``ACK <fact id>`` for the fact
   it added, followed by `` DEL <fact id>`` when that write also removed a fact, as one
   flushed line, so a parent that kills it knows exactly what was acknowledged; before a
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -73,6 +75,10 @@ def write(args: argparse.Namespace) -> None:
     own: list[str] = []
     applied = reloaded = 0
     with _open(args) as storage:
+        if args.go:  # start together with other writers: when the parent creates this file
+            print("READY", flush=True)
+            while not os.path.exists(args.go):
+                time.sleep(0.005)
         for i in range(args.count):
             fid = f"{args.prefix}-{i}"
             removed = None
@@ -145,6 +151,7 @@ def main() -> None:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--pause-at", type=int, default=-1, help="sleep inside the transaction of this write")
     p.add_argument("--name", default="stage1")
+    p.add_argument("--go", default=None, help="print READY, then wait for this file to exist")
     p.add_argument("--verify", action="store_true", help="compare each caught-up tree with a reload")
     args = p.parse_args()
     {"write": write, "read": read, "hold-trainer": hold_trainer}[args.mode](args)
