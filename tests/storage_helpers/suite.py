@@ -75,6 +75,29 @@ def snapshot(storage: Storage, ns=NS) -> tuple[dict, int]:
 
 
 # ---------------------------------------------------------------------- round trip
+def write_every_kind(tree: MembrainTree, facts: list[str], rng: np.random.Generator,
+                     persist: Callable[[], None]) -> tuple[str, str]:
+    """Each kind of tree write on six root facts, ``persist()`` after each step; returns
+    the ids of the two aspects it creates (both pruned by the end)."""
+    work = tree.group(facts[:3], "work", embedding=emb(rng))  # new aspect + three moves
+    persist()
+    sub = tree.group(facts[:2], "projects", embedding=emb(rng))
+    persist()
+    tree.promote(facts[0])  # out of "projects" into "work"
+    tree.demote(facts[3], work)
+    persist()
+    tree.move(facts[1], "root")  # empties "projects": pruned, so a removed aspect row
+    tree.remove(facts[0])
+    persist()
+    tree.update_fact(facts[4], text="edited", embedding=emb(rng), metadata={STORE_VALUE_KEY: {"v": 2}})
+    tree.set_label(work, "job", embedding=emb(rng))
+    persist()
+    tree.remove(facts[2])
+    tree.remove(facts[3])  # empties "work" and "projects": pruned aspects are removed rows
+    persist()
+    return work, sub
+
+
 def test_round_trip_over_many_writes(storage_backend: Backend) -> None:
     """Each kind of tree write, persisted from drained changes, reloads to the same tree."""
     rng = np.random.default_rng(1)
@@ -96,22 +119,7 @@ def test_round_trip_over_many_writes(storage_backend: Backend) -> None:
              for i in range(6)]
     tree.add_fact("root", "no embedding, unicode é ✓ and 'quotes'", metadata={"source": "chat", "tags": [1, 2.5]})
     persist()
-    work = tree.group(facts[:3], "work", embedding=emb(rng))  # new aspect + three moves
-    persist()
-    sub = tree.group(facts[:2], "projects", embedding=emb(rng))
-    persist()
-    tree.promote(facts[0])  # out of "projects" into "work"
-    tree.demote(facts[3], work)
-    persist()
-    tree.move(facts[1], "root")  # empties "projects": pruned, so a removed aspect row
-    tree.remove(facts[0])
-    persist()
-    tree.update_fact(facts[4], text="edited", embedding=emb(rng), metadata={STORE_VALUE_KEY: {"v": 2}})
-    tree.set_label(work, "job", embedding=emb(rng))
-    persist()
-    tree.remove(facts[2])
-    tree.remove(facts[3])  # empties "work" and "projects": pruned aspects are removed rows
-    persist()
+    work, sub = write_every_kind(tree, facts, rng, persist)
     assert work not in tree and sub not in tree
     assert storage.load_tree(NS)[0].to_dict() == tree.to_dict()
     # The reloaded tree keeps working: its next writes persist correctly too.
@@ -312,21 +320,7 @@ def test_changes_since_bring_a_loaded_tree_up_to_date(storage_backend: Backend) 
         if version % 3 == 0:
             merged_at = catch_up(other, merged, merged_at)
 
-    work = tree.group(facts[:3], "work", embedding=emb(rng))
-    persist()
-    tree.group(facts[:2], "projects", embedding=emb(rng))
-    persist()
-    tree.promote(facts[0])
-    tree.demote(facts[3], work)
-    persist()
-    tree.move(facts[1], "root")  # empties "projects": a removed aspect
-    tree.remove(facts[0])
-    persist()
-    tree.update_fact(facts[4], text="edited", embedding=emb(rng), metadata={STORE_VALUE_KEY: {"v": 2}})
-    tree.set_label(work, "job", embedding=emb(rng))
-    persist()
-    tree.remove(facts[2])
-    tree.remove(facts[3])  # empties "work"
+    write_every_kind(tree, facts, rng, persist)
     tree.move(facts[1], tree.add_aspect("root", "again", embedding=emb(rng)))
     persist()
     catch_up(other, merged, merged_at)
