@@ -34,7 +34,7 @@ from langchain_core.embeddings import Embeddings
 from langgraph.store.base import get_text_at_path, tokenize_path
 
 from .embeddings import MiniLMEmbeddings, embed_texts
-from .errors import CheckpointError, DimensionError, InvalidOperationError
+from .errors import CheckpointError, DimensionError, InvalidOperationError, InvariantError
 from .filters import check_filter, matches
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, check_text
@@ -264,7 +264,7 @@ class MembrainMemory:
         self._checkpoint_seen = 0
         self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
         self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0,
-                        "relabelled": 0}
+                        "relabelled": 0, "refreshed_by_change": 0, "refresh_reloads": 0}
         self.naming_interval = int(naming_interval)
         self.prior = bool(prior)
         self.prior_used: str | None = None  # "trusted", "weights only" or None (stats())
@@ -308,6 +308,31 @@ class MembrainMemory:
         self._rebuild_index(ns, tree)
         self._touch(ns)
         return tree
+
+    def _catch_up(self, ns: Namespace) -> MembrainTree | None:
+        """Bring a namespace another process wrote up to date: apply the changes logged
+        since the version our tree reflects to the tree and its search index (O(changes),
+        counted as ``refreshed_by_change``), or reload it whole when the log does not
+        reach back or a change does not apply (``refresh_reloads``). Call under its lock."""
+        tree, synced = self._forest.trees.get(ns), self._synced.get(ns, 0)
+        if tree is None or not synced:
+            return self._load(ns)
+        changes = self._storage.changes_since(ns, synced)
+        if changes is not None:
+            rows, removed, version = changes
+            try:
+                tree.apply_rows(rows, removed)
+            except InvariantError:
+                self._drop(ns)  # half-applied: never used again, the reload below replaces it
+            else:
+                self._synced[ns] = version
+                self._sync_index(ns, rows, removed, defer_ann=True)  # inserted in HNSW at our next write
+                self._checked[ns] = time.monotonic()
+                self._counts["refreshed_by_change"] += 1
+                self._touch(ns)
+                return tree
+        self._counts["refresh_reloads"] += 1
+        return self._load(ns)
 
     def _touch(self, ns: Namespace) -> None:
         """Mark a namespace as just used; with storage, unload the least recently used
@@ -353,8 +378,10 @@ class MembrainMemory:
         facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
         self._sync_index(ns, [tree.node_row(f) for f in facts], [])
 
-    def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str]) -> None:
-        """Bring the namespace's search index up to date with a write's changed rows."""
+    def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str], *,
+                    defer_ann: bool = False) -> None:
+        """Bring the namespace's search index up to date with a write's changed rows
+        (``defer_ann``: see :meth:`FactIndex.add`)."""
         index = self._indexes.get(ns)
         if index is None:
             index = self._indexes[ns] = FactIndex(self.retrieval, embed_query=lambda t: self._embed([t])[0])
@@ -381,9 +408,9 @@ class MembrainMemory:
             if seen.get(rid) == signature:
                 continue  # moved in the tree only: the index does not care
             if rid in index:
-                index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value)
+                index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value, defer_ann=defer_ann)
             else:
-                index.add(rid, row["text"], row["embedding"], metadata=value)
+                index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
             seen[rid] = signature
 
     def _tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
@@ -395,7 +422,7 @@ class MembrainMemory:
             if tree is None or due:
                 self._checked[ns] = time.monotonic()
                 if self._storage.namespace_version(ns) != self._synced.get(ns, 0):
-                    tree = self._load(ns)
+                    tree = self._catch_up(ns)
         if tree is None and create:
             tree = self._forest.trees[ns] = MembrainTree("/".join(ns))
         if tree is not None:
@@ -425,7 +452,9 @@ class MembrainMemory:
                     stored = self._storage.namespace_version(ns)
                     tree = self._forest.trees.get(ns)
                     if tree is None or stored != self._synced.get(ns, 0):
-                        tree = self._load(ns) if stored else None
+                        if not stored:
+                            self._drop(ns)  # deleted by another process: start afresh, index too
+                        tree = self._catch_up(ns) if stored else None
                     if tree is None:
                         tree = self._forest.trees[ns] = MembrainTree("/".join(ns))
                     result = write(tree)
@@ -950,7 +979,9 @@ class MembrainMemory:
         """Counts of the forest and of learning: facts, aspects, depth, inserts, teacher
         calls (per insert overall and over the last 100 inserts), agreement per stage,
         corrections, pending training, inserts in flight (started in the insert graph and
-        not finished), worker errors and the teacher's own cost stats."""
+        not finished), worker errors, namespaces brought up to date after other processes'
+        writes (``refreshed_by_change``; ``refresh_reloads``: reloaded whole) and the
+        teacher's own cost stats."""
         names = self.namespaces()
         facts = aspects = depth = 0
         for ns in names:

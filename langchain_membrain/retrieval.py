@@ -76,6 +76,10 @@ except ImportError:  # pragma: no cover - exercised only where PyStemmer is miss
 # computes them from its rows: cheaper than a dim x dim matrix per small namespace).
 MOMENTS_MIN = 256
 
+#: Embeddings indexed with ``defer_ann`` wait outside the HNSW graph (searched exactly,
+#: beside it) until the next write that is not deferred, or until this many wait.
+ANN_PENDING_MAX = 256
+
 try:  # optional: HNSW for the fast mode; without it the dense part is exact
     import hnswlib as _hnswlib
 except ImportError:  # pragma: no cover
@@ -218,6 +222,9 @@ class FactIndex:
         self._m2: np.ndarray | None = None  # sum of outer products (float64)
         self._n_emb = 0
         self._hnsw: Any = None
+        # Slots whose embedding is not in the HNSW graph yet (defer_ann): every search
+        # scores them exactly beside the graph's candidates, so results never miss them.
+        self._ann_pending: dict[int, None] = {}
 
     # ------------------------------------------------------------------ reads
     def __len__(self) -> int:
@@ -243,9 +250,14 @@ class FactIndex:
 
     # ----------------------------------------------------------------- writes
     def add(self, fact_id: Hashable, text: str, embedding: Any = None,
-            metadata: dict[str, Any] | None = None) -> None:
+            metadata: dict[str, Any] | None = None, *, defer_ann: bool = False) -> None:
         """Index a new fact; it becomes the last fact of its session. Raises ValueError if
-        the id is already held or the embedding has the wrong shape."""
+        the id is already held or the embedding has the wrong shape.
+
+        ``defer_ann``: leave the embedding out of the HNSW graph for now (it is scored
+        exactly by every search until then) and insert it with the next write that does
+        not defer, or once ANN_PENDING_MAX wait: a process catching up on other
+        processes' facts does not pay their graph insertion inside a search."""
         if fact_id in self._slot:
             raise ValueError(f"fact {fact_id!r} is already indexed")
         vec = self._check_vec(embedding)
@@ -280,10 +292,10 @@ class FactIndex:
         for s in touched:
             self._refresh_field(s)
         if vec is not None:
-            self._set_vec(slot, vec)
+            self._set_vec(slot, vec, defer_ann)
 
     def update(self, fact_id: Hashable, *, text: str | None = None, embedding: Any = None,
-               metadata: dict[str, Any] | None = None) -> None:
+               metadata: dict[str, Any] | None = None, defer_ann: bool = False) -> None:
         """Change a fact's text, embedding and/or metadata (metadata replaced whole). The fact
         keeps its place in its session unless its session changes (then it goes last)."""
         slot = self._slot[fact_id]
@@ -319,7 +331,7 @@ class FactIndex:
         if vec is not None:
             if self._has_emb[slot]:
                 self._moments(self._emb[slot], -1)
-            self._set_vec(slot, vec)
+            self._set_vec(slot, vec, defer_ann)
 
     def remove(self, fact_id: Hashable) -> None:
         """Drop a fact; its session neighbours' fields are recomputed. KeyError if absent."""
@@ -339,8 +351,14 @@ class FactIndex:
         if self._has_emb[slot]:
             self._moments(self._emb[slot], -1)
             self._has_emb[slot] = False
+            pending = slot in self._ann_pending
+            self._ann_pending.pop(slot, None)
             if self._hnsw is not None:
-                self._hnsw.mark_deleted(slot)
+                try:
+                    self._hnsw.mark_deleted(slot)
+                except RuntimeError:
+                    if not pending:  # only a slot still waiting may be absent from the graph
+                        raise
         self._alive[slot] = False
         self._spk_arr[slot] = -1
         self._ids[slot] = None
@@ -377,8 +395,10 @@ class FactIndex:
         vec = self._check_vec(embedding)
         k = min(k, self._n_emb)
         if self._hnsw is not None:
-            labels, _ = self._hnsw.knn_query(vec.reshape(1, -1), k=k)
-            slots = labels[0].astype(np.int64)
+            k_ann = min(k, self._n_emb - len(self._ann_pending))
+            found = self._hnsw.knn_query(vec.reshape(1, -1), k=k_ann)[0][0] if k_ann > 0 else []
+            slots = np.union1d(np.asarray(found, dtype=np.int64), self._pending_slots())
+            slots = slots[np.argsort(-(self._emb[slots] @ vec), kind="stable")[:k]]
         else:
             n_slots = len(self._ids)
             cos = np.where(self._has_emb[:n_slots], self._emb[:n_slots] @ vec, -np.inf)
@@ -431,9 +451,10 @@ class FactIndex:
         elif not use_ann:
             cand = np.flatnonzero(self._alive[:n_slots]) if allowed is None else allowed
         else:
-            n_ann = min(max(cfg.ann_candidates, 4 * k), self._n_emb)
+            n_ann = min(max(cfg.ann_candidates, 4 * k), self._n_emb - len(self._ann_pending))
             self._hnsw.set_ef(max(cfg.hnsw_ef_search, n_ann))
             labels, _ = self._hnsw.knn_query(qvec.reshape(1, -1), k=n_ann)
+            labels = [np.union1d(labels[0].astype(np.int64), self._pending_slots())]
             top_lex = lex_slots
             if lex_slots.size > cfg.ann_candidates:
                 part = np.argpartition(-lex_scores, cfg.ann_candidates)[: cfg.ann_candidates]
@@ -611,7 +632,10 @@ class FactIndex:
             self._m1 += sign * v
             self._m2 += sign * np.outer(v, v)
 
-    def _set_vec(self, slot: int, vec: np.ndarray) -> None:
+    def _pending_slots(self) -> np.ndarray:
+        return np.fromiter(self._ann_pending, dtype=np.int64, count=len(self._ann_pending))
+
+    def _set_vec(self, slot: int, vec: np.ndarray, defer_ann: bool = False) -> None:
         self._emb[slot] = vec
         self._has_emb[slot] = True
         self._moments(vec, +1)
@@ -627,10 +651,15 @@ class FactIndex:
             self._hnsw.set_num_threads(1)
             live = np.flatnonzero(self._has_emb[: len(self._ids)])
             self._hnsw.add_items(self._emb[live], live)
+            self._ann_pending.clear()
             return
-        if slot >= self._hnsw.get_max_elements():
-            self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), slot + 1))
-        self._hnsw.add_items(vec.reshape(1, -1), np.array([slot]))
+        self._ann_pending[slot] = None
+        if not defer_ann or len(self._ann_pending) > ANN_PENDING_MAX:
+            slots = self._pending_slots()
+            self._ann_pending.clear()
+            if slots.max() >= self._hnsw.get_max_elements():
+                self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), int(slots.max()) + 1))
+            self._hnsw.add_items(self._emb[slots], slots)
 
     def _query_vec(self, query: str, query_embedding: Any) -> np.ndarray | None:
         if query_embedding is None and self.embed_query is not None:

@@ -428,6 +428,139 @@ class MembrainTree:
         self._dirty, self._removed = set(), set()
         return rows, removed
 
+    def apply_rows(self, rows: Iterable[dict[str, Any]], removed: Iterable[str] = ()) -> None:
+        """Bring this tree up to date with changes another copy of it made: ``rows`` it wrote
+        and ids it ``removed`` (what that copy's :meth:`drain_changes` returned, or several
+        such drains merged in order: a later row replaces an earlier one, a removal drops
+        it). Afterwards this tree equals one rebuilt with :meth:`from_rows` from the other
+        copy's rows (same nodes, parents, sibling order, sums).
+
+        Cost: O(changed rows x depth) plus the children of each container whose sums
+        changed, not O(tree). Removed ids not in the tree are ignored (created and removed
+        elsewhere meanwhile). Applied changes are not journalled (:meth:`drain_changes`
+        does not return them: they are stored already).
+
+        Raises InvariantError when the changes do not fit this tree (a parent that does not
+        exist, a fact with children, a cycle, a node left without a parent, a changed kind);
+        the tree may then be half-updated and must be rebuilt from storage.
+        """
+        try:
+            self._apply_rows(list(rows), [r for r in removed if r in self.graph])
+        except InvariantError:
+            raise
+        except MembrainError as exc:
+            raise InvariantError(f"changes do not apply: {exc}") from None
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, nx.NetworkXError) as exc:
+            raise InvariantError(f"changes do not apply: {exc!r}") from None
+
+    def _apply_rows(self, rows: list[dict[str, Any]], removed: list[str]) -> None:
+        root_row = None
+        incoming: dict[str, tuple[Node, str]] = {}
+        for row in rows:  # parse and check every row before touching the tree
+            if row["kind"] == "root":
+                if row["id"] != self.root_id or row["parent"] is not None:
+                    raise InvariantError(f"a second root {row['id']!r}")
+                root_row = row
+                continue
+            node = self._node_from_row(row)
+            if node.id in incoming or node.id == self.root_id:
+                raise InvariantError(f"node id {node.id!r} appears twice")
+            if not isinstance(row["parent"], str):
+                raise InvariantError(f"node {node.id!r} has no parent")
+            incoming[node.id] = (node, row["parent"])
+        if self.root_id in removed:
+            raise InvariantError("the root cannot be removed")
+        # Containers whose counts and sums may change: the old ancestors of every node
+        # that goes or moves (now), and the new ones (after the changes).
+        stale: set[str] = set()
+
+        def mark_ancestors(nid: str) -> None:
+            cur = self.parent(nid)
+            while cur is not None and cur not in stale:
+                stale.add(cur)
+                cur = self.parent(cur)
+
+        for nid in removed:
+            mark_ancestors(nid)
+        for nid in incoming:
+            if nid in self.graph:
+                mark_ancestors(nid)
+        orphans: set[str] = set()
+        for nid in removed:
+            orphans.update(self.graph.successors(nid))
+            self.graph.remove_node(nid)
+        stale.difference_update(removed)
+        attach: list[tuple[int, str, str]] = []
+        for nid, (node, parent) in incoming.items():
+            if nid in self.graph:
+                old = self.node(nid)
+                if old.kind != node.kind:
+                    raise InvariantError(f"node {nid!r} changed kind from {old.kind} to {node.kind}")
+                self.graph.nodes[nid]["node"] = node  # children edges stay
+                old_parent = self.parent(nid)
+                if old_parent == parent and old.seq == node.seq:
+                    continue  # same place among the same siblings
+                # A new seq under the same parent: it moved away and back meanwhile, so
+                # it now sorts after its siblings; re-attaching it puts it there.
+                if old_parent is not None:
+                    self.graph.remove_edge(old_parent, nid)
+            else:
+                self.graph.add_node(nid, node=node)
+            attach.append((node.seq, nid, parent))
+        attach.sort()
+        reordered: set[str] = set()
+        for _, nid, parent in attach:
+            if parent not in self.graph or self.node(parent).kind == "fact":
+                raise InvariantError(f"node {nid!r} is attached to {parent!r}, which is not a root or aspect")
+            self.graph.add_edge(parent, nid)
+            reordered.add(parent)
+        for nid in orphans:
+            if nid in self.graph and self.parent(nid) is None:
+                raise InvariantError(f"node {nid!r} lost its parent")
+        limit = len(self.graph)
+        depth: dict[str, int] = {}
+        for nid in incoming:  # walk each changed node up to the root: no cycle, new ancestors
+            path, cur = [], nid
+            while cur != self.root_id:
+                path.append(cur)
+                cur = self.parent(cur)
+                if cur is None or len(path) > limit:
+                    raise InvariantError(f"node {nid!r} is not connected to the root")
+            stale.update(path[1:])
+            stale.add(self.root_id)
+            if self.node(nid).kind == "aspect":
+                stale.add(nid)  # a replaced aspect record: its sums are recomputed
+        for nid in stale:
+            depth[nid] = len(self.path(nid))
+        for nid in sorted(stale, key=depth.__getitem__, reverse=True):  # children before parents
+            node = self.node(nid)
+            n_facts, count, total = 0, 0, None
+            for child in self.graph.successors(nid):
+                c = self.node(child)
+                n_facts += c.n_facts
+                if c.emb_count:
+                    count += c.emb_count
+                    total = c.emb_sum.astype(np.float64) if total is None else total + c.emb_sum
+            node.n_facts, node.emb_count, node.emb_sum = n_facts, count, total
+        # Siblings in ``seq`` order, as from_rows builds them. Attaching in seq order
+        # already gives it when the writers caught up before writing (they do: under the
+        # namespace lock); this pass keeps it for any other log, at O(siblings).
+        for parent in reordered:
+            kids = list(self.graph.successors(parent))
+            seqs = [self.node(k).seq for k in kids]
+            if any(a > b for a, b in zip(seqs, seqs[1:])):
+                kids.sort(key=lambda k: self.node(k).seq)
+                self.graph.remove_edges_from([(parent, k) for k in kids])
+                self.graph.add_edges_from([(parent, k) for k in kids])
+        if root_row is not None:
+            root = self.node(self.root_id)
+            root.text = _check_text(root_row["text"], "subject")
+            root.created_at, root.updated_at = float(root_row["created_at"]), float(root_row["updated_at"])
+            root.metadata = dict(root_row["metadata"] or {})
+        if incoming:
+            self._seq = max(self._seq, max(node.seq for node, _ in incoming.values()))
+        self.version += 1
+
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq

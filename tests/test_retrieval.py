@@ -311,3 +311,36 @@ def test_small_and_large_indexes_score_alike(monkeypatch):
     rows, sums = scores(10**6), scores(64)
     assert [x for x, _ in rows] == [x for x, _ in sums]
     assert np.allclose([s for _, s in rows], [s for _, s in sums])
+
+
+def test_deferred_graph_insertion_finds_the_same_facts():
+    """Facts indexed with ``defer_ann`` (a process catching up on other processes'
+    writes) are found by fast searches and ``nearest`` before they enter the HNSW graph,
+    as in an index that inserted every fact at once; removing or updating one that waits
+    works, and the next write that does not defer puts every waiting one in the graph."""
+    rng = np.random.default_rng(21)
+    n, dim = 600, 16
+    vecs = unit(rng, n + 40, dim)
+    # Candidates and ef above n: the graph returns every fact, so both indexes score the same set.
+    config = RetrievalConfig(ann_min_facts=200, ann_candidates=1000, hnsw_ef_search=1000)
+    now, later = FactIndex(config), FactIndex(config)
+    for i in range(n):
+        for idx in (now, later):
+            idx.add(i, f"w{i % 30} w{i % 7}", vecs[i])
+    for i in range(n, n + 40):
+        now.add(i, f"w{i % 30} fresh", vecs[i])
+        later.add(i, f"w{i % 30} fresh", vecs[i], defer_ann=True)
+    assert len(later._ann_pending) == 40
+    for idx in (now, later):
+        idx.remove(n + 3)  # waiting in ``later``
+        idx.remove(5)
+        idx.update(n + 4, embedding=vecs[0], defer_ann=idx is later)
+    for j in range(30):
+        q = vecs[n + j] if j % 2 else unit(rng, 1, dim)[0]
+        text = f"w{j % 30} fresh" if j % 3 else "nothing"
+        assert later.search(text, q, 10, mode="fast") == now.search(text, q, 10, mode="fast")
+        assert later.nearest(q, k=5) == now.nearest(q, k=5)
+    assert {f for f, _ in later.nearest(vecs[0], k=2)} == {0, n + 4}
+    later.add("flush", "a local write", vecs[1])
+    assert not later._ann_pending
+    assert later._hnsw.get_current_count() == n + 40  # the one removed while waiting never entered

@@ -55,7 +55,7 @@ def schema():
 
 
 @pytest.fixture
-def storage_backend(schema: str):
+def storage_backend(schema: str, tmp_path):
     admin().close()  # unreachable server: fail here, loudly
 
     def raw(statement: str, params: tuple) -> list:
@@ -64,8 +64,9 @@ def storage_backend(schema: str):
             cur = conn.execute(statement.replace("?", "%s"), params)
             return cur.fetchall() if cur.description else []
 
-    backend = Backend(open=lambda: open_storage(URL, schema=schema), raw=raw,
-                      worker_args=["--target", URL, "--schema", schema], concurrent_facts=200)
+    backend = Backend(open=lambda **kw: open_storage(URL, schema=schema, **kw), raw=raw,
+                      worker_args=["--target", URL, "--schema", schema], concurrent_facts=200,
+                      scratch=str(tmp_path))
     yield backend
     for storage in backend.opened:
         storage.close()

@@ -35,8 +35,8 @@ def storage_backend(tmp_path: Path):
         with sqlite3.connect(path) as conn:
             return conn.execute(statement, params).fetchall()
 
-    backend = Backend(open=lambda: open_storage(str(path)), raw=raw, worker_args=["--target", str(path)],
-                      concurrent_facts=100)
+    backend = Backend(open=lambda **kw: open_storage(str(path), **kw), raw=raw, worker_args=["--target", str(path)],
+                      concurrent_facts=100, scratch=str(tmp_path))
     yield backend
     for storage in backend.opened:
         storage.close()

@@ -1,4 +1,4 @@
-"""Entry point: ``python -m langchain_membrain.bench {tree,learning,hierarchy,locomo,scale,graph}``."""
+"""Entry point: ``python -m langchain_membrain.bench {tree,learning,hierarchy,locomo,scale,graph,workers,...}``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "startup": "cold start of import and of each membrain command, as fresh processes",
     "economy": "teacher questions per insert through the product, tree shape and insert cost",
     "tenants": "resident memory of many small namespaces in one process, in memory and on SQLite",
+    "workers": "add/search right after another process's write: refresh by change against reload",
     "pretrain": "train the prior shipped with the package (networks taught by the offline teacher)",
 }
 

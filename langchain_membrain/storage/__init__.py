@@ -39,7 +39,8 @@ def open_storage(target: str | os.PathLike[str] | None = None, **options: Any) -
     """Open (creating if needed) the storage named by ``target``.
 
     ``options`` go to the backend: ``busy_timeout``/``synchronous`` for SQLite;
-    ``schema``, ``connect_timeout``, ``min_size``/``max_size`` (pool) for PostgreSQL.
+    ``schema``, ``connect_timeout``, ``min_size``/``max_size`` (pool) for PostgreSQL;
+    ``log_retention`` (versions of change log kept per namespace) for both.
     Raises :class:`NotADatabaseError`, :class:`StorageUnavailableError` or
     :class:`~langchain_membrain.errors.SchemaVersionError` (all StorageError) when it cannot.
     """

@@ -18,6 +18,13 @@ Concurrency model (the same for every backend):
   lock for its own duration, so it serialises with lock holders).
 - :meth:`~Storage.namespace_version` is one indexed lookup: the cheap way for a process
   to notice that another one wrote a namespace it holds in memory.
+- Every write also records what it changed in the namespace's **change log**, in the same
+  transaction, under the version it created. :meth:`~Storage.changes_since` returns the
+  changes after a version, merged, so a process that is behind applies them to the tree it
+  holds (:meth:`MembrainTree.apply_rows`) instead of reloading the whole namespace. The log
+  keeps the last ``log_retention`` versions of each namespace (older entries are deleted
+  as writes go on); a process further behind, or behind a write too large to log, gets
+  None and reloads.
 - A trainer lock (:meth:`~Storage.try_acquire_trainer`) lets one process at a time train
   a model; it is released when the holder releases it, closes the storage or dies.
 """
@@ -53,8 +60,18 @@ def saved_stats(storage: "Storage", checkpoint: str) -> dict[str, Any]:
 
 #: Version of the database layout written by this code. A database whose recorded version
 #: is higher was written by a newer membrain and is refused (SchemaVersionError); a lower
-#: one would be migrated (there is no older layout yet).
-SCHEMA_VERSION = 1
+#: one is upgraded in place when opened. 1: nodes, namespaces, checkpoints. 2: adds the
+#: change log (``membrain_changes``); namespaces written before it have no log yet, so a
+#: process behind one of their writes reloads it, as schema 1 did.
+SCHEMA_VERSION = 2
+
+#: Versions of change log kept per namespace by default (``log_retention``): a process
+#: that is more writes behind than this reloads the namespace whole.
+LOG_RETENTION = 1000
+
+#: A write changing more rows than this is not logged (it would double the cost of a bulk
+#: import): processes behind it reload, which then costs about what applying it would.
+LOG_MAX_ROWS = 5000
 
 #: The key of a fact's ``metadata`` under which the memory keeps the LangGraph BaseStore
 #: value (a JSON object) of that fact (what memory.py already uses); the fact's node id is
@@ -238,6 +255,55 @@ def redact_url(url: str) -> str:
     return url
 
 
+def check_retention(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise StorageError(f"log_retention is a positive number of versions, got {value!r}")
+    return value
+
+
+def merge_changes(head: int, after: int,
+                  entries: Iterable[tuple[int, str, str, dict[str, Any] | None]]
+                  ) -> tuple[list[dict[str, Any]], list[str], int] | None:
+    """The change log entries of one namespace with a version above ``after``, merged into
+    what a copy at version ``after`` must apply to reach ``head``: (rows to upsert, ids to
+    remove, ``head``); None when the entries do not cover every version from ``after + 1``
+    to ``head`` (compacted, not logged, or the namespace was deleted: a ``reset`` entry).
+
+    ``entries`` are (version, op, node id, row or None), ops ``upsert``/``remove``/``reset``,
+    in version order. Merging keeps the last state of each node: an upsert after a removal
+    revives the node, a removal after an upsert drops it.
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    removed: set[str] = set()
+    seen: set[int] = set()
+    for version, op, nid, row in entries:
+        seen.add(version)
+        if op == "upsert":
+            rows[nid] = row
+            removed.discard(nid)
+        elif op == "remove":
+            rows.pop(nid, None)
+            removed.add(nid)
+        else:  # reset, or an op from a newer writer this code does not know: reload
+            return None
+    if seen != set(range(after + 1, head + 1)):
+        return None
+    return list(rows.values()), sorted(removed), head
+
+
+def merge_log_rows(found: Sequence[tuple], version: int) -> tuple[list[dict[str, Any]], list[str], int] | None:
+    """:meth:`Storage.changes_since` from the rows of the backends' one query: (head
+    version, entry version, op, node columns...) per log entry after ``version``, in
+    version order, or one row of NULL entry columns; no row when the namespace is absent."""
+    if not found:
+        return None
+    head = int(found[0][0])
+    if head == version:
+        return [], [], version
+    return merge_changes(head, int(version), (
+        (int(e[1]), e[2], e[3], decode_row(*e[3:]) if e[2] == "upsert" else None) for e in found if e[1] is not None))
+
+
 # ---------------------------------------------------------------------- interface
 class Storage(abc.ABC):
     """Persistent home of a forest of membrain trees and of model checkpoints.
@@ -248,6 +314,12 @@ class Storage(abc.ABC):
 
     #: Where the data lives (a file path, ``:memory:`` or a URL with its password hidden).
     location: str
+
+    #: Versions of change log kept per namespace (the ``log_retention`` option).
+    log_retention: int = LOG_RETENTION
+
+    #: Writes changing more rows than this are not logged (see :data:`LOG_MAX_ROWS`).
+    log_max_rows: int = LOG_MAX_ROWS
 
     # ----------------------------------------------------------------- namespaces
     @abc.abstractmethod
@@ -269,6 +341,17 @@ class Storage(abc.ABC):
         """(rows, embedding dimension or None, version) of one namespace, read in one
         consistent snapshot; None when the namespace does not exist. Rows are in the
         :meth:`MembrainTree.node_row` shape, embeddings as float32 arrays."""
+
+    @abc.abstractmethod
+    def changes_since(self, ns: Sequence[str], version: int
+                      ) -> tuple[list[dict[str, Any]], list[str], int] | None:
+        """What changed in a namespace after ``version``, from its change log, read in one
+        snapshot: (rows to upsert, node ids to remove, the current version), merged so that
+        applying them once (:meth:`MembrainTree.apply_rows`) to a tree loaded at ``version``
+        gives the tree stored now. ``([], [], version)`` when nothing changed. None when the
+        log does not reach back to ``version`` (older entries compacted, a write too large
+        to log, a database upgraded from schema 1, a namespace deleted or recreated since,
+        or a namespace that does not exist): reload with :meth:`load_tree` then."""
 
     def load_tree(self, ns: Sequence[str]) -> tuple[MembrainTree, int] | None:
         """(tree, version) of one namespace, or None when it does not exist.
@@ -315,7 +398,11 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def delete_namespace(self, ns: Sequence[str]) -> bool:
-        """Delete a namespace's tree and version in one transaction; True if it existed."""
+        """Delete a namespace's tree and version in one transaction; True if it existed.
+
+        Its change log is replaced by one ``reset`` entry, so that a process holding the
+        old tree reloads, and a namespace created again under the same name continues the
+        version numbers (a version is never reused for another tree)."""
 
     # ---------------------------------------------------------------- checkpoints
     @abc.abstractmethod

@@ -28,19 +28,22 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import SchemaVersionError, StorageError
 from .base import (
+    LOG_RETENTION,
     SCHEMA_VERSION,
     Namespace,
     Storage,
     StorageClosedError,
     StorageUnavailableError,
     check_checkpoint,
-    check_write,
     check_name,
+    check_retention,
+    check_write,
     decode_namespace,
     decode_row,
     encode_namespace,
     encode_rows,
     lock_key,
+    merge_log_rows,
     redact_url,
 )
 
@@ -85,7 +88,25 @@ _TABLES = (
         version bigint NOT NULL,
         updated_at double precision NOT NULL
     )""",
+    # The change log (schema 2); see the SQLite backend for its rows.
+    """CREATE TABLE IF NOT EXISTS {s}.membrain_changes (
+        ns text NOT NULL,
+        version bigint NOT NULL,
+        id text NOT NULL,
+        op text NOT NULL,
+        parent text,
+        kind text,
+        text text,
+        seq bigint,
+        embedding bytea,
+        created_at double precision,
+        updated_at double precision,
+        metadata jsonb,
+        PRIMARY KEY (ns, version, id)
+    )""",
 )
+_LOG = (f"INSERT INTO {{s}}.membrain_changes (ns, version, op, {_NODE_COLUMNS}) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)")
 
 
 def _no_nul(*values: Any) -> None:
@@ -104,10 +125,12 @@ class PostgresStorage(Storage):
     :param connect_timeout: seconds to wait for the server before failing (at least 2: libpq's floor).
     :param lock_timeout: seconds a writer waits for a namespace lock held elsewhere.
     :param min_size, max_size: connection pool bounds.
+    :param log_retention: versions of change log kept per namespace (see :mod:`.base`).
     """
 
     def __init__(self, url: str, *, schema: str = "public", connect_timeout: float = 5.0,
-                 lock_timeout: float = 30.0, min_size: int = 1, max_size: int = 8):
+                 lock_timeout: float = 30.0, min_size: int = 1, max_size: int = 8,
+                 log_retention: int = LOG_RETENTION):
         if psycopg is None:
             raise StorageUnavailableError(
                 "PostgreSQL storage needs psycopg 3 and psycopg_pool: pip install 'langchain-membrain[postgres]'"
@@ -115,6 +138,7 @@ class PostgresStorage(Storage):
         if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
             raise StorageError(f"schema must be a plain SQL identifier (letters, digits, _), got {schema!r}")
         self.location = redact_url(url)
+        self.log_retention = check_retention(log_retention)
         self._url = url
         self._schema = schema
         self._s = sql.Identifier(schema)
@@ -173,10 +197,14 @@ class PostgresStorage(Storage):
                 exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self._schema,)).fetchone()
                 if not exists:
                     conn.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
-                for statement in _TABLES:
+                for statement in _TABLES:  # an older layout gains the tables it lacked
                     conn.execute(self._q(statement))
-                if self._check_schema(conn) is None:
+                found = self._check_schema(conn)
+                if found is None:
                     conn.execute(self._q("INSERT INTO {s}.membrain_schema (id, version) VALUES (1, %s)"),
+                                 (SCHEMA_VERSION,))
+                elif found < SCHEMA_VERSION:  # upgraded in place (schema 1: the change log)
+                    conn.execute(self._q("UPDATE {s}.membrain_schema SET version = %s WHERE id = 1"),
                                  (SCHEMA_VERSION,))
 
     def _check_schema(self, conn: "psycopg.Connection") -> int | None:
@@ -280,6 +308,33 @@ class PostgresStorage(Storage):
         rows = [decode_row(*r) for r in stored]
         return rows, (None if head[1] is None else int(head[1])), int(head[0])
 
+    def changes_since(self, ns: Sequence[str], version: int) -> tuple[list[dict[str, Any]], list[str], int] | None:
+        key = encode_namespace(ns)
+        # One statement (one snapshot, one round trip): the head version beside each later
+        # log entry; one row of NULL entry columns when nothing is logged after.
+        columns = ", ".join("c." + c for c in _NODE_COLUMNS.split(", "))
+        with self._read() as conn, conn.cursor(binary=True) as cur:
+            cur.execute(self._q(f"SELECT n.version, c.version, c.op, {columns} FROM {{s}}.membrain_namespaces n "
+                                "LEFT JOIN {s}.membrain_changes c ON c.ns = n.ns AND c.version > %s "
+                                "WHERE n.ns = %s ORDER BY c.version"), (int(version), key))
+            found = cur.fetchall()
+        return merge_log_rows(found, version)
+
+    def _log(self, conn: "psycopg.Connection", key: str, version: int, encoded: list[tuple],
+             removed_ids: list[str]) -> None:
+        """Record a write in the change log (same transaction) and drop entries past the
+        retention; a write too large to log clears the log, so processes behind reload."""
+        if len(encoded) + len(removed_ids) > self.log_max_rows:
+            conn.execute(self._q("DELETE FROM {s}.membrain_changes WHERE ns = %s"), (key,))
+            return
+        entries = [(key, version, "upsert", *r) for r in encoded]
+        entries += [(key, version, "remove", rid, *([None] * 8)) for rid in removed_ids]
+        with conn.cursor() as cur:
+            cur.executemany(self._q(_LOG), entries)
+        if version > self.log_retention:
+            conn.execute(self._q("DELETE FROM {s}.membrain_changes WHERE ns = %s AND version <= %s"),
+                         (key, version - self.log_retention))
+
     def write(self, ns: Sequence[str], rows: Iterable[dict[str, Any]], removed: Iterable[str] = (), *,
               expected_version: int | None = None) -> int:
         key = encode_namespace(ns)
@@ -295,6 +350,13 @@ class PostgresStorage(Storage):
             if head is not None and not encoded and not removed_ids:
                 return current  # nothing changed: no version bump, so no process reloads for nothing
             with self._errors():
+                if head is None:
+                    # A namespace deleted earlier continues its version numbers after its
+                    # reset entry: a version never names two different trees.
+                    last = conn.execute(self._q("SELECT max(version) FROM {s}.membrain_changes WHERE ns = %s"),
+                                        (key,)).fetchone()
+                    current = int(last[0] or 0)
+                new = current + 1
                 if encoded:
                     with conn.cursor() as cur:
                         cur.executemany(
@@ -311,15 +373,16 @@ class PostgresStorage(Storage):
                 if removed_ids:
                     conn.execute(self._q("DELETE FROM {s}.membrain_nodes WHERE ns = %s AND id = ANY(%s)"),
                                  (key, removed_ids))
+                self._log(conn, key, new, encoded, removed_ids)
                 now = time.time()
                 if head is None:
                     conn.execute(self._q("INSERT INTO {s}.membrain_namespaces (ns, version, dim, updated_at) "
-                                         "VALUES (%s, 1, %s, %s)"), (key, dim, now))
+                                         "VALUES (%s, %s, %s, %s)"), (key, new, dim, now))
                 else:
                     conn.execute(self._q("UPDATE {s}.membrain_namespaces SET version = %s, dim = %s, updated_at = %s "
                                          "WHERE ns = %s"),
-                                 (current + 1, new_dim, now, key))
-            return current + 1
+                                 (new, new_dim, now, key))
+            return new
 
     @contextmanager
     def namespace_lock(self, ns: Sequence[str]) -> Iterator[None]:
@@ -333,9 +396,15 @@ class PostgresStorage(Storage):
         key = encode_namespace(ns)
         with self._transaction() as conn, self._errors():
             self._lock_namespace(conn, key)
+            head = conn.execute(self._q("SELECT version FROM {s}.membrain_namespaces WHERE ns = %s"),
+                                (key,)).fetchone()
+            if head is None:
+                return False
             conn.execute(self._q("DELETE FROM {s}.membrain_nodes WHERE ns = %s"), (key,))
-            cur = conn.execute(self._q("DELETE FROM {s}.membrain_namespaces WHERE ns = %s"), (key,))
-            return cur.rowcount > 0
+            conn.execute(self._q("DELETE FROM {s}.membrain_namespaces WHERE ns = %s"), (key,))
+            conn.execute(self._q("DELETE FROM {s}.membrain_changes WHERE ns = %s"), (key,))
+            conn.execute(self._q(_LOG), (key, int(head[0]) + 1, "reset", "", *([None] * 8)))
+            return True
 
     # -------------------------------------------------------------- checkpoints
     def save_checkpoint(self, name: str, data: bytes, counters: dict[str, Any] | None = None) -> None:

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import SchemaVersionError, StorageError
 from .base import (
+    LOG_RETENTION,
     SCHEMA_VERSION,
     Namespace,
     NotADatabaseError,
@@ -38,13 +39,15 @@ from .base import (
     StorageClosedError,
     StorageUnavailableError,
     check_checkpoint,
-    check_write,
     check_name,
+    check_retention,
+    check_write,
     decode_namespace,
     decode_row,
     encode_namespace,
     encode_rows,
     lock_key,
+    merge_log_rows,
 )
 
 try:  # POSIX only; elsewhere the trainer lock is held within this process only
@@ -95,9 +98,31 @@ _SCHEMA = (
         version INTEGER NOT NULL,
         updated_at REAL NOT NULL
     )""",
+    # The change log (schema 2): per namespace and version, each node the write upserted
+    # (op 'upsert', with its row) or removed (op 'remove'), or one 'reset' entry (id '')
+    # left by delete_namespace. Clustered on (ns, version): reading what changed after a
+    # version, and compacting, are range scans of the primary key.
+    """CREATE TABLE IF NOT EXISTS membrain_changes (
+        ns TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        id TEXT NOT NULL,
+        op TEXT NOT NULL,
+        parent TEXT,
+        kind TEXT,
+        text TEXT,
+        seq INTEGER,
+        embedding BLOB,
+        created_at REAL,
+        updated_at REAL,
+        metadata TEXT,
+        PRIMARY KEY (ns, version, id)
+    ) WITHOUT ROWID""",
 )
 
 _NODE_COLUMNS = "id, parent, kind, text, seq, embedding, created_at, updated_at, metadata"
+_LOG = (
+    f"INSERT INTO membrain_changes (ns, version, op, {_NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _UPSERT = (
     f"INSERT INTO membrain_nodes (ns, {_NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (ns, id) DO UPDATE SET parent = excluded.parent, kind = excluded.kind, "
@@ -115,14 +140,16 @@ class SQLiteStorage(Storage):
         :class:`StorageUnavailableError`.
     :param synchronous: ``"FULL"`` (default: acknowledged writes survive power loss) or
         ``"NORMAL"`` (survive a killed process only).
+    :param log_retention: versions of change log kept per namespace (see :mod:`.base`).
     """
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, busy_timeout: float = 30.0,
-                 synchronous: str = "FULL"):
+                 synchronous: str = "FULL", log_retention: int = LOG_RETENTION):
         path = os.fspath(path)
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise StorageError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
         self.location = path
+        self.log_retention = check_retention(log_retention)
         self._memory = path == ":memory:" or path == ""
         self._busy_timeout = float(busy_timeout)
         self._synchronous = synchronous.upper()
@@ -161,7 +188,7 @@ class SQLiteStorage(Storage):
             version = self._check_schema(conn) if found else None
             try:
                 if not self._memory:
-                    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                    mode = self._enable_wal(conn)
                     if str(mode).lower() != "wal":
                         raise StorageUnavailableError(f"{self.location!r}: cannot enable WAL (journal mode {mode!r})")
                 if version == SCHEMA_VERSION:
@@ -172,9 +199,14 @@ class SQLiteStorage(Storage):
                 try:
                     for statement in _SCHEMA:
                         conn.execute(statement)
-                    # Re-check under the write lock: another process may have created it.
-                    if self._check_schema(conn) is None:
+                    # Re-check under the write lock: another process may have created or
+                    # upgraded it. An older layout is upgraded in place: the statements
+                    # above created the tables it lacked (schema 1: the change log).
+                    found_version = self._check_schema(conn)
+                    if found_version is None:
                         conn.execute("INSERT INTO membrain_schema (id, version) VALUES (1, ?)", (SCHEMA_VERSION,))
+                    elif found_version < SCHEMA_VERSION:
+                        conn.execute("UPDATE membrain_schema SET version = ? WHERE id = 1", (SCHEMA_VERSION,))
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
@@ -185,6 +217,19 @@ class SQLiteStorage(Storage):
             conn.close()
             raise
         self._register(conn)
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch the file to WAL. Two processes opening a new file at once can make this
+        fail at once with "database is locked" (SQLite does not run the busy handler for
+        it), so it is retried until ``busy_timeout``."""
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _check_schema(self, conn: sqlite3.Connection) -> int | None:
         row = conn.execute("SELECT version FROM membrain_schema WHERE id = 1").fetchone()
@@ -336,6 +381,17 @@ class SQLiteStorage(Storage):
         rows = [decode_row(*r) for r in stored]
         return rows, (None if head[1] is None else int(head[1])), int(head[0])
 
+    def changes_since(self, ns: Sequence[str], version: int) -> tuple[list[dict[str, Any]], list[str], int] | None:
+        key = encode_namespace(ns)
+        # One statement (one snapshot, no transaction to open): the head version beside
+        # each later log entry; one row of NULL entry columns when nothing is logged after.
+        with self._read() as conn:
+            found = conn.execute(
+                f"SELECT n.version, c.version, c.op, {', '.join('c.' + c for c in _NODE_COLUMNS.split(', '))} "
+                "FROM membrain_namespaces n LEFT JOIN membrain_changes c ON c.ns = n.ns AND c.version > ? "
+                "WHERE n.ns = ? ORDER BY c.version", (int(version), key)).fetchall()
+        return merge_log_rows(found, version)
+
     def write(self, ns: Sequence[str], rows: Iterable[dict[str, Any]], removed: Iterable[str] = (), *,
               expected_version: int | None = None) -> int:
         key = encode_namespace(ns)
@@ -346,17 +402,37 @@ class SQLiteStorage(Storage):
             if head is not None and not encoded and not removed_ids:
                 return current  # nothing changed: no version bump, so no process reloads for nothing
             with self._errors():
+                if head is None:
+                    # A namespace deleted earlier continues its version numbers after its
+                    # reset entry: a version never names two different trees.
+                    last = conn.execute("SELECT max(version) FROM membrain_changes WHERE ns = ?", (key,)).fetchone()
+                    current = int(last[0] or 0)
+                new = current + 1
                 conn.executemany(_UPSERT, [(key, *r) for r in encoded])
                 conn.executemany("DELETE FROM membrain_nodes WHERE ns = ? AND id = ?",
                                  [(key, rid) for rid in removed_ids])
+                self._log(conn, key, new, encoded, removed_ids)
                 now = time.time()
                 if head is None:
-                    conn.execute("INSERT INTO membrain_namespaces (ns, version, dim, updated_at) VALUES (?, 1, ?, ?)",
-                                 (key, dim, now))
+                    conn.execute("INSERT INTO membrain_namespaces (ns, version, dim, updated_at) VALUES (?, ?, ?, ?)",
+                                 (key, new, dim, now))
                 else:
                     conn.execute("UPDATE membrain_namespaces SET version = ?, dim = ?, updated_at = ? WHERE ns = ?",
-                                 (current + 1, new_dim, now, key))
-            return current + 1
+                                 (new, new_dim, now, key))
+            return new
+
+    def _log(self, conn: sqlite3.Connection, key: str, version: int, encoded: list[tuple],
+             removed_ids: list[str]) -> None:
+        """Record a write in the change log (same transaction) and drop entries past the
+        retention; a write too large to log clears the log, so processes behind reload."""
+        if len(encoded) + len(removed_ids) > self.log_max_rows:
+            conn.execute("DELETE FROM membrain_changes WHERE ns = ?", (key,))
+            return
+        conn.executemany(_LOG, [(key, version, "upsert", *r) for r in encoded])
+        conn.executemany(_LOG, [(key, version, "remove", rid, *([None] * 8)) for rid in removed_ids])
+        if version > self.log_retention:
+            conn.execute("DELETE FROM membrain_changes WHERE ns = ? AND version <= ?",
+                         (key, version - self.log_retention))
 
     @contextmanager
     def namespace_lock(self, ns: Sequence[str]) -> Iterator[None]:
@@ -367,8 +443,14 @@ class SQLiteStorage(Storage):
     def delete_namespace(self, ns: Sequence[str]) -> bool:
         key = encode_namespace(ns)
         with self._transaction() as conn, self._errors():
+            head = conn.execute("SELECT version FROM membrain_namespaces WHERE ns = ?", (key,)).fetchone()
+            if head is None:
+                return False
             conn.execute("DELETE FROM membrain_nodes WHERE ns = ?", (key,))
-            return conn.execute("DELETE FROM membrain_namespaces WHERE ns = ?", (key,)).rowcount > 0
+            conn.execute("DELETE FROM membrain_namespaces WHERE ns = ?", (key,))
+            conn.execute("DELETE FROM membrain_changes WHERE ns = ?", (key,))
+            conn.execute(_LOG, (key, int(head[0]) + 1, "reset", "", *([None] * 8)))
+            return True
 
     # -------------------------------------------------------------- checkpoints
     def save_checkpoint(self, name: str, data: bytes, counters: dict[str, Any] | None = None) -> None:

@@ -23,6 +23,7 @@ import pytest
 
 from langchain_membrain.errors import InvariantError, StorageError
 from langchain_membrain.storage import (
+    SCHEMA_VERSION,
     STORE_VALUE_KEY,
     Storage,
     StorageClosedError,
@@ -39,14 +40,15 @@ NS = ("user-1", "memories")
 class Backend:
     """What the shared tests need to know about one backend under test."""
 
-    open: Callable[[], Storage]  # a new Storage on the test's own database
+    open: Callable[..., Storage]  # a new Storage on the test's own database (options as keywords)
     raw: Callable[[str, tuple], list]  # run one SQL statement ("?" placeholders) and fetch its rows
     worker_args: list[str]  # --target/--schema for worker.py
     concurrent_facts: int = 100  # facts per process in the two-writer test
+    scratch: str = ""  # a directory of the test's own, for files the workers wait on
     opened: list[Storage] = field(default_factory=list)
 
-    def fresh(self) -> Storage:
-        storage = self.open()
+    def fresh(self, **options) -> Storage:
+        storage = self.open(**options)
         self.opened.append(storage)
         return storage
 
@@ -73,6 +75,29 @@ def snapshot(storage: Storage, ns=NS) -> tuple[dict, int]:
 
 
 # ---------------------------------------------------------------------- round trip
+def write_every_kind(tree: MembrainTree, facts: list[str], rng: np.random.Generator,
+                     persist: Callable[[], None]) -> tuple[str, str]:
+    """Each kind of tree write on six root facts, ``persist()`` after each step; returns
+    the ids of the two aspects it creates (both pruned by the end)."""
+    work = tree.group(facts[:3], "work", embedding=emb(rng))  # new aspect + three moves
+    persist()
+    sub = tree.group(facts[:2], "projects", embedding=emb(rng))
+    persist()
+    tree.promote(facts[0])  # out of "projects" into "work"
+    tree.demote(facts[3], work)
+    persist()
+    tree.move(facts[1], "root")  # empties "projects": pruned, so a removed aspect row
+    tree.remove(facts[0])
+    persist()
+    tree.update_fact(facts[4], text="edited", embedding=emb(rng), metadata={STORE_VALUE_KEY: {"v": 2}})
+    tree.set_label(work, "job", embedding=emb(rng))
+    persist()
+    tree.remove(facts[2])
+    tree.remove(facts[3])  # empties "work" and "projects": pruned aspects are removed rows
+    persist()
+    return work, sub
+
+
 def test_round_trip_over_many_writes(storage_backend: Backend) -> None:
     """Each kind of tree write, persisted from drained changes, reloads to the same tree."""
     rng = np.random.default_rng(1)
@@ -94,22 +119,7 @@ def test_round_trip_over_many_writes(storage_backend: Backend) -> None:
              for i in range(6)]
     tree.add_fact("root", "no embedding, unicode é ✓ and 'quotes'", metadata={"source": "chat", "tags": [1, 2.5]})
     persist()
-    work = tree.group(facts[:3], "work", embedding=emb(rng))  # new aspect + three moves
-    persist()
-    sub = tree.group(facts[:2], "projects", embedding=emb(rng))
-    persist()
-    tree.promote(facts[0])  # out of "projects" into "work"
-    tree.demote(facts[3], work)
-    persist()
-    tree.move(facts[1], "root")  # empties "projects": pruned, so a removed aspect row
-    tree.remove(facts[0])
-    persist()
-    tree.update_fact(facts[4], text="edited", embedding=emb(rng), metadata={STORE_VALUE_KEY: {"v": 2}})
-    tree.set_label(work, "job", embedding=emb(rng))
-    persist()
-    tree.remove(facts[2])
-    tree.remove(facts[3])  # empties "work" and "projects": pruned aspects are removed rows
-    persist()
+    work, sub = write_every_kind(tree, facts, rng, persist)
     assert work not in tree and sub not in tree
     assert storage.load_tree(NS)[0].to_dict() == tree.to_dict()
     # The reloaded tree keeps working: its next writes persist correctly too.
@@ -274,6 +284,133 @@ def test_threads_share_one_storage(storage_backend: Backend) -> None:
     assert sorted(tree.facts()) == sorted(f"t{k}-{i}" for k in range(4) for i in range(15))
 
 
+# ---------------------------------------------------------------------- change log
+def catch_up(storage: Storage, tree: MembrainTree, at: int, ns=NS) -> int:
+    """Apply what changed after ``at`` to ``tree`` (must be reachable); check it equals a
+    reload and keeps every invariant; return the version it reached."""
+    changes = storage.changes_since(ns, at)
+    assert changes is not None, f"the log does not reach back to version {at}"
+    rows, removed, head = changes
+    tree.apply_rows(rows, removed)
+    tree.check_invariants()
+    reloaded, version = storage.load_tree(ns)
+    assert version == head
+    assert tree.to_dict() == reloaded.to_dict()
+    return head
+
+
+def test_changes_since_bring_a_loaded_tree_up_to_date(storage_backend: Backend) -> None:
+    """Each kind of tree write, read back from the log by another Storage object and
+    applied to a tree it loaded earlier, one write at a time or several merged."""
+    rng = np.random.default_rng(11)
+    storage, other = storage_backend.fresh(), storage_backend.fresh()
+    tree = MembrainTree("Ada", dim=DIM)
+    facts = [tree.add_fact("root", f"fact {i}", embedding=emb(rng), metadata={STORE_VALUE_KEY: {"i": i}})
+             for i in range(6)]
+    tree.add_fact("root", "no embedding, unicode é ✓", metadata={"tags": [1, 2.5]})
+    version = storage.write(NS, *tree.drain_changes())
+    step, step_at = other.load_tree(NS)  # follows every write
+    merged, merged_at = other.load_tree(NS)  # follows every third write
+    assert other.changes_since(NS, step_at) == ([], [], step_at)
+
+    def persist() -> None:
+        nonlocal version, step_at, merged_at
+        version = storage.write(NS, *tree.drain_changes(), expected_version=version)
+        step_at = catch_up(other, step, step_at)
+        if version % 3 == 0:
+            merged_at = catch_up(other, merged, merged_at)
+
+    write_every_kind(tree, facts, rng, persist)
+    tree.move(facts[1], tree.add_aspect("root", "again", embedding=emb(rng)))
+    persist()
+    catch_up(other, merged, merged_at)
+    assert step.to_dict() == merged.to_dict() == tree.to_dict()
+    assert other.changes_since(("missing",), 0) is None
+
+
+def test_the_log_is_compacted_and_a_sleeper_reloads(storage_backend: Backend) -> None:
+    rng = np.random.default_rng(12)
+    storage = storage_backend.fresh(log_retention=3)
+    tree = MembrainTree("s", dim=DIM)
+    tree.add_fact("root", "first", embedding=emb(rng))
+    first = storage.write(NS, *tree.drain_changes())
+    for i in range(6):
+        tree.add_fact("root", f"fact {i}", embedding=emb(rng))
+        head = storage.write(NS, *tree.drain_changes())
+        if i == 2:
+            recent, recent_at = storage.load_tree(NS)
+    key = json.dumps(list(NS), separators=(",", ":"))
+    logged = storage_backend.raw("SELECT DISTINCT version FROM membrain_changes WHERE ns = ?", (key,))
+    assert sorted(r[0] for r in logged) == [head - 2, head - 1, head]  # bounded: the last three
+    assert storage.changes_since(NS, first) is None  # asleep longer than the log reaches: reload
+    assert head - recent_at == 3
+    catch_up(storage, recent, recent_at)  # three writes behind: still in the log
+    with pytest.raises(StorageError):
+        storage_backend.fresh(log_retention=0)
+
+
+def test_a_deleted_namespace_never_reuses_a_version(storage_backend: Backend) -> None:
+    rng = np.random.default_rng(13)
+    storage, other = storage_backend.fresh(), storage_backend.fresh()
+    tree = MembrainTree("old", dim=DIM)
+    for i in range(3):
+        tree.add_fact("root", f"old {i}", embedding=emb(rng))
+        storage.write(NS, *tree.drain_changes())
+    held, at = other.load_tree(NS)
+    assert at == 3
+    assert storage.delete_namespace(NS)
+    assert other.changes_since(NS, at) is None  # gone
+    fresh_tree = MembrainTree("new", dim=DIM)
+    fresh_tree.add_fact("root", "new 0", embedding=emb(rng))
+    assert storage.write(NS, *fresh_tree.drain_changes(), expected_version=0) == 5  # after the reset at 4
+    assert other.changes_since(NS, at) is None  # the old tree cannot be patched into the new one
+    assert other.changes_since(NS, 5) == ([], [], 5)
+
+
+def test_a_write_too_large_to_log_makes_followers_reload(storage_backend: Backend) -> None:
+    rng = np.random.default_rng(14)
+    storage = storage_backend.fresh()
+    storage.log_max_rows = 5
+    tree = MembrainTree("s", dim=DIM)
+    for i in range(3):
+        tree.add_fact("root", f"small {i}", embedding=emb(rng))
+    v1 = storage.write(NS, *tree.drain_changes())
+    for i in range(6):
+        tree.add_fact("root", f"bulk {i}", embedding=emb(rng))
+    v2 = storage.write(NS, *tree.drain_changes())
+    assert storage.changes_since(NS, v1) is None  # behind the bulk write: reload
+    held, at = storage.load_tree(NS)
+    tree.add_fact("root", "after", embedding=emb(rng))
+    storage.write(NS, *tree.drain_changes())
+    assert storage.changes_since(NS, v1) is None
+    assert at == v2 and catch_up(storage, held, at) == v2 + 1  # later small writes are logged again
+    assert len(held.facts()) == 10
+
+
+def test_a_schema_1_database_is_upgraded_in_place(storage_backend: Backend) -> None:
+    rng = np.random.default_rng(15)
+    storage = storage_backend.open()
+    tree = MembrainTree("s", dim=DIM)
+    tree.add_fact("root", "written by schema 1", embedding=emb(rng))
+    version = storage.write(NS, *tree.drain_changes())
+    storage.save_checkpoint("stage1", b"weights", {"steps": 1})
+    storage.close()
+    # Make it what membrain 0.x with schema 1 left: no change log.
+    storage_backend.raw("DROP TABLE membrain_changes", ())
+    storage_backend.raw("UPDATE membrain_schema SET version = 1", ())
+    upgraded = storage_backend.fresh()
+    assert storage_backend.raw("SELECT version FROM membrain_schema", ()) == [(SCHEMA_VERSION,)]
+    assert upgraded.load_tree(NS)[0].to_dict() == tree.to_dict()
+    assert upgraded.load_checkpoint("stage1") == (b"weights", {"steps": 1})
+    assert upgraded.changes_since(NS, version - 1) is None  # written before the log existed: reload
+    tree.add_fact("root", "written by schema 2", embedding=emb(rng))
+    upgraded.write(NS, *tree.drain_changes())
+    held, _ = upgraded.load_tree(NS)
+    tree.add_fact("root", "and another", embedding=emb(rng))
+    upgraded.write(NS, *tree.drain_changes())
+    catch_up(upgraded, held, version + 1)
+
+
 # --------------------------------------------------------------------- checkpoints
 def test_checkpoint_round_trip(storage_backend: Backend) -> None:
     storage = storage_backend.fresh()
@@ -341,7 +478,8 @@ def test_closed_storage_refuses_calls(storage_backend: Backend) -> None:
 # ----------------------------------------------------------------- other processes
 def test_sigkill_mid_ingest_keeps_every_acknowledged_fact(storage_backend: Backend) -> None:
     """A writer killed at several points: after each kill the stored tree is valid, holds
-    every fact whose write was acknowledged and none whose removal was acknowledged."""
+    every fact whose write was acknowledged and none whose removal was acknowledged, and
+    a tree loaded before the round catches up by the logged changes to that same tree."""
     acked: set[str] = set()
     deleted: set[str] = set()
     # Removals tried by a write that was not acknowledged: a kill can land after the commit
@@ -359,6 +497,8 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_fact(storage_backend: Backe
             acked.add(words[1])
         return words[0] == "ACK"
 
+    follower: MembrainTree | None = None
+    follower_at = 0
     for round_, kill_after in enumerate((3, 12, 25, 40)):
         proc = start_worker(storage_backend, "write", "--ns", "/".join(NS), "--count", "1000", "--removes",
                             "--seed", str(round_), "--prefix", f"r{round_}")
@@ -382,6 +522,10 @@ def test_sigkill_mid_ingest_keeps_every_acknowledged_fact(storage_backend: Backe
         lost = acked - deleted - may_delete - facts
         assert not lost, f"lost acknowledged facts: {sorted(lost)}"
         assert not (deleted & facts), f"acknowledged removals came back: {sorted(deleted & facts)}"
+        if follower is None:
+            follower, follower_at = storage.load_tree(NS)
+        else:
+            follower_at = catch_up(storage, follower, follower_at)  # equal to the reload above
         storage.close()
     assert len(acked) >= 80
 
@@ -393,11 +537,15 @@ def test_sigkill_inside_a_transaction_stores_none_of_it(storage_backend: Backend
     proc = start_worker(storage_backend, "write", "--ns", "/".join(NS), "--count", "100", "--removes",
                         "--seed", "7", "--prefix", "k", "--pause-at", "20")
     lines = []
+    reader = storage_backend.fresh()
+    held = None
     try:
         while not lines or not lines[-1].startswith("PAUSED"):
             line = proc.stdout.readline()
             assert line, f"writer ended early: {proc.stderr.read()}"
             lines.append(line.strip())
+            if held is None and len(lines) == 10:
+                held = reader.load_tree(NS)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
@@ -407,26 +555,46 @@ def test_sigkill_inside_a_transaction_stores_none_of_it(storage_backend: Backend
     tree, version = storage.load_tree(NS)
     assert version == 20  # twenty acknowledged writes, the twenty-first rolled back
     assert "k-20" not in tree and "k-19" in tree
+    # The rolled-back write left nothing in the change log either: a tree loaded earlier
+    # catches up to exactly the stored one.
+    assert catch_up(reader, *held) == 20
     # The dead writer's lock is gone: another process can write at once.
     result = run_worker(storage_backend, "write", "--ns", "/".join(NS), "--count", "3", "--prefix", "after")
     assert result.returncode == 0, result.stderr
     assert storage.namespace_version(NS) == 23
+    assert catch_up(reader, held[0], 20) == 23
 
 
 @pytest.mark.slow
 def test_two_processes_write_one_namespace_and_a_third_sees_all(storage_backend: Backend) -> None:
+    """Two writers interleave on one namespace, each catching up on the other's writes by
+    applying the logged changes; every caught-up tree equals a reload (--verify), none
+    had to reload, and the final tree holds every fact."""
     n = storage_backend.concurrent_facts
+    go = os.path.join(storage_backend.scratch, "go")
     writers = [start_worker(storage_backend, "write", "--ns", "/".join(NS), "--count", str(n), "--seed", str(k),
-                            "--prefix", f"p{k}") for k in range(2)]
+                            "--prefix", f"p{k}", "--removes", "--verify", "--go", go,
+                            # a pause between writes: SQLite's busy handler is not fair, and a
+                            # writer that commits and locks again at once would starve the other
+                            "--delay", "0.01") for k in range(2)]
+    for w in writers:
+        assert w.stdout.readline().strip() == "READY", w.stderr.read()
+    open(go, "w").close()  # both start writing now
     outputs = [w.communicate(timeout=240) for w in writers]
+    applied = 0
     for w, (out, err) in zip(writers, outputs):
-        assert w.returncode == 0, err
-        assert out.splitlines()[-1] == "DONE"
+        assert w.returncode == 0, out[-500:] + err
+        last = out.splitlines()[-1].split()
+        assert last[0] == "DONE" and last[2] == "reloaded=0", last
+        applied += int(last[1].split("=")[1])
+    assert applied > 0  # they did interleave
+    removed = {line.split()[3] for w, (out, _) in zip(writers, outputs) for line in out.splitlines()
+               if line.startswith("ACK") and " DEL " in line}
     result = run_worker(storage_backend, "read", "--ns", "/".join(NS))
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
-    assert seen["facts"] == sorted(f"p{k}-{i}" for k in range(2) for i in range(n))
+    assert seen["facts"] == sorted({f"p{k}-{i}" for k in range(2) for i in range(n)} - removed)
     assert seen["version"] == 2 * n
     # And this process agrees.
     tree, version = storage_backend.fresh().load_tree(NS)
-    assert version == 2 * n and len(tree.facts()) == 2 * n
+    assert version == 2 * n and len(tree.facts()) == 2 * n - len(removed)

@@ -3,8 +3,12 @@
 Modes (``python worker.py MODE --target T [--schema S] ...``):
 
 - ``write``: build a tree in one namespace with random adds, groups, moves, promotions and
-  (with ``--removes``) removals; every write runs under ``namespace_lock`` with
-  reload-if-stale. After each write has returned it prints ``ACK <fact id>`` for the fact
+  (with ``--removes``) removals; every write runs under ``namespace_lock`` and first
+  brings the tree up to date when another process wrote: by applying the logged changes
+  (``changes_since``), or by reloading when the log does not reach back. With
+  ``--verify`` each caught-up tree is compared with a reload (exits 3 on a difference).
+  With ``--go FILE`` it prints ``READY`` once open and starts writing when FILE exists.
+  Ends with ``DONE applied=<catch-ups by change> reloaded=<whole reloads>``. After each write has returned it prints ``ACK <fact id>`` for the fact
   it added, followed by `` DEL <fact id>`` when that write also removed a fact, as one
   flushed line, so a parent that kills it knows exactly what was acknowledged; before a
   write that removes a fact it prints ``TRY <fact id> DEL <removed id>``. With
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -68,15 +73,32 @@ def write(args: argparse.Namespace) -> None:
     tree: MembrainTree | None = None
     synced = -1  # the stored version our in-memory tree corresponds to
     own: list[str] = []
+    applied = reloaded = 0
     with _open(args) as storage:
+        if args.go:  # start together with other writers: when the parent creates this file
+            print("READY", flush=True)
+            while not os.path.exists(args.go):
+                time.sleep(0.005)
         for i in range(args.count):
             fid = f"{args.prefix}-{i}"
             removed = None
             with storage.namespace_lock(ns):
                 version = storage.namespace_version(ns)
-                if tree is None or version != synced:  # another process wrote: reload
-                    loaded = storage.load_tree(ns)
-                    tree, synced = loaded if loaded is not None else (MembrainTree("subject", dim=DIM), 0)
+                if tree is None or version != synced:  # another process wrote: catch up
+                    changes = storage.changes_since(ns, synced) if tree is not None and synced > 0 else None
+                    if changes is not None:
+                        tree.apply_rows(changes[0], changes[1])
+                        synced = changes[2]
+                        applied += 1
+                    else:
+                        reloaded += tree is not None
+                        loaded = storage.load_tree(ns)
+                        tree, synced = loaded if loaded is not None else (MembrainTree("subject", dim=DIM), 0)
+                    if args.verify and synced:
+                        tree.check_invariants()
+                        if tree.to_dict() != storage.load_tree(ns)[0].to_dict():
+                            print(f"DIFFERS after catching up to version {synced}", flush=True)
+                            sys.exit(3)
                 containers = [tree.root_id, *tree.aspects()]
                 tree.add_fact(str(rng.choice(containers)), f"fact {fid}", embedding=rng.random(DIM), node_id=fid,
                               metadata={STORE_VALUE_KEY: {"i": i, "by": args.prefix}})
@@ -96,7 +118,7 @@ def write(args: argparse.Namespace) -> None:
             print(f"ACK {fid}" + ("" if removed is None else f" DEL {removed}"), flush=True)
             if args.delay:
                 time.sleep(args.delay)
-    print("DONE", flush=True)
+    print(f"DONE applied={applied} reloaded={reloaded}", flush=True)
 
 
 def read(args: argparse.Namespace) -> None:
@@ -129,6 +151,8 @@ def main() -> None:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--pause-at", type=int, default=-1, help="sleep inside the transaction of this write")
     p.add_argument("--name", default="stage1")
+    p.add_argument("--go", default=None, help="print READY, then wait for this file to exist")
+    p.add_argument("--verify", action="store_true", help="compare each caught-up tree with a reload")
     args = p.parse_args()
     {"write": write, "read": read, "hold-trainer": hold_trainer}[args.mode](args)
 
