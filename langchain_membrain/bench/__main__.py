@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "startup": "cold start of import and of each membrain command, as fresh processes",
     "economy": "teacher questions per insert through the product, tree shape and insert cost",
     "tenants": "resident memory of many small namespaces in one process, in memory and on SQLite",
+    "updates": "memory operations (ADD/UPDATE/DELETE/IGNORE) on persona chains of changes",
     "pretrain": "train the prior shipped with the package (networks taught by the offline teacher)",
 }
 

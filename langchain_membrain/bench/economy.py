@@ -511,11 +511,11 @@ def run(args: argparse.Namespace) -> int:
                   f"({'passed as embedding=' if pass_embedding else 'served by the embedder'})")
 
     def product() -> Any:
-        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known))
+        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), operations=False)
 
     def teacher_alone() -> Any:
         cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
-        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), learner=cfg)
+        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), learner=cfg, operations=False)
 
     results = [run_stream(items, product, vecs, window=args.window, run="product",
                           pass_embedding=pass_embedding, pause=args.pause, log=console.print)]

@@ -308,7 +308,7 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
                 if memory is None:
                     from ..memory import MembrainMemory
 
-                    memory = MembrainMemory(embeddings=CachedEmbeddings(cache), retrieval=config,
+                    memory = MembrainMemory(embeddings=CachedEmbeddings(cache), retrieval=config, operations=False,
                                             search_mode=mode)
                 retrievers["membrain"] = MemoryNamespace(memory, conv, embs, ingest)
                 shapes.append(_tree_shape(memory.tree(("locomo", conv.sample_id))))

@@ -65,7 +65,7 @@ from .base import BaseTeacher, NewFact, Subtree, Teacher
 
 T = TypeVar("T")
 Stage = Literal["stage1", "stage2", "name", "place"]
-STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place")
+STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place", "operation")
 
 # Failure kinds, as counted in the stats.
 FAILURE_KINDS = ("invalid", "malformed", "refusal", "truncated", "timeout", "rate_limit",
@@ -548,6 +548,47 @@ class GuardedTeacher(BaseTeacher):
             if self.raise_on_failure:
                 raise
             return self._fallback_name(fact_texts)
+
+    # ---------------------------------------------------------- operation
+    def try_operation(self, question: Any) -> Any:
+        """The LLM's memory operation for ``question`` (operations.OperationQuestion),
+        validated: a target that is not a shown number, or an UPDATE/DELETE without one,
+        is rejected (and retried once with the error quoted). TeacherCallError when
+        unusable."""
+        from ..operations import Operation
+
+        self._stats.add("operation", decisions=1)
+        cands = list(question.candidates)
+
+        def validate(answer: prompts.OperationAnswer) -> Operation:
+            if answer.operation in ("UPDATE", "DELETE"):
+                t = answer.target
+                if t is None or not 1 <= t <= len(cands):
+                    raise TeacherCallError("invalid", f"target {t} is not the number of a fact shown")
+                return Operation(answer.operation, cands[t - 1].key, keep=bool(answer.keep))
+            return Operation(answer.operation)
+
+        msgs = prompts.operation_messages(question.text, [(c.text, c.valid_from) for c in cands])
+        return self._ask("operation", msgs, prompts.OperationAnswer, validate)
+
+    def choose_operation(self, question: Any) -> Any:
+        """The memory operation (never raises unless ``raise_on_failure``): the LLM's,
+        else the fallback teacher's, else the conservative offline rule."""
+        try:
+            return self.try_operation(question)
+        except TeacherError:
+            if self.raise_on_failure:
+                raise
+            self._stats.add("operation", fallbacks=1)
+            choose = getattr(self.fallback, "choose_operation", None)
+            if callable(choose):
+                try:
+                    return choose(question)
+                except Exception:  # noqa: BLE001 - the fallback's failure: the offline rule
+                    pass
+            from ..operations import conservative_operation
+
+            return conservative_operation(question)
 
     # ------------------------------------------------------ one-call place
     def _place_validator(self, tree: MembrainTree, ids: list[str]) -> Callable[[prompts.PlaceAnswer], Placement]:

@@ -76,11 +76,23 @@ class PlaceAnswer(BaseModel):
                                                   "(0 is the new fact); [] to change nothing")
 
 
+class OperationAnswer(BaseModel):
+    """The memory operation for a new item (operations.py)."""
+
+    operation: Literal["ADD", "UPDATE", "DELETE", "IGNORE"] = Field(
+        description="ADD a new memory; UPDATE an old fact it replaces; DELETE an old fact it "
+                    "retracts; IGNORE when it is not a memory (greeting, thanks, question, small talk)")
+    target: int | None = Field(description="UPDATE/DELETE: the number of the old fact; else null")
+    keep: bool | None = Field(description="DELETE: true when the new item is itself a memory to store "
+                                          "(\"our cat died\"), false when it only retracts; else null")
+
+
 SCHEMAS: dict[str, type[BaseModel]] = {
     "stage1": Stage1Answer,
     "stage2": Stage2Answer,
     "name": AspectName,
     "place": PlaceAnswer,
+    "operation": OperationAnswer,
 }
 
 
@@ -368,6 +380,39 @@ def place_messages(new_text: str, tree: MembrainTree, *, max_aspects: int = 200,
         payload["outline_truncated"] = True
     return ([{"role": "system", "content": PLACE_SYSTEM},
              {"role": "user", "content": data_block(payload)}], ids)
+
+
+# ------------------------------------------------------------------ operation
+OPERATION_SYSTEM = f"""You keep a person's long-term memory up to date. A new item arrives \
+(what the person said or what an agent wants to remember). You see it and the stored facts \
+most similar to it, numbered from 1, each with the time it became valid. Decide one operation:
+
+- "ADD": the item holds a new memory that replaces nothing shown.
+- "UPDATE": the item states a newer version of one shown fact (a move, a new job, a changed \
+diet, a new partner, a changed plan); "target" is that fact's number. The old fact is kept as \
+history.
+- "DELETE": the item says one shown fact is no longer true without replacing it ("forget \
+that", "the plan is off", "the cat died"); "target" is its number, and "keep" says whether the \
+item itself is worth remembering (true for "our cat died in May", false for "forget what I said").
+- "IGNORE": the item is not a memory: a greeting, thanks, small talk, or a question.
+
+When unsure, answer "ADD": nothing is lost. Never name a number that is not shown.
+
+{_DATA_RULE} Schema: {{"operation": "ADD"|"UPDATE"|"DELETE"|"IGNORE", "target": <number or null>, \
+"keep": <true, false or null>}}."""
+
+
+def operation_messages(new_text: str, candidates: list[tuple[str, float]], *, max_chars: int = 400
+                       ) -> list[Message]:
+    """The operation question: the new item and its candidates, as ``(text, valid_from)``
+    pairs numbered from 1 in the order given (nearest first)."""
+    import time as _time
+
+    payload = {"new_item": _clip(new_text, 4 * max_chars),
+               "facts": [{"number": i + 1, "text": _clip(t, max_chars),
+                          "valid_from": _time.strftime("%Y-%m-%d", _time.gmtime(v))}
+                         for i, (t, v) in enumerate(candidates)]}
+    return [{"role": "system", "content": OPERATION_SYSTEM}, {"role": "user", "content": data_block(payload)}]
 
 
 # ------------------------------------------------------------------------ retry

@@ -88,6 +88,8 @@ def keyword_llm(request: dict) -> object:
         return answer({"parent": cur, "actions": _stage2(data["new_fact"], depth, sibs)})
     if name == "AspectName":
         return answer({"label": "things"})
+    if name == "OperationAnswer":  # the memory operation (operations.py): every fact here is new
+        return answer({"operation": "ADD", "target": None, "keep": None})
     raise AssertionError(f"unexpected request {name}")
 
 
@@ -413,5 +415,8 @@ def test_membrain_memory_follows_the_llm_teacher(server, client):
         # one joint question per insert at most, and the server sees no request that is not
         # a counted question or a counted retry
         assert stats["teacher_calls"] <= len(FACTS)
-        assert len(server.requests) <= (stats["teacher_calls"] + stats["naming_calls"]
+        # (the memory-operation questions are counted apart; not yet shared with placement)
+        ops = stats["operations"]
+        assert ops["by_kind"]["ADD"] == len(FACTS) and ops["teacher_failures"] == 0
+        assert len(server.requests) <= (stats["teacher_calls"] + stats["naming_calls"] + ops["teacher_questions"]
                                         + stats["teacher"]["total"]["retries"])
