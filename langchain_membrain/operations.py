@@ -84,6 +84,10 @@ class OperationQuestion:
     candidates: tuple[Candidate, ...]
     namespace: tuple[str, ...] = ()
     value: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: A copy of the namespace's tree as the candidates were drawn, for teachers that are
+    #: not ``fast`` (an LLM in one-call mode answers the operation and the placement of a
+    #: stored item in one request); None for in-process teachers.
+    tree: MembrainTree | None = field(default=None, repr=False, compare=False)
 
     def candidate(self, key: str) -> Candidate | None:
         return next((c for c in self.candidates if c.key == key), None)
@@ -236,7 +240,10 @@ def execute(memory: "MembrainMemory", ns: tuple[str, ...], value: dict[str, Any]
         index = memory._indexes.get(ns)
         nearest = index.nearest(vec, k=decider.k) if tree is not None and index is not None else []
         cands = candidates_for(tree, nearest) if tree is not None else ()
-    question = OperationQuestion(text, vec, cands, ns, value)
+        snapshot = None
+        if not getattr(decider.teacher, "fast", False):  # O(n), beside an LLM's latency
+            snapshot = tree.copy() if tree is not None else MembrainTree("/".join(ns))
+    question = OperationQuestion(text, vec, cands, ns, value, snapshot)
     op = decider.decide(question)
     meta = {"value": value, "indexed": True}
     if op.kind == "ADD":

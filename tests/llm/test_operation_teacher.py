@@ -52,3 +52,35 @@ def test_a_memory_teacher_that_fails_gives_add(server):
     teacher = make_teacher(server, raise_on_failure=True)  # as MembrainMemory builds it
     op, why = ask_teacher(teacher, question())
     assert op == ADD and why is not None
+
+
+def test_one_call_answers_the_operation_and_the_placement(server, small_tree):
+    """In one-call mode the operation question carries the tree's outline; the placement it
+    returns answers the insert's placement question without a second request."""
+    from dataclasses import replace
+
+    from llm_helpers import new_fact
+
+    def reply(request):
+        outline = parse_data_block(request["messages"][-1]["content"])["outline"]
+        laptops = next(e["number"] for e in outline if e.get("label") == "laptops")
+        return answer({"operation": "ADD", "target": None, "keep": None, "parent": laptops, "actions": []})
+
+    server.responder = reply
+    teacher = make_teacher(server)
+    q = replace(question(), text="A laptop hinge broke", tree=small_tree.copy())
+    assert teacher.choose_operation(q) == ADD
+    assert server.requests[0]["response_format"]["json_schema"]["name"] == "OperationPlaceAnswer"
+    data = parse_data_block(server.requests[0]["messages"][-1]["content"])
+    assert data["new_item"] == "A laptop hinge broke" and data["candidates"][0]["text"] == "I live in Paris."
+    placement = teacher.place(new_fact("A laptop hinge broke"), small_tree)
+    assert placement.parent_id == "a-laptops" and len(server.requests) == 1
+    assert teacher.stats()["place"]["calls"] == 0
+
+
+def test_one_call_update_needs_no_placement(server, small_tree):
+    from dataclasses import replace
+
+    server.push(answer({"operation": "UPDATE", "target": 2, "keep": None, "parent": None, "actions": None}))
+    teacher = make_teacher(server)
+    assert teacher.choose_operation(replace(question(), tree=small_tree)) == Operation("UPDATE", "k-job")
