@@ -52,6 +52,7 @@ from .tree import HISTORY_KEY, MembrainTree, Node
 logger = logging.getLogger("langchain_membrain")
 
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
+OPERATIONS_CHECKPOINT = "operations"  # the operation student (operations.py), saved beside them
 
 
 def _normalised(text: str) -> str:
@@ -305,6 +306,14 @@ class MembrainMemory:
         self._indexes: dict[Namespace, FactIndex] = {}
         self._indexed: dict[Namespace, dict[str, tuple[str, str]]] = {}
         self._unindexed: dict[Namespace, set[str]] = {}
+        if self._storage is not None and self._operations.student is not None:
+            found = self._storage.load_checkpoint(OPERATIONS_CHECKPOINT)
+            if found is not None:
+                try:
+                    self._operations.student.load_bytes(found[0])
+                except CheckpointError as exc:  # documented fallback: the student starts afresh
+                    self._checkpoint_error = str(exc)
+                    logger.warning("membrain: ignoring the stored operation student: %s", exc)
         _register_for_exit(self)  # flushed and closed at interpreter exit if never closed
 
     # ------------------------------------------------------------- namespaces
@@ -978,6 +987,9 @@ class MembrainMemory:
             learning = self._learning_stats()
         self._storage.save_checkpoint(CHECKPOINT_NAME, data, {**self._counts, **learning})
         self._checkpoint_seen = self._storage.checkpoint_version(CHECKPOINT_NAME)
+        student = self._operations.student
+        if student is not None and student.labelled:
+            self._storage.save_checkpoint(OPERATIONS_CHECKPOINT, student.state_bytes(), student.stats())
 
     def _learning_stats(self) -> dict[str, Any]:
         """Per-stage counters of the learner and the total teacher calls (under its lock)."""

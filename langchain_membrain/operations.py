@@ -367,14 +367,15 @@ class _StudentNet:
 
         torch.manual_seed(seed)
         nn = torch.nn
-        self.torch, self.k = torch, k
+        self.torch, self.k, self.dim = torch, k, dim
         n_flags = 5
         self.item = nn.Sequential(nn.Linear(dim + n_flags, hidden), nn.ReLU())
         self.item_out = nn.Linear(hidden, 2)
         self.pair_in = nn.Linear(dim, 32)
         self.pair = nn.Sequential(nn.Linear(hidden + 32 + 4, hidden), nn.ReLU(), nn.Linear(hidden, 3))
-        self.params = [*self.item.parameters(), *self.item_out.parameters(), *self.pair_in.parameters(),
-                       *self.pair.parameters()]
+        self.modules = nn.ModuleDict({"item": self.item, "item_out": self.item_out, "pair_in": self.pair_in,
+                                      "pair": self.pair})
+        self.params = list(self.modules.parameters())
 
     def logits(self, batch: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]):
         """Logits (B, 2 + 3k), masked with -inf where a candidate is missing."""
@@ -531,6 +532,56 @@ class OperationStudent:
             torch.nn.utils.clip_grad_norm_(self.net.params, 1.0)
             self._opt.step()
             self.optimiser_steps += 1
+
+    # -- checkpoints
+    STATE_FORMAT = 1
+
+    def state_bytes(self) -> bytes:
+        """The student's weights, optimiser, calibration and counters (b"" before its
+        first question): what the memory saves as the ``operations`` checkpoint."""
+        with self._lock:
+            if self.net is None:
+                return b""
+            import io
+
+            state = {"format": self.STATE_FORMAT, "dim": self.net.dim, "k": self.k,
+                     "modules": self.net.modules.state_dict(), "optimiser": self._opt.state_dict(),
+                     "temperature": self.calibrator.temperature, "labelled": self.labelled,
+                     "agreed": self.agreed, "recent": list(self._recent), "steps": self.optimiser_steps}
+            buf = io.BytesIO()
+            self.net.torch.save(state, buf)
+            return buf.getvalue()
+
+    def load_bytes(self, data: bytes) -> None:
+        """Restore :meth:`state_bytes`; CheckpointError (nothing changed) when the bytes are
+        not a student of this shape."""
+        from .errors import CheckpointError
+
+        if not data:
+            return
+        import io
+
+        import torch
+
+        try:
+            state = torch.load(io.BytesIO(data), weights_only=True)
+            if not isinstance(state, dict) or state.get("format") != self.STATE_FORMAT or state.get("k") != self.k:
+                raise CheckpointError("not an operation-student checkpoint of this shape")
+            net = _StudentNet(int(state["dim"]), self.k, seed=self.seed)
+            net.modules.load_state_dict(state["modules"])
+            opt = torch.optim.Adam(net.params, lr=self.lr, weight_decay=1e-4)
+            opt.load_state_dict(state["optimiser"])
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is the same error
+            raise CheckpointError(f"unreadable operation-student checkpoint: {exc}") from None
+        with self._lock:
+            self.net, self._opt = net, opt
+            self.calibrator.temperature = float(state["temperature"])
+            self.labelled, self.agreed = int(state["labelled"]), int(state["agreed"])
+            self._recent.clear()
+            self._recent.extend(int(x) for x in state["recent"])
+            self.optimiser_steps = int(state["steps"])
 
     def stats(self) -> dict[str, Any]:
         return {"labelled": self.labelled, "agreement": self.agreed / self.labelled if self.labelled else None,

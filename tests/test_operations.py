@@ -323,3 +323,33 @@ def test_the_student_learns_the_rule_and_opens_its_gate(one_torch_thread) -> Non
         op, trusted = student.propose(OperationQuestion(text, vecs[text], ()))
         assert op == conservative_operation(OperationQuestion(text, None, ()))
     assert student.stats()["recent_agreement"] >= 0.9
+
+
+def test_the_student_is_saved_with_the_models(tmp_path, one_torch_thread) -> None:
+    """The operation student's weights and counters are checkpointed beside the models and
+    restored by the next process, which proposes the same operations."""
+    db = str(tmp_path / "m.db")
+    texts = ["Hello!", "I like green tea.", "What time is it?", "My sister lives in Rome.", "Thanks a lot!"]
+    with memory(storage=db, operations=True) as mem:
+        for i in range(12):
+            mem.add(f"{texts[i % len(texts)]}", namespace=f"u{i}")
+        before = mem._operations.student
+        probe = OperationQuestion("Good morning!", mem._embed(["Good morning!"])[0], ())
+        proposed, labelled = before.propose(probe)[0], before.labelled
+    assert labelled > 0
+    with memory(storage=db, operations=True) as mem:
+        after = mem._operations.student
+        assert after.labelled == labelled and after.propose(probe)[0] == proposed
+        assert mem.stats()["operations"]["student"]["labelled"] == labelled
+
+
+def test_an_unreadable_student_checkpoint_starts_afresh(tmp_path) -> None:
+    from langchain_membrain.storage import open_storage
+
+    db = str(tmp_path / "m.db")
+    with open_storage(db) as storage:
+        storage.save_checkpoint("operations", b"not a checkpoint", {})
+    with memory(storage=db, operations=True) as mem:
+        assert mem._operations.student.labelled == 0
+        assert "operation-student" in mem.stats()["checkpoint_error"]
+        mem.add("I like green tea.", namespace="u")
