@@ -11,8 +11,9 @@ Definitions (README, Memories that change):
 - **DELETE(old)**: the item retracts ``old``; ``old`` is archived as history and leaves the
   tree. The item itself is stored as a memory when the answer says it is one (``keep``),
   else it is kept in the namespace's log.
-- **IGNORE**: the item is not a memory (a greeting, thanks, a question, small talk); it is
-  kept in the namespace's log (:meth:`~.tree.MembrainTree.log_ignored`), not in the tree.
+- **IGNORE**: the item is not a memory: it states nothing (greetings, thanks, small talk, a
+  question alone; :func:`states_something`); it is kept in the namespace's log
+  (:meth:`~.tree.MembrainTree.log_ignored`), not in the tree.
 
 Who decides: the memory's :class:`OperationDecider`. A student (:class:`OperationStudent`, a
 small network over the item and each candidate) decides alone when its calibrated
@@ -140,6 +141,34 @@ def is_question(text: str) -> bool:
                                 or low.startswith(_QUESTION_OPENERS))
 
 
+#: A chat turn may come as "Name: text" (a transcript line). Up to three capitalised words
+#: and a colon; the rule reads what was said after it.
+_SPEAKER = re.compile(r"^\s*[A-Z][\w'.-]*(?:\s[A-Z][\w'.-]*){0,2}:\s+(?=\S)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def utterance(text: str) -> str:
+    """``text`` without a leading speaker label ("Joanna: ..."); unchanged without one."""
+    return _SPEAKER.sub("", text, count=1)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text``: split after ".", "!" or "?" followed by a space, and at
+    line breaks; empty pieces dropped."""
+    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+
+
+def states_something(text: str) -> bool:
+    """Whether ``text`` (its :func:`utterance`) has a sentence that is neither a question
+    (:func:`is_question`) nor small talk (:func:`is_small_talk`): a statement, which may be
+    a memory. "Wow, that looks great! Is that your third one?" states something;
+    "Thanks! Where do I live?" does not. A piece without a letter or digit (emoji, "...")
+    states nothing; text in a script the word lists do not cover states something unless it
+    ends with "?"."""
+    return any(re.search(r"\w", s) and not (is_question(s) or is_small_talk(s))
+               for s in sentences(utterance(text)))
+
+
 @dataclass(frozen=True)
 class RuleConfig:
     """Thresholds of :func:`conservative_operation` (cosines of MiniLM embeddings)."""
@@ -151,8 +180,11 @@ class RuleConfig:
 def conservative_operation(question: OperationQuestion, config: RuleConfig = RuleConfig()) -> Operation:
     """The offline teacher's rule, built to never drop a memory:
 
-    - IGNORE when the item is small talk (:func:`is_small_talk`) or a question
-      (:func:`is_question`);
+    - IGNORE only when the item states nothing (:func:`states_something` is false): every
+      sentence is a question or small talk. A turn that asks something *and* says something
+      ("I found a great trail yesterday. Do you know any?") is a memory: in conversation,
+      questions and greetings often carry facts, and an ADD of small talk costs a row where
+      an IGNORE of a fact loses it from search;
     - UPDATE(c) only when the item states a change (one of :data:`CHANGE_CUES`) and its
       nearest candidate ``c`` has cosine >= ``update_similarity`` and beats the second by
       ``update_margin`` (one clear old fact about the same thing);
@@ -160,7 +192,7 @@ def conservative_operation(question: OperationQuestion, config: RuleConfig = Rul
       a memory, which loses nothing).
     """
     text = question.text
-    if is_small_talk(text) or is_question(text):
+    if not states_something(text):
         return IGNORE
     cands = question.candidates
     if cands and set(_words(text)) & CHANGE_CUES:
@@ -309,6 +341,9 @@ class OperationDecider:
         self.student = student
         self.counters = OperationCounters()
         self.last: tuple[Operation, str] | None = None  # the latest decision and who took it
+        #: The keys of the candidates shown with the latest question, nearest first (what
+        #: ``bench updates`` checks the right old fact against).
+        self.last_candidates: tuple[str, ...] = ()
         self._guard = threading.Lock()
 
     def decide(self, question: OperationQuestion) -> Operation:
@@ -336,6 +371,7 @@ class OperationDecider:
             c.decisions += 1
             c.by_kind[op.kind] += 1
             self.last = (op, "student" if trusted and op is student_op else "teacher")
+            self.last_candidates = tuple(c.key for c in question.candidates)
         return op
 
     def stats(self) -> dict[str, Any]:

@@ -33,7 +33,8 @@ from langchain_membrain.operations import (  # noqa: E402
     OperationStudent,
     conservative_operation,
     is_question,
-    is_small_talk,
+    states_something,
+    utterance,
     validate_operation,
 )
 from langchain_membrain.teachers.heuristic import HeuristicTeacher  # noqa: E402
@@ -72,18 +73,32 @@ class Answers(HeuristicTeacher):
 # ------------------------------------------------------------------ the offline rule
 @pytest.mark.parametrize("text", ["Hi!", "good morning :)", "Thanks a lot!", "thank you so much", "ok cool",
                                   "What is my daughter learning?", "Can you remind me when my flight is",
-                                  "where do I live"])
+                                  "where do I live", "Melanie: Thanks!", "Caroline: Wow! Did you see that band?",
+                                  "Hey Joanna, what's been up? How's it going?", "Thanks! 🙂", "Хорошо?"])
 def test_greetings_thanks_and_questions_are_ignored(text: str) -> None:
     assert conservative_operation(OperationQuestion(text, None, ())) == IGNORE
 
 
 @pytest.mark.parametrize("text", ["Thanks, I moved to Berlin last week.", "I'm allergic to peanuts.",
                                   "Have a look at my new bike: it's a Brompton.", "Is it true? I got the job!",
-                                  "My daughter is learning the violin."])
+                                  "My daughter is learning the violin.",
+                                  # a question beside a statement: the statement is a memory
+                                  "I found an awesome trail in my hometown yesterday! Do you know any?",
+                                  "Joanna: Wow, that looks great! Is that your third one?",
+                                  "Nate: Sure thing! I can give it to you tomorrow, how does that sound?",
+                                  "Я живу в Москве.", "Note: I'm allergic to peanuts", "42"])
 def test_texts_with_a_memory_are_added(text: str) -> None:
     if text.endswith("job!"):
         assert is_question("Is it true?") and not is_question(text)
     assert conservative_operation(OperationQuestion(text, None, ())) == ADD
+
+
+def test_the_rule_reads_what_was_said_after_a_speaker_label() -> None:
+    assert utterance("Melanie: Thanks!") == "Thanks!"
+    assert utterance("Mary Ann Lee: hi") == "hi"
+    assert utterance("Thanks: it helped") == "it helped"  # one capitalised word: read as a label
+    assert utterance("I said: thanks") == "I said: thanks"  # not at the start of a sentence of words
+    assert states_something("I said: thanks")
 
 
 def _cand(key: str, sim: float) -> Candidate:
@@ -104,7 +119,7 @@ def test_offline_ignore_precision_on_the_data_sets() -> None:
     for name in ("updates.jsonl", "updates_heldout.jsonl"):
         for part in load(name).values():
             for ev in part["events"]:
-                if is_small_talk(ev["text"]) or is_question(ev["text"]):
+                if conservative_operation(OperationQuestion(ev["text"], None, ())) == IGNORE:
                     assert ev["op"] == "IGNORE", ev
 
 

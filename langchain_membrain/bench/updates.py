@@ -26,6 +26,9 @@ Metrics (per configuration):
   search with history; for ``no operations``, still stored);
 - ``IGNORE P/R``: precision and recall of IGNORE against the data set's labels;
 - ``UPDATE P``: share of UPDATEs that name the right old fact;
+- ``old shown``: share of the items labelled UPDATE or DELETE whose right old fact was among
+  the candidates shown with the question (the ``k`` nearest current facts): no teacher can
+  name an old fact it is not shown, so this bounds UPDATE and DELETE recall;
 - ``student``: share of operations the student decided alone (second half of the stream,
   and on the held-out personas), with its precision on UPDATE and IGNORE there.
 """
@@ -112,16 +115,22 @@ def run_config(config: str, sets: list[tuple[str, dict]], embeddings: Any) -> di
                 key_of: dict[str, str] = {}
                 for ev in part["events"]:
                     mem._operations.last = None
+                    mem._operations.last_candidates = ()
+                    # the right old fact's key before the add (an UPDATE reuses it)
+                    old_key = key_of.get(ev.get("target", ""))
                     key = mem.add(ev["text"], namespace=ns, metadata=gt_value(ev))
                     key_of[ev["id"]] = key
                     last = mem._operations.last
+                    shown = mem._operations.last_candidates
                     op, by = last if last is not None else (ADD, "none")
                     right_target = None
                     if op.kind in ("UPDATE", "DELETE") and ev["op"] == op.kind:
                         hist = mem.history(op.target, namespace=ns)
                         right_target = any(r.value.get("gt_id") == ev.get("target") for r in hist)
                     decisions.append({"set": set_name, "gt": ev["op"], "op": op.kind, "by": by,
-                                      "right_target": right_target})
+                                      "right_target": right_target,
+                                      "old_shown": (old_key in shown) if ev["op"] in ("UPDATE", "DELETE")
+                                      and last is not None else None})
                 gone = {ev["target"] for ev in part["events"] if ev["op"] in ("UPDATE", "DELETE")}
                 everything = mem.search(None, namespace=ns, include_history=True, limit=100000)
                 found = {r.value.get("gt_id") for r in everything}
@@ -160,11 +169,13 @@ def decision_metrics(decisions: list[dict[str, Any]]) -> dict[str, Any]:
     gt_ign = sum(d["gt"] == "IGNORE" for d in decisions)
     ign_r = sum(d["gt"] == "IGNORE" and d["op"] == "IGNORE" for d in decisions) / max(gt_ign, 1)
     upd_p, n_upd = _precision(decisions, "UPDATE")
+    shown = [d["old_shown"] for d in decisions if d.get("old_shown") is not None]
     half = decisions[len(decisions) // 2:]
     held = [d for d in decisions if d["set"] == "heldout"]
     quarters = [decisions[i * len(decisions) // 4:(i + 1) * len(decisions) // 4] for i in range(4)]
     out = {"ignore_precision": ign_p, "ignore_recall": ign_r, "ignored": n_ign,
            "update_precision": upd_p, "updates": n_upd,
+           "old_shown": sum(shown) / len(shown) if shown else None, "old_shown_n": len(shown),
            "student_share_by_quarter": [sum(d["by"] == "student" for d in q) / max(len(q), 1) for q in quarters],
            "student_share_second_half": sum(d["by"] == "student" for d in half) / max(len(half), 1),
            "student_share_heldout": sum(d["by"] == "student" for d in held) / max(len(held), 1)}
@@ -206,14 +217,14 @@ def run(args: argparse.Namespace) -> int:
     n_items = sum(len(p["events"]) for _, d in sets for p in d.values())
     print(f"bench updates: {len(tune)} tuning personas x {args.passes} pass(es) + {len(held)} held-out, "
           f"{n_items} items; {machine_description()}")
-    head = ("config", "current@1", "history@5", "kept", "IGNORE P", "IGNORE R", "UPDATE P (n)",
+    head = ("config", "current@1", "history@5", "kept", "IGNORE P", "IGNORE R", "UPDATE P (n)", "old shown (n)",
             "student 2nd half", "student held-out", "student P upd/ign held-out")
     print(" | ".join(head))
     for r in results:
         print(" | ".join([
             r["config"], _fmt(r["current_at_1"]), _fmt(r["history_at_5"]), _fmt(r["kept"]),
             _fmt(r["ignore_precision"]), _fmt(r["ignore_recall"]),
-            f"{_fmt(r['update_precision'])} ({r['updates']})",
+            f"{_fmt(r['update_precision'])} ({r['updates']})", f"{_fmt(r['old_shown'])} ({r['old_shown_n']})",
             _fmt(r["student_share_second_half"]), _fmt(r["student_share_heldout"]),
             f"{_fmt(r['student_update_precision_heldout'])} ({r['student_updates_heldout']}) / "
             f"{_fmt(r['student_ignore_precision_heldout'])} ({r['student_ignores_heldout']})"]))

@@ -412,7 +412,9 @@ history.
 - "DELETE": the item says one shown fact is no longer true without replacing it ("forget \
 that", "the plan is off", "the cat died"); "target" is its number, and "keep" says whether the \
 item itself is worth remembering (true for "our cat died in May", false for "forget what I said").
-- "IGNORE": the item is not a memory: a greeting, thanks, small talk, or a question.
+- "IGNORE": the item states nothing worth remembering: a greeting, thanks, small talk, or a \
+question alone. An item that asks something and also says something ("I found a great trail \
+yesterday. Know any others?") is a memory: not IGNORE.
 
 When unsure, answer "ADD": nothing is lost. Never name a number that is not shown.
 
@@ -440,8 +442,9 @@ A new item arrives. You see it, the stored facts most similar to it ("candidates
 1. "operation": "ADD" (a new memory that replaces nothing shown), "UPDATE" (a newer version of \
 one candidate: "target" is its candidate number; the old one is kept as history), "DELETE" (the \
 item says a candidate is no longer true without replacing it: "target" is its number, "keep" \
-true when the item itself is worth remembering, as in "our cat died in May"), or "IGNORE" (not \
-a memory: a greeting, thanks, small talk, a question). When unsure, "ADD".
+true when the item itself is worth remembering, as in "our cat died in May"), or "IGNORE" (it \
+states nothing worth remembering: a greeting, thanks, small talk, a question alone; an item that \
+asks and also says something is a memory). When unsure, "ADD".
 2. Only for "ADD", or "DELETE" with "keep" true: "parent", the number in the outline of the \
 root or aspect the new fact belongs directly under (the deepest aspect whose topic covers it, \
 or 1), and "actions", how to rearrange its neighbourhood once attached (0 is the new fact). \
