@@ -12,9 +12,9 @@ settings, memory operations on: each turn goes through ``memory.add`` without a 
 sends it, so a turn may be IGNOREd into the namespace's log or supersede an older turn;
 ``--no-operations`` turns them off), ``membrain_no_ops`` (the same memory with
 ``operations=False``: every turn stored, the behaviour before memory operations; measured in
-the same run when operations are on), ``bm25`` (bm25s, no stemming), ``dense`` (cosine), ``flat_pipeline`` (FactIndex
-without a tree: the strong flat pipeline of retrieval.py), ``inmemorystore`` (LangGraph's
-``InMemoryStore`` with an index config, its own search). Evidence ids are normalised first
+the same run when operations are on), ``bm25`` (bm25s, no stemming), ``dense`` (cosine),
+``flat_pipeline`` (FactIndex without a tree: the strong flat pipeline of retrieval.py),
+``inmemorystore`` (LangGraph's ``InMemoryStore`` with an index config, its own search). Evidence ids are normalised first
 (:func:`normalize_evidence`); questions left without a valid id are skipped.
 
 **Evidence kept out of search**: after a conversation is ingested, its evidence turns (every
