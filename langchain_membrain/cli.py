@@ -531,6 +531,64 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _versions(tree: Any, key: str | None) -> list[tuple[str, Any]]:
+    """(status, node) of the archived versions of ``key`` (every archived fact when None),
+    oldest first, then the current fact ``key`` when it is in the tree."""
+    from .tree import HISTORY_KEY
+
+    if key is not None and key in tree.archive:  # an archived entry's own id: its fact's key
+        key = tree.archive[key].metadata.get(HISTORY_KEY, {}).get("key", key)
+    entries = tree.history(key) if key is not None else tree.archived("history")
+    out = [("superseded" if e.metadata.get(HISTORY_KEY, {}).get("operation") == "update" else "deleted", e)
+           for e in entries]
+    if key is not None and key in tree and tree.node(key).kind == "fact":
+        out.append(("current", tree.node(key)))
+    return out
+
+
+def cmd_history(args: argparse.Namespace, console: Console) -> int:
+    """``membrain history [KEY]``: the versions of a memory (superseded, deleted, current),
+    or every superseded and deleted memory of the namespace(s); ``--ignored``: the log of
+    items that were not memories."""
+    from .tree import HISTORY_KEY, VALID_FROM_KEY
+
+    ns = _namespace(args.ns)
+    with open_stored(args) as memory:
+        # Every namespace, also those whose facts are all superseded, deleted or ignored.
+        spaces = [tuple(s) for s in memory.namespaces() if ns is None or tuple(s)[: len(ns)] == ns]
+        shown = 0
+        for s in spaces:
+            tree = memory.tree(s)
+            if args.ignored:
+                rows = [("ignored", e) for e in tree.archived("ignored")]
+            else:
+                rows = _versions(tree, args.key)
+            if not rows:
+                continue
+            table = Table(title=f"{'ignored' if args.ignored else 'history'}: {_ns_str(s)}", title_justify="left")
+            for col, style in (("status", "bold"), ("memory", None), ("valid from", "dim"), ("valid to", "dim"),
+                               ("superseded by", "cyan"), ("key", "dim")):
+                table.add_column(col, style=style)
+            from .export import _fmt_time
+
+            for status, node in rows:
+                h = node.metadata.get(HISTORY_KEY, {})
+                start = h.get("valid_from", node.metadata.get(VALID_FROM_KEY, node.created_at))
+                text = escape(node.text) if status == "current" else f"[strike]{escape(node.text)}[/]"
+                if status == "ignored":
+                    text = escape(node.text)
+                table.add_row(status, text, _fmt_time(start), _fmt_time(h.get("valid_to")),
+                              escape(str(h.get("superseded_by") or "")), escape(node.id))
+            console.print(table)
+            shown += len(rows)
+        if not shown:
+            what = "no ignored items" if args.ignored else (
+                f"no memory {args.key!r}" if args.key else "no superseded or deleted memories")
+            console.print(f"[yellow]{escape(what)}[/]")
+            return 1 if args.key and not args.ignored else 0
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace, console: Console) -> int:
     """``membrain stats``: facts, aspects and depth per namespace, and the memory's counters."""
     ns = _namespace(args.ns)
@@ -716,6 +774,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", help="HTML page title")
     p.add_argument("--max-label", type=int, default=40, help="Mermaid label length (default 40)")
     p.add_argument("--no-embeddings", action="store_true", help="JSON without the embedding vectors")
+    p = add("history", "versions of a memory: superseded and deleted ones (memory operations)")
+    p.add_argument("key", nargs="?", help="the memory's key (default: every superseded or deleted memory)")
+    p.add_argument("--ignored", action="store_true", help="the log of items judged not to be memories")
     p = add("stats", "facts, aspects, depth, teacher calls and agreement")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("bench", help="benchmarks (membrain bench --help)", add_help=False)
@@ -723,7 +784,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"demo": cmd_demo, "add": cmd_add, "import": cmd_import, "search": cmd_search,
-            "show": cmd_show, "export": cmd_export, "stats": cmd_stats}
+            "show": cmd_show, "export": cmd_export, "stats": cmd_stats, "history": cmd_history}
 
 
 def _bench_args(argv: list[str]) -> list[str] | None:

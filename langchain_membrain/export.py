@@ -22,7 +22,7 @@ from typing import Any
 from rich.text import Text
 from rich.tree import Tree
 
-from .tree import MembrainTree
+from .tree import HISTORY_KEY, MembrainTree
 
 __all__ = ["shorten", "tree_to_html", "tree_to_json", "tree_to_mermaid", "tree_to_rich"]
 
@@ -204,6 +204,9 @@ li.hit { background: var(--hit); }
 li.hit:hover { background: var(--hit); }
 .hidden { display: none !important; }
 #empty { color: var(--muted); padding: 10px 6px; }
+li.past { display: none; padding: 2px 6px; margin: 1px 0 1px 18px; color: var(--muted); font-size: 14px; }
+body.show-history li.past { display: list-item; }
+li.past s { text-decoration-thickness: 1px; }
 """
 
 _JS = """
@@ -256,6 +259,13 @@ _JS = """
   q.addEventListener('input', function () { clearTimeout(timer); timer = setTimeout(apply, 80); });
   q.addEventListener('keydown', function (e) { if (e.key === 'Escape') { q.value = ''; apply(); } });
   document.getElementById('expand').addEventListener('click', function () { setAll(true); });
+  var past = document.getElementById('history');
+  if (past) {
+    past.addEventListener('click', function () {
+      var on = document.body.classList.toggle('show-history');
+      past.textContent = on ? 'Hide history' : 'Show history';
+    });
+  }
   document.getElementById('collapse').addEventListener('click', function () {
     setAll(false);
     var root = document.querySelector('details.root');
@@ -282,6 +292,8 @@ def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: in
     fact count; aspects down to ``open_depth`` levels start open (0: only the root). The
     search box filters the facts (every word must appear, case-insensitive), hides aspects
     left empty and opens the aspects above each match; ``page.html#q=words`` opens with a search filled in.
+    Superseded versions of a fact follow it, struck through, and deleted facts close the
+    root's list (README, Memories that change): both hidden until "Show history" is pressed.
     All text is HTML-escaped and nothing is loaded from the network, so the file can be
     mailed or opened offline. A few thousand facts render in well under a second.
     """
@@ -298,6 +310,17 @@ def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: in
         when_html = f'<span class="when">{esc(when)}</span>' if when else ""
         return (f'<li class="fact" id="{esc(node_id)}" data-text="{esc(node.text)}" '
                 f'title="{esc(node_id)}">{esc(node.text)}{when_html}</li>')
+
+    past: dict[str, list] = {}  # fact key -> its archived versions, oldest first
+    for entry in tree.archived("history"):
+        past.setdefault(entry.metadata.get(HISTORY_KEY, {}).get("key", entry.id), []).append(entry)
+
+    def past_li(entry) -> str:
+        h = entry.metadata.get(HISTORY_KEY, {})
+        what = "superseded" if h.get("operation") == "update" else "deleted"
+        span = f"{_fmt_time(h.get('valid_from'))} – {_fmt_time(h.get('valid_to'))}"
+        return (f'<li class="past {what}" data-id="{esc(entry.id)}" title="{esc(what)} ({esc(entry.id)})">'
+                f'<s>{esc(entry.text)}</s><span class="when">{esc(what)} · {esc(span)}</span></li>')
 
     def container(node_id: str, depth: int) -> None:
         # Iterative over siblings, recursive over depth (trees are shallow: tens of levels).
@@ -318,10 +341,14 @@ def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: in
         for child in children:
             if tree.node(child).kind == "fact":
                 out.append(fact_li(child))
+                out.extend(past_li(e) for e in past.get(child, ()))
+        if node.kind == "root":  # the versions of facts no longer in the tree (deleted)
+            out.extend(past_li(e) for k, es in past.items() if k not in tree for e in es)
         out.append("</ul></details></li>")
 
     container(tree.root_id, 0)
     body = "\n".join(out)
+    history_button = '\n  <button id="history" type="button">Show history</button>' if past else ""
     meta = (f"{n_facts} fact{'s' if n_facts != 1 else ''} · {n_aspects} aspect{'s' if n_aspects != 1 else ''}"
             f" · depth {tree.height()}")
     return f"""<!DOCTYPE html>
@@ -340,7 +367,7 @@ def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: in
   <input id="q" type="search" placeholder="Search facts…" autocomplete="off" aria-label="Search facts">
   <span id="status" aria-live="polite"></span>
   <button id="expand" type="button">Expand all</button>
-  <button id="collapse" type="button">Collapse</button>
+  <button id="collapse" type="button">Collapse</button>{history_button}
 </header>
 <main>
 <ul class="tree" style="list-style:none;margin:0;padding:0">

@@ -39,6 +39,7 @@ from .filters import check_filter, matches
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, check_text
 from .inputs import json_copy as _json_copy
+from .operations import OperationDecider, OperationStudent, execute as execute_operation
 from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
 from .prior import load_prior, teacher_identity
 from .pipeline import QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, cosine, relabel_avoid
@@ -46,11 +47,12 @@ from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
 from .storage.base import saved_stats
 from .teachers.base import Teacher
-from .tree import MembrainTree
+from .tree import HISTORY_KEY, MembrainTree, Node
 
 logger = logging.getLogger("langchain_membrain")
 
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
+OPERATIONS_CHECKPOINT = "operations"  # the operation student (operations.py), saved beside them
 
 
 def _normalised(text: str) -> str:
@@ -135,6 +137,13 @@ class MemoryRecord:
     created_at: float
     updated_at: float
     score: float | None = None
+    #: "current" (in the tree), "superseded" (an UPDATE replaced it), "deleted" (a DELETE
+    #: retracted it) or "ignored" (the namespace's log). Only current records are searched
+    #: by default (README, Memories that change).
+    status: str = "current"
+    valid_from: float | None = None
+    valid_to: float | None = None  # None while current
+    superseded_by: str | None = None  # the key holding what replaced it (history only)
 
 
 @dataclass
@@ -184,6 +193,7 @@ class MembrainMemory:
         prior: bool = True,
         max_loaded_namespaces: int = 1000,
         max_training_lag: int = 4,
+        operations: bool | str = True,
         shadow_teacher: Any = None,
     ):
         """
@@ -228,6 +238,12 @@ class MembrainMemory:
             max_training_lag: inserts the background trainer may be behind before an
                 ``add`` waits for it (its labels are learned from within this many inserts),
                 with an in-process teacher (``fast``); with an LLM teacher adds never wait.
+            operations: ``add``/``add_many`` without a key decide, for each item, ADD,
+                UPDATE(old), DELETE(old) or IGNORE (operations.py; README, Memories that
+                change): superseded and deleted facts are kept as history, ignored items in
+                the namespace's log. ``True``: a student network learns the teacher's
+                operations and decides alone once its calibrated gate opens; ``"teacher"``:
+                the teacher decides every one; False: every item is stored as a new memory.
             shadow_teacher: for evaluation: a second teacher (same forms as ``teacher``)
                 asked about every decision the student takes alone, never counted, trained
                 on or executed. ``stats()["shadow_agreement"]`` then says how often it
@@ -243,6 +259,11 @@ class MembrainMemory:
         self.background = bool(background)
         self.checkpoint_every = int(checkpoint_every)
         self.dedupe = bool(dedupe)
+        if operations not in (True, False, "teacher"):
+            raise InvalidOperationError(f"operations is True, False or 'teacher', not {operations!r}")
+        self.operations = bool(operations)
+        self._operations = OperationDecider(self.teacher,
+                                            student=OperationStudent() if operations is True else None)
         self.relabel = bool(relabel)
         self._learner_config = learner or LearnerConfig()
         if device is not None:
@@ -293,6 +314,14 @@ class MembrainMemory:
         self._indexes: dict[Namespace, FactIndex] = {}
         self._indexed: dict[Namespace, dict[str, tuple[str, str]]] = {}
         self._unindexed: dict[Namespace, set[str]] = {}
+        if self._storage is not None and self._operations.student is not None:
+            found = self._storage.load_checkpoint(OPERATIONS_CHECKPOINT)
+            if found is not None:
+                try:
+                    self._operations.student.load_bytes(found[0])
+                except CheckpointError as exc:  # documented fallback: the student starts afresh
+                    self._checkpoint_error = str(exc)
+                    logger.warning("membrain: ignoring the stored operation student: %s", exc)
         _register_for_exit(self)  # flushed and closed at interpreter exit if never closed
 
     # ------------------------------------------------------------- namespaces
@@ -444,7 +473,7 @@ class MembrainMemory:
                     result = write(tree)
                 finally:
                     self._sync_index(ns, *tree.drain_changes())
-                if tree.fact_count(tree.root_id) == 0 and not tree.aspects():
+                if tree.fact_count(tree.root_id) == 0 and not tree.aspects() and not tree.archive:
                     self._drop(ns)
                 return result
             try:
@@ -459,7 +488,7 @@ class MembrainMemory:
                         tree = self._forest.trees[ns] = MembrainTree("/".join(ns))
                     result = write(tree)
                     rows, removed = tree.drain_changes()
-                    if tree.fact_count(tree.root_id) == 0 and not tree.aspects():
+                    if tree.fact_count(tree.root_id) == 0 and not tree.aspects() and not tree.archive:
                         self._storage.delete_namespace(ns)  # an emptied namespace is not listed
                         self._drop(ns)
                     elif rows or removed:
@@ -543,7 +572,8 @@ class MembrainMemory:
         out = []
         with _progress(progress, len(texts)) as advance:
             for (ns, value, text), vec, key in zip(prepared, vecs, keys):
-                out.append(self._insert(ns, key, value, text, vec, merge=self.dedupe and key is None))
+                out.append(self._insert(ns, key, value, text, vec, merge=self.dedupe and key is None,
+                                        operate=self.operations and key is None))
                 advance()
         return out
 
@@ -557,18 +587,26 @@ class MembrainMemory:
             raise InvalidOperationError("metadata may not use the key 'content' (it holds the text)")
         return ns, {"content": text, **_json_copy(metadata or {})}, text
 
+    def _place(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
+               key: str | None = None) -> str:
+        """Place one embedded memory through the insert pipeline; returns its key."""
+        return self._pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
+                                   "embedding": vec})["key"]
+
     def _insert(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str,
-                vec: np.ndarray, *, merge: bool = False) -> str:
+                vec: np.ndarray, *, merge: bool = False, operate: bool = False) -> str:
         """Place one embedded memory through the insert pipeline; returns its key. With
         ``merge``, a duplicate of a stored fact (see ``dedupe``) is not stored again: the
         check and the insert hold the namespace's insert lock, so two threads adding the
-        same memory store it once."""
-        if not merge:
-            return self._pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
-                                       "embedding": vec})["key"]
+        same memory store it once. With ``operate``, the memory operation (operations.py)
+        decides first whether it is added, updates or deletes an old fact, or is ignored."""
+        if not merge and not operate:
+            return self._place(ns, value, text, vec, key)
         with self._forest.insert_lock(ns):
-            with self._forest.lock(ns):
-                dup = self._duplicate_of(ns, value, text, vec)
+            dup = None
+            if merge:
+                with self._forest.lock(ns):
+                    dup = self._duplicate_of(ns, value, text, vec)
             if dup is not None:
                 def touch(tree: MembrainTree) -> bool:
                     if dup not in tree:  # removed by another process meanwhile
@@ -579,8 +617,11 @@ class MembrainMemory:
                 if self._mutate(ns, touch):
                     self._counts["merged"] += 1
                     return dup
-            return self._pipeline.run({"namespace": ns, "text": text, "key": None, "value": value,
-                                       "embedding": vec})["key"]
+            if operate:
+                done = execute_operation(self, ns, value, text, vec)
+                if done is not None:
+                    return done
+            return self._place(ns, value, text, vec)
 
     def _duplicate_of(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str | None:
         """The stored fact this memory duplicates: among the facts nearest by embedding (equal
@@ -687,7 +728,50 @@ class MembrainMemory:
         node = tree.node(key)
         labels = [tree.node(a).text for a in tree.path(key)[1:-1]]
         value = copy.deepcopy(node.metadata.get("value", {}))  # callers never alias stored state
-        return MemoryRecord(key, ns, node.text, value, labels, node.created_at, node.updated_at, score)
+        return MemoryRecord(key, ns, node.text, value, labels, node.created_at, node.updated_at, score,
+                            valid_from=tree.valid_from(key))
+
+    @staticmethod
+    def _archived_record(ns: Namespace, entry: Node, score: float | None = None) -> MemoryRecord:
+        """An archived entry (history or ignored) as a record; its key is the entry's id."""
+        h = entry.metadata.get(HISTORY_KEY, {})
+        if entry.kind == "ignored":
+            status = "ignored"
+        else:
+            status = "superseded" if h.get("operation") == "update" else "deleted"
+        value = copy.deepcopy(entry.metadata.get("value", {}))
+        return MemoryRecord(entry.id, ns, entry.text, value, list(h.get("path", [])), entry.created_at,
+                            entry.updated_at, score, status, h.get("valid_from", entry.created_at),
+                            h.get("valid_to"), h.get("superseded_by"))
+
+    def history(self, key: str, *, namespace: str | Sequence[str] | None = None) -> list[MemoryRecord]:
+        """Every version of the memory ``key``, oldest first: its superseded or deleted
+        versions (status ``"superseded"``/``"deleted"``, each with ``valid_from``,
+        ``valid_to`` and ``superseded_by``), then the current one if it still exists.
+        An archived entry's own id (``key@vN``) is accepted too. [] for an unknown key."""
+        ns = as_namespace(namespace)
+        with self._forest.lock(ns):
+            tree = self._tree(ns, create=False)
+            if tree is None:
+                return []
+            entry = tree.archive.get(key)
+            if entry is not None:
+                key = entry.metadata.get(HISTORY_KEY, {}).get("key", key)
+            out = [self._archived_record(ns, e) for e in tree.history(key)]
+            if key in tree and tree.node(key).kind == "fact":
+                out.append(self._record(ns, tree, key))
+            return out
+
+    def ignored(self, *, namespace: str | Sequence[str] | None = None, limit: int = 100) -> list[MemoryRecord]:
+        """The namespace's log of items judged not to be memories (IGNORE, and retractions
+        that were not memories themselves), newest first."""
+        ns = as_namespace(namespace)
+        with self._forest.lock(ns):
+            tree = self._tree(ns, create=False)
+            if tree is None:
+                return []
+            entries = tree.archived("ignored")[::-1][:limit]
+            return [self._archived_record(ns, e) for e in entries]
 
     def get(self, key: str, *, namespace: str | Sequence[str] | None = None) -> MemoryRecord | None:
         """The memory stored under ``key``, or None."""
@@ -707,10 +791,12 @@ class MembrainMemory:
 
     def search(self, query: str | None = None, *, namespace: str | Sequence[str] | None = None,
                limit: int = 5, offset: int = 0, filter: dict[str, Any] | None = None,
-               exact_namespace: bool = False) -> list[MemoryRecord]:
+               exact_namespace: bool = False, include_history: bool = False) -> list[MemoryRecord]:
         """Memories in ``namespace`` and every namespace below it (unless
         ``exact_namespace``), matching ``filter``: best first for a query, newest first
-        without one."""
+        without one. ``include_history`` adds superseded and deleted versions (their
+        ``status`` says which); with it, every hit is scored by its plain cosine with the
+        query, so current and past versions rank on one scale."""
         prefix = () if namespace == () else as_namespace(namespace)  # () spans the whole store
         check_filter(filter)
         if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
@@ -732,10 +818,18 @@ class MembrainMemory:
                     hits.append(self._record(ns, tree, key, score))
                     if score is not None:
                         vectors[ns, key] = tree.node(key).embedding
+                if include_history:
+                    for entry in tree.archived("history"):
+                        if filter and not matches(entry.metadata.get("value", {}), filter):
+                            continue
+                        scored = query is not None and entry.embedding is not None
+                        hits.append(self._archived_record(ns, entry, 0.0 if scored else None))
+                        if scored:
+                            vectors[ns, entry.id] = entry.embedding
         if query is None:
             hits.sort(key=lambda r: (-r.updated_at, r.key))
             return hits[offset: offset + limit]
-        if len({h.namespace for h in hits if h.score is not None}) > 1:
+        if include_history or len({h.namespace for h in hits if h.score is not None}) > 1:
             # Each namespace's fused scores are relative to that namespace (BM25 over its
             # best hit, z-scored cosines): merge its best candidates by plain cosine instead.
             q = next(iter(embedded.values())) if len(embedded) == 1 else self._embed([query])[0]
@@ -930,6 +1024,9 @@ class MembrainMemory:
             learning = self._learning_stats()
         self._storage.save_checkpoint(CHECKPOINT_NAME, data, {**self._counts, **learning})
         self._checkpoint_seen = self._storage.checkpoint_version(CHECKPOINT_NAME)
+        student = self._operations.student
+        if student is not None and student.labelled:
+            self._storage.save_checkpoint(OPERATIONS_CHECKPOINT, student.state_bytes(), student.stats())
 
     def _learning_stats(self) -> dict[str, Any]:
         """Per-stage counters of the learner and the total teacher calls (under its lock)."""
@@ -1014,6 +1111,7 @@ class MembrainMemory:
             out.update(saved_stats(self._storage, CHECKPOINT_NAME))
         if callable(getattr(self.teacher, "stats", None)):
             out["teacher"] = self.teacher.stats()
+        out["operations"] = self._operations.stats()  # ADD/UPDATE/DELETE/IGNORE (operations.py)
         return out
 
     # ------------------------------------------------------------- integrations

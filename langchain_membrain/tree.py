@@ -8,6 +8,13 @@ Definitions (README, Concepts):
 - The **closure** of a fact ``f`` is ``f``, its siblings, its parent, the parent's siblings
   (the *uncles*) and the grandparent; when the parent is the root (no grandparent) it is
   ``f``, its siblings and its parent.
+- The **archive** holds what left the tree without being lost (README, Memories that
+  change): *history* entries (a fact superseded by an UPDATE or invalidated by a DELETE,
+  with its text, times and the key of what replaced it) and *ignored* entries (items the
+  memory operation judged not to be memories). Archived entries are not part of the graph:
+  no stage, feature or search sees them unless asked; storage keeps them as rows of kind
+  ``history``/``ignored`` whose parent is the root, written in the same transaction as the
+  tree change that produced them.
 
 Every write checks its preconditions first and raises a :class:`~.errors.MembrainError`
 subclass before touching anything, so a failed write leaves the tree exactly as it was.
@@ -27,11 +34,17 @@ import numpy as np
 
 from .errors import DimensionError, InvalidOperationError, InvariantError, MembrainError, NodeNotFoundError
 
-NodeKind = Literal["root", "aspect", "fact"]
+NodeKind = Literal["root", "aspect", "fact", "history", "ignored"]
 Role = Literal["self", "sibling", "parent", "uncle", "grandparent"]
 
 ROOT_ID = "root"
 SERIAL_VERSION = 1
+ARCHIVE_KINDS = ("history", "ignored")
+#: The metadata key of an archived entry that holds its history record (see :func:`history_of`).
+HISTORY_KEY = "history"
+#: The metadata key of a current fact that holds the time its version became valid (set by
+#: an UPDATE; a fact never updated is valid from its ``created_at``).
+VALID_FROM_KEY = "valid_from"
 
 
 @dataclass
@@ -125,6 +138,7 @@ class MembrainTree:
         # Change journal for storage backends: ids written or removed since the last drain.
         self._dirty: set[str] = {root_id}
         self._removed: set[str] = set()
+        self.archive: dict[str, Node] = {}  # history and ignored entries, in insertion order
         now = time.time()
         self.graph.add_node(root_id, node=Node(root_id, "root", _check_text(subject, "subject"), None, now, now))
 
@@ -392,6 +406,89 @@ class MembrainTree:
         node.updated_at = time.time()
         self._touch(aspect_id)
 
+    # ---------------------------------------------------------------- archive
+    def archived(self, kind: str | None = None) -> list[Node]:
+        """Archived entries (``"history"``, ``"ignored"`` or both), oldest first."""
+        return sorted((n for n in self.archive.values() if kind is None or n.kind == kind),
+                      key=lambda n: (n.updated_at, n.seq))
+
+    def history(self, key: str) -> list[Node]:
+        """The archived versions of the fact ``key`` (superseded or deleted), oldest first."""
+        return [n for n in self.archived("history") if n.metadata.get(HISTORY_KEY, {}).get("key") == key]
+
+    def valid_from(self, fact_id: str) -> float:
+        """When the current version of a fact became valid (its last UPDATE, else its creation)."""
+        node = self.node(fact_id)
+        return float(node.metadata.get(VALID_FROM_KEY, node.created_at))
+
+    def supersede(self, fact_id: str, text: str, *, embedding: Any = None,
+                  metadata: dict[str, Any] | None = None, when: float | None = None,
+                  source: str | None = None) -> str:
+        """UPDATE: archive the current version of ``fact_id`` as history and put the new
+        version (``text``, ``embedding``, ``metadata``) in its place, under the same key and
+        parent. Returns the archived entry's id. ``source`` is the key of the item that
+        brought the new version (recorded on the archived entry)."""
+        node = self.node(fact_id)
+        if node.kind != "fact":
+            raise InvalidOperationError(f"{fact_id!r} is a {node.kind}, not a fact")
+        _check_text(text, "fact text")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidOperationError("metadata must be a dict")
+        _as_vector(embedding, self.dim)  # checked before anything changes
+        now = time.time() if when is None else float(when)
+        entry = self._archive_version(fact_id, "update", now, superseded_by=fact_id, source=source)
+        meta = dict(node.metadata if metadata is None else metadata)
+        meta[VALID_FROM_KEY] = now
+        self.update_fact(fact_id, text=text, embedding=embedding, metadata=meta)
+        return entry
+
+    def retire(self, fact_id: str, *, superseded_by: str | None = None, when: float | None = None) -> str:
+        """DELETE: archive ``fact_id`` as invalid from ``when`` (now) and remove it from the
+        tree (aspects it leaves empty go too). ``superseded_by``: the key of the item that
+        retracted it, when that item was stored. Returns the archived entry's id."""
+        node = self.node(fact_id)
+        if node.kind != "fact":
+            raise InvalidOperationError(f"only facts can be retired; {fact_id!r} is a {node.kind}")
+        now = time.time() if when is None else float(when)
+        entry = self._archive_version(fact_id, "delete", now, superseded_by=superseded_by, source=superseded_by)
+        self.remove(fact_id)
+        return entry
+
+    def log_ignored(self, node_id: str, text: str, *, embedding: Any = None,
+                    metadata: dict[str, Any] | None = None, reason: str = "ignore") -> str:
+        """Keep an item that is not a memory in the namespace's log (not the tree)."""
+        text = _check_text(text, "text")
+        vec = _as_vector(embedding, self.dim)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidOperationError("metadata must be a dict")
+        node_id = self._new_id(node_id, "i")
+        self._claim_dim(vec)
+        now = time.time()
+        meta = {**dict(metadata or {}), HISTORY_KEY: {"key": node_id, "operation": reason}}
+        self.archive[node_id] = Node(node_id, "ignored", text, vec, now, now, meta, seq=self._next_seq())
+        self._touch(node_id)
+        return node_id
+
+    def _archive_version(self, fact_id: str, operation: str, when: float, *, superseded_by: str | None,
+                         source: str | None) -> str:
+        node = self.node(fact_id)
+        n = 1 + sum(1 for e in self.archive.values() if e.metadata.get(HISTORY_KEY, {}).get("key") == fact_id)
+        entry_id = f"{fact_id}@v{n}"
+        while entry_id in self.graph or entry_id in self.archive:
+            n += 1
+            entry_id = f"{fact_id}@v{n}"
+        meta = {k: v for k, v in node.metadata.items() if k != VALID_FROM_KEY}
+        meta[HISTORY_KEY] = {
+            "key": fact_id, "operation": operation,
+            "valid_from": self.valid_from(fact_id), "valid_to": when,
+            "superseded_by": superseded_by, "source": source,
+            "path": [self.node(a).text for a in self.path(fact_id)[1:-1]],
+        }
+        self.archive[entry_id] = Node(entry_id, "history", node.text, node.embedding, node.created_at, when,
+                                      meta, seq=self._next_seq())
+        self._touch(entry_id)
+        return entry_id
+
     # -------------------------------------------------------------- internals
     def _touch(self, node_id: str | None = None) -> None:
         self.version += 1
@@ -404,13 +501,15 @@ class MembrainTree:
         self._removed.add(node_id)
 
     def node_row(self, node_id: str) -> dict[str, Any]:
-        """One node as a JSON-compatible row (the unit that storage backends persist)."""
-        n = self.node(node_id)
+        """One node (or archived entry, whose parent is the root) as a JSON-compatible row
+        (the unit that storage backends persist)."""
+        archived = self.archive.get(node_id)
+        n = archived if archived is not None else self.node(node_id)
         return {
             "id": n.id,
             "kind": n.kind,
             "text": n.text,
-            "parent": self.parent(node_id),
+            "parent": self.root_id if archived is not None else self.parent(node_id),
             "seq": n.seq,
             "embedding": None if n.embedding is None else n.embedding.tolist(),
             "created_at": n.created_at,
@@ -423,7 +522,7 @@ class MembrainTree:
 
         A backend that persists both (in one transaction) keeps an exact copy of the tree.
         """
-        rows = [self.node_row(i) for i in sorted(self._dirty) if i in self.graph]
+        rows = [self.node_row(i) for i in sorted(self._dirty) if i in self.graph or i in self.archive]
         removed = sorted(self._removed)
         self._dirty, self._removed = set(), set()
         return rows, removed
@@ -444,14 +543,31 @@ class MembrainTree:
         exist, a fact with children, a cycle, a node left without a parent, a changed kind);
         the tree may then be half-updated and must be rebuilt from storage.
         """
+        rows, removed = list(rows), list(removed)
+        archived = [r for r in rows if r["kind"] in ARCHIVE_KINDS]
         try:
-            self._apply_rows(list(rows), [r for r in removed if r in self.graph])
+            self._apply_rows([r for r in rows if r["kind"] not in ARCHIVE_KINDS],
+                             [r for r in removed if r in self.graph])
+            self._apply_archive(archived, [r for r in removed if r in self.archive])
         except InvariantError:
             raise
         except MembrainError as exc:
             raise InvariantError(f"changes do not apply: {exc}") from None
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, nx.NetworkXError) as exc:
             raise InvariantError(f"changes do not apply: {exc!r}") from None
+
+    def _apply_archive(self, rows: list[dict[str, Any]], removed: list[str]) -> None:
+        """The archive's part of :meth:`apply_rows`: history and ignored entries (rows of
+        those kinds) join it, removed ones leave it; an entry never shares an id with a
+        node of the tree."""
+        for nid in removed:
+            del self.archive[nid]
+        for row in sorted(rows, key=lambda r: r.get("seq", 0)):
+            node = self._node_from_row(row)
+            if node.id in self.graph:
+                raise InvariantError(f"{node.id!r} is both in the tree and archived")
+            self.archive[node.id] = node
+            self._seq = max(self._seq, node.seq)
 
     def _apply_rows(self, rows: list[dict[str, Any]], removed: list[str]) -> None:
         root_row = None
@@ -570,7 +686,7 @@ class MembrainTree:
             return f"{prefix}-{uuid.uuid4().hex}"
         if not isinstance(node_id, str) or not node_id:
             raise InvalidOperationError("node ids must be non-empty strings")
-        if node_id in self.graph:
+        if node_id in self.graph or node_id in self.archive:
             raise InvalidOperationError(f"node id {node_id!r} is already used")
         return node_id
 
@@ -632,6 +748,7 @@ class MembrainTree:
         out = MembrainTree.__new__(MembrainTree)
         out.root_id, out.dim, out.version, out._seq = self.root_id, self.dim, self.version, self._seq
         out._dirty, out._removed = set(), set()
+        out.archive = {k: replace(n, metadata=dict(n.metadata)) for k, n in self.archive.items()}
         out.graph = nx.DiGraph()
         for nid, data in self.graph.nodes(data=True):  # insertion order: keeps sibling order
             n: Node = data["node"]
@@ -644,6 +761,7 @@ class MembrainTree:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible snapshot (nodes in pre-order, children in order)."""
         nodes = [self.node_row(nid) for nid in nx.dfs_preorder_nodes(self.graph, self.root_id)]
+        nodes += [self.node_row(nid) for nid in self.archive]
         return {"format": SERIAL_VERSION, "root_id": self.root_id, "dim": self.dim, "nodes": nodes}
 
     @classmethod
@@ -674,8 +792,9 @@ class MembrainTree:
             rnode.created_at, rnode.updated_at = root["created_at"], root["updated_at"]
             rnode.metadata = dict(root["metadata"] or {})
             by_parent: dict[str, list[dict[str, Any]]] = {}
+            archived = [r for r in rows if r["kind"] in ARCHIVE_KINDS]
             for r in rows:
-                if r is not root:
+                if r is not root and r["kind"] not in ARCHIVE_KINDS:
                     by_parent.setdefault(r["parent"], []).append(r)
             order = [tree.root_id]  # parents before children
             for parent in order:
@@ -689,8 +808,14 @@ class MembrainTree:
                     tree.graph.add_edge(parent, node.id)
                     tree._seq = max(tree._seq, node.seq)
                     order.append(node.id)
-            if len(order) != len(rows):
-                raise InvariantError(f"{len(rows) - len(order)} rows are not connected to the root")
+            if len(order) + len(archived) != len(rows):
+                raise InvariantError(f"{len(rows) - len(order) - len(archived)} rows are not connected to the root")
+            for row in sorted(archived, key=lambda r: r.get("seq", 0)):
+                node = tree._node_from_row(row)
+                if node.id in tree.graph or node.id in tree.archive:
+                    raise InvariantError(f"node id {node.id!r} appears twice")
+                tree.archive[node.id] = node
+                tree._seq = max(tree._seq, node.seq)
             for nid in reversed(order[1:]):  # children before parents: sums bottom-up
                 node, parent = tree.node(nid), tree.node(tree.parent(nid))
                 parent.n_facts += node.n_facts
@@ -713,7 +838,7 @@ class MembrainTree:
     def _node_from_row(self, row: dict[str, Any]) -> Node:
         """A detached node from a serialised row (its sums hold only itself)."""
         kind = row["kind"]
-        if kind not in ("fact", "aspect"):
+        if kind not in ("fact", "aspect", *ARCHIVE_KINDS):
             raise InvariantError(f"unexpected node kind {kind!r}")
         nid = row["id"]
         if not isinstance(nid, str) or not nid:
@@ -774,4 +899,9 @@ class MembrainTree:
                 raise InvariantError(f"{nid!r} counts {node.emb_count} embedded facts, has {embedded[nid]}")
             if parts and not np.allclose(node.mean_embedding, sums[nid] / embedded[nid], atol=atol):
                 raise InvariantError(f"mean embedding of {nid!r} is stale")
+        for aid, entry in self.archive.items():
+            if entry.id != aid or entry.kind not in ARCHIVE_KINDS:
+                raise InvariantError(f"archived entry {aid!r} is mislabelled")
+            if aid in g:
+                raise InvariantError(f"{aid!r} is both in the tree and archived")
 

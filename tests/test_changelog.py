@@ -84,7 +84,7 @@ class FollowerMachine(TreeMachine):
         probe = tree.copy()
         fid = probe.add_fact(probe.root_id, "probe", node_id="probe-fact")
         assert probe.children(probe.root_id)[-1] == fid
-        assert MembrainTree.from_rows([probe.node_row(n) for n in probe.graph.nodes],
+        assert MembrainTree.from_rows([probe.node_row(n) for n in [*probe.graph.nodes, *probe.archive]],
                                       dim=DIM).to_dict() == probe.to_dict()
 
 

@@ -204,7 +204,7 @@ def test_bad_namespace(capsys, memory, ns):
 
 
 def test_unknown_namespace(capsys, memory):
-    memory.add("hello", namespace="users/maya")
+    memory.add("I like green tea", namespace="users/maya")
     code, out, err = run(capsys, ["show", "--ns", "users/tom"], memory)
     assert_one_line_error(code, out, err, "users/tom", "users/maya")
 

@@ -264,7 +264,8 @@ def test_locomo_bench_end_to_end_on_a_tiny_conversation(tmp_path):
               {"speaker": "Bo", "dia_id": "D1:2", "text": "Lovely, I went sailing on the lake",
                "blip_caption": "a boat on a lake"}]
     turns2 = [{"speaker": "Ann", "dia_id": "D2:1", "text": "Rex learned to fetch the ball"},
-              {"speaker": "Bo", "dia_id": "D2:2", "text": "I painted a sunset over the sea"}]
+              {"speaker": "Bo", "dia_id": "D2:2", "text": "I painted a sunset over the sea"},
+              {"speaker": "Ann", "dia_id": "D2:3", "text": "Wow! How long did it take?"}]
     sample = {"sample_id": "conv-x", "conversation": {
         "speaker_a": "Ann", "speaker_b": "Bo", "session_1": turns1, "session_2": turns2,
         "session_1_date_time": "1:00 pm on 8 May, 2023", "session_2_date_time": "2:00 pm on 9 June, 2023",
@@ -272,20 +273,28 @@ def test_locomo_bench_end_to_end_on_a_tiny_conversation(tmp_path):
         "qa": [{"question": "What is the name of Ann's puppy?", "evidence": ["D1:01"], "category": 4},
                {"question": "What did Bo paint and where did he sail?", "evidence": ["D2:2; D1:2"], "category": 1},
                {"question": "When did Ann adopt a puppy?", "evidence": ["D"], "category": 2},
+               {"question": "What did Ann ask Bo about his painting?", "evidence": ["D2:3"], "category": 4},
                {"question": "Unanswerable?", "evidence": ["D1:1"], "category": 5}]}
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps([sample]))
     conv = load_locomo(path)[0]
     assert conv.turns[1].text == "Bo: Lovely, I went sailing on the lake [shares image: a boat on a lake]"
-    assert [q.evidence for q in conv.questions] == [["D1:1"], ["D2:2", "D1:2"]] and conv.skipped == 1
-    out = run_locomo(str(path), ks=(1, 4), cache_dir=str(tmp_path / "cache"), embedder=_HashEmbeddings(),
+    assert [q.evidence for q in conv.questions] == [["D1:1"], ["D2:2", "D1:2"], ["D2:3"]] and conv.skipped == 1
+    out = run_locomo(str(path), ks=(1, 5), cache_dir=str(tmp_path / "cache"), embedder=_HashEmbeddings(),
                      log=lambda s: None)
     res = out["results"]
-    assert set(res) == {"membrain", "flat_pipeline", "bm25", "dense", "inmemorystore"}
+    assert set(res) == {"membrain", "membrain_no_ops", "flat_pipeline", "bm25", "dense", "inmemorystore"}
     for method in res:
-        assert res[method]["overall"]["all@4"] == 1.0  # 4 turns: everything is found at k=4
+        # 5 turns: everything stored is found at k=5; the product (operations on) IGNOREs the
+        # question-only turn D2:3, so the question citing it is missed there alone
+        expected = 2 / 3 if method == "membrain" else 1.0
+        assert res[method]["overall"]["all@5"] == pytest.approx(expected), method
         assert set(res[method]) == {"overall", "multi_hop", "single_hop"}
-    assert res["flat_pipeline"]["single_hop"]["all@1"] == 1.0
+    assert out["evidence_out"]["membrain"] == {"evidence": 4, "out": 1, "ignored": 1, "superseded": 0,
+                                               "deleted": 0, "missing": 0}
+    assert out["evidence_out"]["membrain_no_ops"]["out"] == 0
+    assert out["operations"]["membrain"]["by_kind"]["IGNORE"] == 1
+    assert out["ranked"]["flat_pipeline"][0][0] == "D1:1"  # the puppy question's turn ranks first
     assert out["timing"]["membrain"]["ingest_ms_per_turn"] > 0
     assert len(list((tmp_path / "cache").glob("*.npy"))) >= 2  # embeddings cached for reruns
 

@@ -132,6 +132,22 @@ class TreeMachine(RuleBasedStateMachine):
         node = self.ids(data)
         self.attempt(lambda: self.tree.update_fact(node, text="updated", embedding=emb))
 
+    # Memory operations: the archive beside the tree (history and the ignored log).
+    @rule(data=st.data(), emb=vectors)
+    def supersede(self, data, emb):
+        node = self.ids(data)
+        self.attempt(lambda: self.tree.supersede(node, "a newer version", embedding=emb, when=float(self.counter)))
+
+    @rule(data=st.data())
+    def retire(self, data):
+        node = self.ids(data)
+        self.attempt(lambda: self.tree.retire(node, when=float(self.counter)))
+
+    @rule(emb=vectors)
+    def log_ignored(self, emb):
+        self.counter += 1
+        self.attempt(lambda: self.tree.log_ignored(f"i{self.counter}", "thanks!", embedding=emb))
+
     @invariant()
     def tree_is_valid(self):
         self.tree.check_invariants(atol=1e-5)

@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "economy": "teacher questions per insert through the product, tree shape and insert cost",
     "tenants": "resident memory of many small namespaces in one process, in memory and on SQLite",
     "workers": "add/search right after another process's write: refresh by change against reload",
+    "updates": "memory operations (ADD/UPDATE/DELETE/IGNORE) on persona chains of changes",
     "pretrain": "train the prior shipped with the package (networks taught by the offline teacher)",
 }
 

@@ -8,7 +8,12 @@ kind -> cumulative count, when the product reports one) breaks it down by kind
 (placement, audit, naming, relabel, ...: whatever kinds appear are printed).
 
     python -m langchain_membrain.bench economy [--data FILE] [--samples N|ID,ID] \\
-        [--window 100] [--pause 0] [--csv OUT.csv] [--png OUT.png] [--json OUT.json] [--no-baseline]
+        [--window 100] [--pause 0] [--csv OUT.csv] [--png OUT.png] [--json OUT.json] [--no-baseline] \\
+        [--no-operations]
+
+Memory operations (ADD/UPDATE/DELETE/IGNORE, operations.py) run as in the product: on by
+default; ``--no-operations`` stores every turn, to compare. Their questions, free with the
+offline teacher, are reported by ``stats()["operations"]``, not in the counts below.
 
 Data: a LoCoMo JSON file (a list of samples; one namespace ``locomo/<sample_id>`` per
 sample, one insert per turn, text ``"Speaker: text"`` as ``bench locomo`` indexes it), or
@@ -492,6 +497,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--png", default=None, help="questions per insert per window")
     parser.add_argument("--json", default=None, help="summaries and final stats")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--operations", action=argparse.BooleanOptionalAction, default=True,
+                        help="memory operations (ADD/UPDATE/DELETE/IGNORE) on, the product default; "
+                             "--no-operations stores every turn (the behaviour before them)")
     parser.add_argument("--pause", type=float, default=0.0,
                         help="seconds to wait after each add, untimed (a chat's time between turns, in "
                              "which the background trainer catches up; default 0: back to back)")
@@ -531,11 +539,13 @@ def run(args: argparse.Namespace) -> int:
         return HeuristicTeacher() if args.shadow else None
 
     def product() -> Any:
-        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), shadow_teacher=shadow())
+        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), operations=args.operations,
+                              shadow_teacher=shadow())
 
     def teacher_alone() -> Any:
         cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
-        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), learner=cfg)
+        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), learner=cfg,
+                              operations=args.operations)
 
     results = [run_stream(items, product, vecs, window=args.window, run="product",
                           pass_embedding=pass_embedding, pause=args.pause, log=console.print)]

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     embedder = _Precomputed(sorted(set(texts)))
     results = {}
     for mode in ("direct (mem.add)", "compiled graph (mem.graph.invoke)"):
-        with MembrainMemory(embeddings=embedder) as mem:
+        with MembrainMemory(embeddings=embedder, operations=False) as mem:
             graph = mem.graph
             times = []
             for i, text in enumerate(texts):

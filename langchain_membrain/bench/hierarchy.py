@@ -180,7 +180,7 @@ def build_product(rows: list, emb: np.ndarray, *, subject: str = "", teacher: An
     known = dict(zip(texts, emb))
     ns = subject or "subject"
     t0 = time.perf_counter()
-    with MembrainMemory(embeddings=PrecomputedEmbeddings(MiniLMEmbeddings(), known), dedupe=False,
+    with MembrainMemory(embeddings=PrecomputedEmbeddings(MiniLMEmbeddings(), known), dedupe=False, operations=False,
                         teacher=teacher) as mem:
         ids = [mem.add(r.text, namespace=ns, metadata=oracle_metadata(r.id, r.path_ids, r.path)) for r in rows]
         mem.flush()

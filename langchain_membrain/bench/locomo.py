@@ -7,11 +7,19 @@ of categories 1 to 4 every method returns its top k turns of that conversation:
 
 - **all@k**: every evidence turn is in the top k; **any@k**: at least one is.
 
-Methods: ``membrain`` (:class:`~langchain_membrain.retrieval.FactIndex` with the tree built
-online), ``bm25`` (bm25s, no stemming), ``dense`` (cosine), ``flat_pipeline`` (FactIndex
-without a tree: the strong flat pipeline of retrieval.py), ``inmemorystore`` (LangGraph's
-``InMemoryStore`` with an index config, its own search). Evidence ids are normalised first
+Methods: ``membrain`` (:class:`~langchain_membrain.memory.MembrainMemory` with its default
+settings, memory operations on: each turn goes through ``memory.add`` without a key, as a chat
+sends it, so a turn may be IGNOREd into the namespace's log or supersede an older turn;
+``--no-operations`` turns them off), ``membrain_no_ops`` (the same memory with
+``operations=False``: every turn stored, the behaviour before memory operations; measured in
+the same run when operations are on), ``bm25`` (bm25s, no stemming), ``dense`` (cosine),
+``flat_pipeline`` (FactIndex without a tree: the strong flat pipeline of retrieval.py),
+``inmemorystore`` (LangGraph's ``InMemoryStore`` with an index config, its own search). Evidence ids are normalised first
 (:func:`normalize_evidence`); questions left without a valid id are skipped.
+
+**Evidence kept out of search**: after a conversation is ingested, its evidence turns (every
+turn some question cites) that are not current facts of the namespace (IGNOREd, superseded,
+deleted), as a share of all evidence turns, by status (:func:`evidence_out_of_search`).
 
 Data: LoCoMo (Maharana et al., ACL 2024), CC BY-NC 4.0, evaluation only, never shipped.
 """
@@ -37,7 +45,7 @@ from ..retrieval import FactIndex, RetrievalConfig
 
 CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
 CATEGORY_ORDER = ["overall", "multi_hop", "temporal", "single_hop", "open_domain"]
-METHODS = ["membrain", "flat_pipeline", "bm25", "dense", "inmemorystore"]
+METHODS = ["membrain", "membrain_no_ops", "flat_pipeline", "bm25", "dense", "inmemorystore"]
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
 
 
@@ -244,7 +252,10 @@ class MemoryNamespace(Retriever):
         self.memory, self.ns = memory, ("locomo", conv.sample_id)
         t0 = time.perf_counter()
         calls0 = memory.stats().get("teacher_calls", 0)
-        memory.add_many([t.text for t in conv.turns], namespace=self.ns, keys=[t.dia_id for t in conv.turns],
+        # No keys: the chat path (``add`` runs the memory operation only without a key). A
+        # hit's turn is read from its value's ``dia_id`` (an UPDATE gives the new turn the
+        # old one's key).
+        memory.add_many([t.text for t in conv.turns], namespace=self.ns,
                         metadatas=[_turn_metadata(t) for t in conv.turns], progress=False)
         stats.setdefault("ingest_s", []).append(time.perf_counter() - t0)
         memory.flush()
@@ -253,7 +264,28 @@ class MemoryNamespace(Retriever):
         stats["teacher"] = type(memory.teacher).__name__
 
     def search(self, q: str, k: int) -> list[str]:
-        return [r.key for r in self.memory.search(q, namespace=self.ns, limit=k, exact_namespace=True)]
+        hits = self.memory.search(q, namespace=self.ns, limit=k, exact_namespace=True)
+        return [str(r.value.get("dia_id", r.key)) for r in hits]
+
+
+def evidence_out_of_search(memory: Any, conv: Conversation) -> dict[str, int]:
+    """Evidence turns of ``conv`` that default search cannot return, by status: ``{"evidence":
+    n, "out": m, "ignored": .., "superseded": .., "deleted": .., "missing": ..}``. A turn is in
+    search when a current fact's value has its ``dia_id``; otherwise its status is that of the
+    archived entry holding it (``missing``: in neither, which would be a loss)."""
+    ns = ("locomo", conv.sample_id)
+    evidence = {e for q in conv.questions for e in q.evidence}
+    current = {str(r.value.get("dia_id")) for r in memory.search(None, namespace=ns, limit=10**9,
+                                                                exact_namespace=True)}
+    archived = {str(r.value.get("dia_id")): r.status
+                for r in memory.search(None, namespace=ns, limit=10**9, exact_namespace=True, include_history=True)
+                if r.status != "current"}
+    archived.update({str(r.value.get("dia_id")): r.status for r in memory.ignored(namespace=ns, limit=10**9)})
+    out = {"evidence": len(evidence), "out": 0, "ignored": 0, "superseded": 0, "deleted": 0, "missing": 0}
+    for did in evidence - current:
+        out["out"] += 1
+        out[archived.get(did, "missing")] += 1
+    return out
 
 
 # ------------------------------------------------------------------------ scoring
@@ -278,8 +310,11 @@ def score(ranked: dict[str, list[list[str]]], conv_questions: list[Question], ks
 def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int] = (5, 10),
                methods: Sequence[str] = METHODS, cache_dir: str | None = None,
                config: RetrievalConfig | None = None, flat_config: RetrievalConfig | None = None,
-               mode: str = "exact", embedder: Any = None, log: Callable[[str], None] = print) -> dict:
-    """Run every method on every conversation; returns ``{"results", "timing", "tree", ...}``."""
+               mode: str = "exact", embedder: Any = None, operations: bool = True,
+               log: Callable[[str], None] = print) -> dict:
+    """Run every method on every conversation; returns ``{"results", "timing", "tree",
+    "evidence_out", ...}``. ``operations``: whether ``membrain`` runs memory operations (the
+    product default)."""
     convs = load_locomo(data, conversations)
     if embedder is None:
         from ..embeddings import MiniLMEmbeddings
@@ -287,10 +322,12 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         embedder = MiniLMEmbeddings()
     cache = EmbeddingCache(embedder, cache_dir or Path(tempfile.gettempdir()) / "membrain-locomo-cache")
     kmax = max(ks)
-    memory = None  # one MembrainMemory (one pair of models) across conversations, as a user has
+    memories: dict[str, Any] = {}  # one MembrainMemory per method (one pair of models) across conversations
+    ops_of = {"membrain": operations, "membrain_no_ops": False}
+    evidence_out: dict[str, dict[str, int]] = {}
     ranked: dict[str, list[list[str]]] = {m: [] for m in methods}
     latency: dict[str, list[float]] = {m: [] for m in methods}
-    ingest: dict[str, Any] = {}
+    ingest: dict[str, dict[str, Any]] = {m: {} for m in ops_of}
     shapes = []
     questions: list[Question] = []
     for conv in convs:
@@ -299,19 +336,25 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         qs = [q.question for q in conv.questions]
         qfull = dict(zip(qs, cache.embed(qs)))
         retrievers: dict[str, Retriever] = {}
-        if "membrain" in methods or "flat_pipeline" in methods:
+        if any(m in methods for m in ("membrain", "membrain_no_ops", "flat_pipeline")):
             flat = build_flat(conv, embs, flat_config or config)
             stripped = sorted({flat.dense_query_text(q) for q in qs})
             qstrip = dict(zip(stripped, cache.embed(stripped)))
             lookup = {**qfull, **qstrip}.__getitem__
-            if "membrain" in methods:
-                if memory is None:
+            for m, ops in ops_of.items():
+                if m not in methods:
+                    continue
+                if m not in memories:
                     from ..memory import MembrainMemory
 
-                    memory = MembrainMemory(embeddings=CachedEmbeddings(cache), retrieval=config,
-                                            search_mode=mode)
-                retrievers["membrain"] = MemoryNamespace(memory, conv, embs, ingest)
-                shapes.append(_tree_shape(memory.tree(("locomo", conv.sample_id))))
+                    memories[m] = MembrainMemory(embeddings=CachedEmbeddings(cache), retrieval=config,
+                                                 operations=ops, search_mode=mode)
+                retrievers[m] = MemoryNamespace(memories[m], conv, embs, ingest[m])
+                counts = evidence_out.setdefault(m, {})
+                for name, n in evidence_out_of_search(memories[m], conv).items():
+                    counts[name] = counts.get(name, 0) + n
+                if m == "membrain":
+                    shapes.append(_tree_shape(memories[m].tree(("locomo", conv.sample_id))))
             if "flat_pipeline" in methods:
                 retrievers["flat_pipeline"] = MembrainNamespace(flat, None, lookup, "exact")
         if "bm25" in methods:
@@ -335,16 +378,21 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         log(f"{conv.sample_id}: {len(conv.turns)} turns, {len(conv.questions)} questions"
             f" ({conv.skipped} skipped: no valid evidence id)")
     results = score(ranked, questions, ks)
-    n_turns = sum(ingest.get("turns", [])) or 1
     timing = {m: {"search_p50_ms": 1e3 * float(np.percentile(v, 50)),
                   "search_p95_ms": 1e3 * float(np.percentile(v, 95))} for m, v in latency.items() if v}
-    if ingest:
-        timing.setdefault("membrain", {})["ingest_ms_per_turn"] = 1e3 * sum(ingest["ingest_s"]) / n_turns
-        timing["membrain"]["teacher_calls_per_turn"] = sum(ingest["teacher_calls"]) / n_turns
-        timing["membrain"]["teacher"] = ingest.get("teacher")
-    if memory is not None:
+    for m, st in ingest.items():
+        if st:
+            n_turns = sum(st["turns"]) or 1
+            timing.setdefault(m, {})["ingest_ms_per_turn"] = 1e3 * sum(st["ingest_s"]) / n_turns
+            timing[m]["teacher_calls_per_turn"] = sum(st["teacher_calls"]) / n_turns
+            timing[m]["teacher"] = st.get("teacher")
+    operation_stats = {}
+    for m, memory in memories.items():
+        if ops_of[m]:
+            operation_stats[m] = {k: v for k, v in memory.stats()["operations"].items() if k != "student"}
         memory.close()
-    return {"results": results, "timing": timing, "tree": shapes,
+    return {"results": results, "timing": timing, "tree": shapes, "evidence_out": evidence_out,
+            "operations": operation_stats,
             "questions": len(questions), "embedding_s": cache.seconds,
             "ranked": ranked, "question_list": questions}
 
@@ -368,14 +416,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of methods")
     parser.add_argument("--mode", choices=["fast", "exact"], default="fast", help="membrain search mode")
     parser.add_argument("--cache-dir", default=None, help="embedding cache (default: a temp dir)")
+    parser.add_argument("--operations", action=argparse.BooleanOptionalAction, default=True,
+                        help="membrain runs memory operations, the product default (--no-operations: off; "
+                             "membrain_no_ops is then dropped from the default methods)")
     parser.add_argument("--json", default=None, help="write {method: {category: {metric: value}}} here")
 
 
 def run(args: argparse.Namespace) -> int:
     ks = [int(x) for x in args.k.split(",") if x]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not args.operations and args.methods == ",".join(METHODS):
+        methods.remove("membrain_no_ops")  # it would repeat membrain
     out = run_locomo(args.data, conversations=args.conversations, ks=ks, methods=methods,
-                     cache_dir=args.cache_dir, mode=args.mode)
+                     cache_dir=args.cache_dir, mode=args.mode, operations=args.operations)
     print_table(out, ks)
     if args.json:
         payload = {m: {c: {k: v for k, v in r.items() if k != "n"} for c, r in cats.items()}
@@ -383,6 +436,7 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(payload, indent=2))
         side = Path(args.json).with_suffix(".details.json")
         side.write_text(json.dumps({"timing": out["timing"], "tree": out["tree"],
+                                    "evidence_out": out["evidence_out"], "operations": out["operations"],
                                     "questions": out["questions"], "results_with_n": out["results"]}, indent=2))
         print(f"wrote {args.json} and {side}")
     return 0
@@ -415,5 +469,12 @@ def print_table(out: dict, ks: Sequence[int]) -> None:
             print("\t".join(r))
     for m, t in out["timing"].items():
         print(m, {k: (round(v, 3) if isinstance(v, float) else v) for k, v in t.items()})
+    for m, c in out.get("evidence_out", {}).items():
+        share = c["out"] / max(c["evidence"], 1)
+        print(f"{m}: evidence turns kept out of default search: {c['out']}/{c['evidence']} = {share:.2%} "
+              f"(ignored {c['ignored']}, superseded {c['superseded']}, deleted {c['deleted']}, "
+              f"missing {c['missing']})")
+    for m, st in out.get("operations", {}).items():
+        print(m, "operations:", st)
     if out["tree"]:
         print("tree shape per conversation:", out["tree"])

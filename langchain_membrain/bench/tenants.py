@@ -51,7 +51,8 @@ def rss_mb() -> float:
 def fill(storage, n: int, facts: int, cap: int) -> dict:
     from ..memory import MembrainMemory
 
-    with MembrainMemory(storage, embeddings=HashEmbeddings(), relabel=False, max_loaded_namespaces=cap) as mem:
+    with MembrainMemory(storage, embeddings=HashEmbeddings(), relabel=False, max_loaded_namespaces=cap,
+                        operations=False) as mem:
         mem.add("warm up", namespace="warm")
         mem.flush()
         base, t0 = rss_mb(), time.perf_counter()

@@ -79,7 +79,9 @@ LOG_MAX_ROWS = 5000
 #: any other key, so it must be JSON-serialisable (no NaN, no sets, no bytes).
 STORE_VALUE_KEY = "value"
 
-NODE_KINDS = ("root", "aspect", "fact")
+#: Kinds of stored rows: the tree's nodes, and the archived entries of the memory
+#: operations (superseded/deleted facts and ignored items; their parent is the root).
+NODE_KINDS = ("root", "aspect", "fact", "history", "ignored")
 
 Namespace = tuple[str, ...]
 

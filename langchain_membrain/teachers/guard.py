@@ -65,7 +65,7 @@ from .base import BaseTeacher, NewFact, Subtree, Teacher
 
 T = TypeVar("T")
 Stage = Literal["stage1", "stage2", "name", "place"]
-STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place")
+STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place", "operation")
 
 # Failure kinds, as counted in the stats.
 FAILURE_KINDS = ("invalid", "malformed", "refusal", "truncated", "timeout", "rate_limit",
@@ -405,6 +405,8 @@ class GuardedTeacher(BaseTeacher):
         # trees are held weakly so the cache never keeps a tree alive
         self._placements: OrderedDict[int, tuple[NewFact, weakref.ref, Placement]] = OrderedDict()
         self._placements_lock = threading.Lock()
+        # Placements given with an item's operation (one-call mode), by _shared_key.
+        self._shared: OrderedDict[tuple, Placement] = OrderedDict()
 
     # ------------------------------------------------------- to implement
     def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
@@ -549,6 +551,87 @@ class GuardedTeacher(BaseTeacher):
                 raise
             return self._fallback_name(fact_texts)
 
+    # ---------------------------------------------------------- operation
+    def try_operation(self, question: Any) -> Any:
+        """The LLM's memory operation for ``question`` (operations.OperationQuestion),
+        validated: a target that is not a shown number, or an UPDATE/DELETE without one,
+        is rejected (and retried once with the error quoted). TeacherCallError when
+        unusable."""
+        from ..operations import Operation
+
+        self._stats.add("operation", decisions=1)
+        cands = list(question.candidates)
+        shown = [(c.text, c.valid_from) for c in cands]
+        tree = getattr(question, "tree", None)
+
+        def operation(answer: Any) -> Operation:
+            if answer.operation in ("UPDATE", "DELETE"):
+                t = answer.target
+                if t is None or not 1 <= t <= len(cands):
+                    raise TeacherCallError("invalid", f"target {t} is not the number of a fact shown")
+                return Operation(answer.operation, cands[t - 1].key, keep=bool(answer.keep))
+            return Operation(answer.operation)
+
+        if self.mode != "one_call" or tree is None:
+            msgs = prompts.operation_messages(question.text, shown)
+            return self._ask("operation", msgs, prompts.OperationAnswer, operation)
+        # One call for the whole insert: the operation and, for a fact to store, its
+        # placement, kept for the learner's placement question that follows (_try_place).
+        msgs, ids = prompts.operation_place_messages(question.text, shown, tree,
+                                                     max_aspects=self.outline_max_aspects,
+                                                     facts_per_node=self.outline_facts_per_node)
+        place = self._place_validator(tree, ids)
+
+        def validate(answer: prompts.OperationPlaceAnswer) -> Operation:
+            op = operation(answer)
+            if op.kind == "ADD" or (op.kind == "DELETE" and op.keep):
+                if answer.parent is None:
+                    raise TeacherCallError("invalid", f"{op.kind} without a parent")
+                placement = place(prompts.PlaceAnswer(parent=answer.parent, actions=answer.actions or []))
+                self._share(question.text, tree, placement)
+            return op
+
+        return self._ask("operation", msgs, prompts.OperationPlaceAnswer, validate)
+
+    @staticmethod
+    def _shared_key(text: str, tree: MembrainTree) -> tuple:
+        # The tree's shape as the joint answer saw it (its parent-child edges, O(n)): the
+        # learner asks on a copy whose version differs, so the version cannot be the key.
+        return (text, tree.subject, len(tree), hash(frozenset(tree.graph.edges)))
+
+    def _share(self, text: str, tree: MembrainTree, placement: Placement) -> None:
+        with self._placements_lock:
+            self._shared[self._shared_key(text, tree)] = placement
+            while len(self._shared) > 256:
+                self._shared.popitem(last=False)
+
+    def _take_shared(self, new_fact: NewFact, tree: MembrainTree) -> Placement | None:
+        """The placement given with this item's operation, if the tree has not changed since."""
+        with self._placements_lock:
+            placement = self._shared.pop(self._shared_key(new_fact.text, tree), None)
+        if placement is None or placement.parent_id not in tree or tree.node(placement.parent_id).kind == "fact":
+            return None
+        return placement
+
+    def choose_operation(self, question: Any) -> Any:
+        """The memory operation (never raises unless ``raise_on_failure``): the LLM's,
+        else the fallback teacher's, else the conservative offline rule."""
+        try:
+            return self.try_operation(question)
+        except TeacherError:
+            if self.raise_on_failure:
+                raise
+            self._stats.add("operation", fallbacks=1)
+            choose = getattr(self.fallback, "choose_operation", None)
+            if callable(choose):
+                try:
+                    return choose(question)
+                except Exception:  # noqa: BLE001 - the fallback's failure: the offline rule
+                    pass
+            from ..operations import conservative_operation
+
+            return conservative_operation(question)
+
     # ------------------------------------------------------ one-call place
     def _place_validator(self, tree: MembrainTree, ids: list[str]) -> Callable[[prompts.PlaceAnswer], Placement]:
         def validate(answer: prompts.PlaceAnswer) -> Placement:
@@ -575,12 +658,20 @@ class GuardedTeacher(BaseTeacher):
 
     def _try_place(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Placement:
         self._stats.add("place", decisions=1, inserts=int(count_insert))
+        shared = self._take_shared(new_fact, tree)
+        if shared is not None:  # answered with the item's operation: no second request
+            self._stats.add("place", from_placement=1)
+            return shared
         msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
                                            facts_per_node=self.outline_facts_per_node)
         return self._ask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids))
 
     async def _atry_place(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Placement:
         self._stats.add("place", decisions=1, inserts=int(count_insert))
+        shared = self._take_shared(new_fact, tree)
+        if shared is not None:
+            self._stats.add("place", from_placement=1)
+            return shared
         msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
                                            facts_per_node=self.outline_facts_per_node)
         return await self._aask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids))

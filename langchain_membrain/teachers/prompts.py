@@ -76,11 +76,41 @@ class PlaceAnswer(BaseModel):
                                                   "(0 is the new fact); [] to change nothing")
 
 
+class OperationAnswer(BaseModel):
+    """The memory operation for a new item (operations.py)."""
+
+    operation: Literal["ADD", "UPDATE", "DELETE", "IGNORE"] = Field(
+        description="ADD a new memory; UPDATE an old fact it replaces; DELETE an old fact it "
+                    "retracts; IGNORE when it is not a memory (greeting, thanks, question, small talk)")
+    target: int | None = Field(description="UPDATE/DELETE: the number of the old fact; else null")
+    keep: bool | None = Field(description="DELETE: true when the new item is itself a memory to store "
+                                          "(\"our cat died\"), false when it only retracts; else null")
+
+
+class OperationPlaceAnswer(BaseModel):
+    """The memory operation and, for an item that is stored as a new fact, its placement:
+    one question for the whole insert."""
+
+    operation: Literal["ADD", "UPDATE", "DELETE", "IGNORE"] = Field(
+        description="ADD a new memory; UPDATE an old fact it replaces; DELETE an old fact it "
+                    "retracts; IGNORE when it is not a memory (greeting, thanks, question, small talk)")
+    target: int | None = Field(description="UPDATE/DELETE: the number of the old fact among the candidates; "
+                                           "else null")
+    keep: bool | None = Field(description="DELETE: true when the new item is itself a memory to store; "
+                                          "else null")
+    parent: int | None = Field(description="ADD, or DELETE with keep: number (in the outline) of the root or "
+                                            "aspect the new fact goes under; else null")
+    actions: list[ActionSpec] | None = Field(description="with parent: actions to apply after the fact is "
+                                                         "attached (0 is the new fact), [] for none; else null")
+
+
 SCHEMAS: dict[str, type[BaseModel]] = {
     "stage1": Stage1Answer,
     "stage2": Stage2Answer,
     "name": AspectName,
     "place": PlaceAnswer,
+    "operation": OperationAnswer,
+    "operation_place": OperationPlaceAnswer,
 }
 
 
@@ -367,6 +397,83 @@ def place_messages(new_text: str, tree: MembrainTree, *, max_aspects: int = 200,
     if truncated:
         payload["outline_truncated"] = True
     return ([{"role": "system", "content": PLACE_SYSTEM},
+             {"role": "user", "content": data_block(payload)}], ids)
+
+
+# ------------------------------------------------------------------ operation
+OPERATION_SYSTEM = f"""You keep a person's long-term memory up to date. A new item arrives \
+(what the person said or what an agent wants to remember). You see it and the stored facts \
+most similar to it, numbered from 1, each with the time it became valid. Decide one operation:
+
+- "ADD": the item holds a new memory that replaces nothing shown.
+- "UPDATE": the item states a newer version of one shown fact (a move, a new job, a changed \
+diet, a new partner, a changed plan); "target" is that fact's number. The old fact is kept as \
+history.
+- "DELETE": the item says one shown fact is no longer true without replacing it ("forget \
+that", "the plan is off", "the cat died"); "target" is its number, and "keep" says whether the \
+item itself is worth remembering (true for "our cat died in May", false for "forget what I said").
+- "IGNORE": the item states nothing worth remembering: a greeting, thanks, small talk, or a \
+question alone. An item that asks something and also says something ("I found a great trail \
+yesterday. Know any others?") is a memory: not IGNORE.
+
+When unsure, answer "ADD": nothing is lost. Never name a number that is not shown.
+
+{_DATA_RULE} Schema: {{"operation": "ADD"|"UPDATE"|"DELETE"|"IGNORE", "target": <number or null>, \
+"keep": <true, false or null>}}."""
+
+
+def operation_messages(new_text: str, candidates: list[tuple[str, float]], *, max_chars: int = 400
+                       ) -> list[Message]:
+    """The operation question: the new item and its candidates, as ``(text, valid_from)``
+    pairs numbered from 1 in the order given (nearest first)."""
+    import time as _time
+
+    payload = {"new_item": _clip(new_text, 4 * max_chars),
+               "facts": [{"number": i + 1, "text": _clip(t, max_chars),
+                          "valid_from": _time.strftime("%Y-%m-%d", _time.gmtime(v))}
+                         for i, (t, v) in enumerate(candidates)]}
+    return [{"role": "system", "content": OPERATION_SYSTEM}, {"role": "user", "content": data_block(payload)}]
+
+
+OPERATION_PLACE_SYSTEM = f"""You keep a person's long-term memory, shaped like a tree, up to date. \
+A new item arrives. You see it, the stored facts most similar to it ("candidates", numbered from \
+1), and an outline of the tree (the root is number 1 there, the new item number 0). In one answer:
+
+1. "operation": "ADD" (a new memory that replaces nothing shown), "UPDATE" (a newer version of \
+one candidate: "target" is its candidate number; the old one is kept as history), "DELETE" (the \
+item says a candidate is no longer true without replacing it: "target" is its number, "keep" \
+true when the item itself is worth remembering, as in "our cat died in May"), or "IGNORE" (it \
+states nothing worth remembering: a greeting, thanks, small talk, a question alone; an item that \
+asks and also says something is a memory). When unsure, "ADD".
+2. Only for "ADD", or "DELETE" with "keep" true: "parent", the number in the outline of the \
+root or aspect the new fact belongs directly under (the deepest aspect whose topic covers it, \
+or 1), and "actions", how to rearrange its neighbourhood once attached (0 is the new fact). \
+Otherwise "parent" and "actions" are null.
+
+{_ACTIONS_RULES}
+
+{_DATA_RULE} Schema: {{"operation": ..., "target": <number or null>, "keep": <bool or null>, \
+"parent": <number or null>, "actions": [...] or null}}."""
+
+
+def operation_place_messages(new_text: str, candidates: list[tuple[str, float]], tree: MembrainTree, *,
+                             max_aspects: int = 200, facts_per_node: int = 5, max_chars: int = 400
+                             ) -> tuple[list[Message], list[str]]:
+    """The one-call question of an insert with a memory operation: the operation question's
+    candidates plus the placement outline; returns the messages and the outline's ids."""
+    import time as _time
+
+    entries, ids, truncated = tree_outline(tree, max_aspects=max_aspects, facts_per_node=facts_per_node,
+                                           max_chars=max_chars)
+    payload: dict[str, Any] = {
+        "subject": tree.subject, "new_item": _clip(new_text, 4 * max_chars),
+        "candidates": [{"number": i + 1, "text": _clip(t, max_chars),
+                        "valid_from": _time.strftime("%Y-%m-%d", _time.gmtime(v))}
+                       for i, (t, v) in enumerate(candidates)],
+        "outline": entries}
+    if truncated:
+        payload["outline_truncated"] = True
+    return ([{"role": "system", "content": OPERATION_PLACE_SYSTEM},
              {"role": "user", "content": data_block(payload)}], ids)
 
 

@@ -74,18 +74,22 @@ def keyword_llm(request: dict) -> object:
         parent = next(n for n in nodes if n["role"] == "parent")
         sibs = [n for n in nodes if n["role"] == "sibling"]
         return answer({"actions": _stage2(nodes[0]["text"], len(parent["path"]) - 1, sibs)})
-    if name == "PlaceAnswer":
+    if name in ("PlaceAnswer", "OperationPlaceAnswer"):
         outline = data["outline"]
+        new_fact = data["new_fact"] if name == "PlaceAnswer" else data["new_item"]
         numbered = [e for e in outline if "number" in e]
         cur = 1
-        for want in topics(data["new_fact"]):
+        for want in topics(new_fact):
             nxt = [e for e in numbered if e["kind"] == "aspect" and e.get("under") == cur and e["label"] == want]
             if not nxt:
                 break
             cur = nxt[0]["number"]
         depth = len(next(e for e in numbered if e["number"] == cur)["path"]) - 1
         sibs = [e for e in numbered if e.get("under") == cur]
-        return answer({"parent": cur, "actions": _stage2(data["new_fact"], depth, sibs)})
+        placed = {"parent": cur, "actions": _stage2(new_fact, depth, sibs)}
+        if name == "OperationPlaceAnswer":  # the memory operation with it: every fact here is new
+            return answer({"operation": "ADD", "target": None, "keep": None, **placed})
+        return answer(placed)
     if name == "AspectName":
         return answer({"label": "things"})
     raise AssertionError(f"unexpected request {name}")
@@ -413,5 +417,9 @@ def test_membrain_memory_follows_the_llm_teacher(server, client):
         # one joint question per insert at most, and the server sees no request that is not
         # a counted question or a counted retry
         assert stats["teacher_calls"] <= len(FACTS)
-        assert len(server.requests) <= (stats["teacher_calls"] + stats["naming_calls"]
-                                        + stats["teacher"]["total"]["retries"])
+        # The memory operation is asked in the same request as the placement (one call per
+        # insert): the learner's placement question is answered from it.
+        ops = stats["operations"]
+        assert ops["by_kind"]["ADD"] == len(FACTS) and ops["teacher_failures"] == 0
+        assert len(server.requests) <= (len(FACTS) + stats["naming_calls"] + stats["teacher"]["total"]["retries"])
+        assert {schema_name(r) for r in server.requests} <= {"OperationPlaceAnswer", "AspectName"}

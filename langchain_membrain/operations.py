@@ -1,0 +1,626 @@
+"""Memory operations: for every new item, ADD, UPDATE(old), DELETE(old) or IGNORE.
+
+Definitions (README, Memories that change):
+
+- The **candidates** of a new item are the ``k`` current facts of its namespace nearest to it
+  by embedding cosine (its namespace only: an operation never reaches another one).
+- **ADD**: the item is a new memory; it is placed in the tree as always.
+- **UPDATE(old)**: the item supersedes the candidate ``old``; ``old``'s version is archived as
+  history (text, times, ``valid_from``, ``valid_to`` and ``superseded_by``: the key that holds
+  the new version) and the new text takes its place: same key, same parent in the tree.
+- **DELETE(old)**: the item retracts ``old``; ``old`` is archived as history and leaves the
+  tree. The item itself is stored as a memory when the answer says it is one (``keep``),
+  else it is kept in the namespace's log.
+- **IGNORE**: the item is not a memory: it states nothing (greetings, thanks, small talk, a
+  question alone; :func:`states_something`); it is kept in the namespace's log
+  (:meth:`~.tree.MembrainTree.log_ignored`), not in the tree.
+
+Who decides: the memory's :class:`OperationDecider`. A student (:class:`OperationStudent`, a
+small network over the item and each candidate) decides alone when its calibrated
+confidence passes the gate; otherwise (and on a decaying audit schedule) the teacher is asked
+with ``choose_operation(question) -> Operation``. A teacher without that method answers with
+:func:`conservative_operation`, the offline rule. Every answer is validated by
+:func:`validate_operation`: an unknown operation, an unknown candidate (which includes a fact
+of another namespace) or a malformed answer becomes ADD, so nothing is ever lost.
+
+Only ``add``/``add_many`` without a key run an operation; ``put(key, ...)`` keeps its
+LangGraph meaning and always stores.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+import numpy as np
+
+from .tree import MembrainTree
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .memory import MembrainMemory
+
+OpKind = Literal["ADD", "UPDATE", "DELETE", "IGNORE"]
+OP_KINDS: tuple[str, ...] = ("ADD", "UPDATE", "DELETE", "IGNORE")
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One decision. ``target``: the candidate's key (UPDATE and DELETE only). ``keep``
+    (DELETE only): whether the retracting item is itself a memory to store."""
+
+    kind: OpKind
+    target: str | None = None
+    keep: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in OP_KINDS:
+            raise ValueError(f"an operation is one of {OP_KINDS}, not {self.kind!r}")
+
+
+ADD = Operation("ADD")
+IGNORE = Operation("IGNORE")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A current fact of the namespace shown with the question."""
+
+    key: str
+    text: str
+    similarity: float  # cosine with the new item
+    embedding: np.ndarray | None = field(default=None, repr=False, compare=False)
+    valid_from: float = 0.0
+    value: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class OperationQuestion:
+    """What a teacher is asked: the new item and its candidates (nearest first)."""
+
+    text: str
+    embedding: np.ndarray | None
+    candidates: tuple[Candidate, ...]
+    namespace: tuple[str, ...] = ()
+    value: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: A copy of the namespace's tree as the candidates were drawn, for teachers that are
+    #: not ``fast`` (an LLM in one-call mode answers the operation and the placement of a
+    #: stored item in one request); None for in-process teachers.
+    tree: MembrainTree | None = field(default=None, repr=False, compare=False)
+
+    def candidate(self, key: str) -> Candidate | None:
+        return next((c for c in self.candidates if c.key == key), None)
+
+
+# ------------------------------------------------------------------ the offline rule
+_SMALL_TALK = frozenset("""
+hi hello hey hiya yo howdy morning evening afternoon night good great nice cool awesome ok okay
+okey alright fine sure yes yeah yep no nope thanks thank you thx ty cheers much so very lot a
+bye goodbye see ya later soon take care have day weekend lol haha hah heh wow oh ah hmm right
+indeed agreed sounds perfect got it gotcha noted welcome again appreciate the that helps helped
+please np problem no worries all well glad to hear hear too same back there again you're youre
+""".split())
+_QUESTION_START = frozenset("""
+what who whom whose where when why how which do does did is are was were can could would should
+will shall may might have has had am
+""".split())
+_QUESTION_OPENERS = ("remind me", "tell me", "any idea", "do you remember", "do you know")
+#: Words that say a stated fact replaces an earlier one ("now", "anymore", "moved"...).
+CHANGE_CUES = frozenset("""
+now anymore longer moved switched changed became started quit left stopped gave sold replaced
+instead ended divorced retired
+""".split())
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.casefold().replace("’", "'"))
+
+
+def is_small_talk(text: str) -> bool:
+    """Every word of ``text`` is a greeting, thanks or filler word (e.g. "Thanks a lot!",
+    "good morning :)"); a text with any content word is not small talk."""
+    words = [w.replace("'", "") for w in _words(text)]
+    return bool(words) and all(w in _SMALL_TALK for w in words)
+
+
+def is_question(text: str) -> bool:
+    """``text`` asks something: it ends with "?", or starts with an interrogative word or
+    an opener like "remind me" and has no sentence after it."""
+    stripped = text.strip()
+    if stripped.endswith("?"):
+        return True
+    words = _words(stripped)
+    if not words:
+        return False
+    low = " ".join(words)
+    single_sentence = not re.search(r"[.!]\s+\S", stripped)
+    return single_sentence and (words[0] in _QUESTION_START and len(words) <= 12
+                                and words[0] not in ("have", "has", "had", "am", "is", "was", "do")
+                                or low.startswith(_QUESTION_OPENERS))
+
+
+#: A chat turn may come as "Name: text" (a transcript line). Up to three capitalised words
+#: and a colon; the rule reads what was said after it.
+_SPEAKER = re.compile(r"^\s*[A-Z][\w'.-]*(?:\s[A-Z][\w'.-]*){0,2}:\s+(?=\S)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def utterance(text: str) -> str:
+    """``text`` without a leading speaker label ("Joanna: ..."); unchanged without one."""
+    return _SPEAKER.sub("", text, count=1)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text``: split after ".", "!" or "?" followed by a space, and at
+    line breaks; empty pieces dropped."""
+    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+
+
+def states_something(text: str) -> bool:
+    """Whether ``text`` (its :func:`utterance`) has a sentence that is neither a question
+    (:func:`is_question`) nor small talk (:func:`is_small_talk`): a statement, which may be
+    a memory. "Wow, that looks great! Is that your third one?" states something;
+    "Thanks! Where do I live?" does not. A piece without a letter or digit (emoji, "...")
+    states nothing; text in a script the word lists do not cover states something unless it
+    ends with "?"."""
+    return any(re.search(r"\w", s) and not (is_question(s) or is_small_talk(s))
+               for s in sentences(utterance(text)))
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """Thresholds of :func:`conservative_operation` (cosines of MiniLM embeddings)."""
+
+    update_similarity: float = 0.60  # the old fact must be this close to the new item
+    update_margin: float = 0.30  # and this much closer than the second candidate
+
+
+def conservative_operation(question: OperationQuestion, config: RuleConfig = RuleConfig()) -> Operation:
+    """The offline teacher's rule, built to never drop a memory:
+
+    - IGNORE only when the item states nothing (:func:`states_something` is false): every
+      sentence is a question or small talk. A turn that asks something *and* says something
+      ("I found a great trail yesterday. Do you know any?") is a memory: in conversation,
+      questions and greetings often carry facts, and an ADD of small talk costs a row where
+      an IGNORE of a fact loses it from search;
+    - UPDATE(c) only when the item states a change (one of :data:`CHANGE_CUES`) and its
+      nearest candidate ``c`` has cosine >= ``update_similarity`` and beats the second by
+      ``update_margin`` (one clear old fact about the same thing);
+    - ADD otherwise. It never answers DELETE (a retraction it cannot be sure of is stored as
+      a memory, which loses nothing).
+    """
+    text = question.text
+    if not states_something(text):
+        return IGNORE
+    cands = question.candidates
+    if cands and set(_words(text)) & CHANGE_CUES:
+        top = cands[0].similarity
+        second = cands[1].similarity if len(cands) > 1 else -1.0
+        if top >= config.update_similarity and top - second >= config.update_margin:
+            return Operation("UPDATE", cands[0].key)
+    return ADD
+
+
+def validate_operation(answer: Any, question: OperationQuestion) -> tuple[Operation, str | None]:
+    """A teacher's answer as a valid Operation for ``question``, and the reason it was
+    rejected (None when it was valid). Rejected answers become ADD: an unknown operation, a
+    target that is not one of the question's candidates (a fact of another namespace never
+    is), a missing target, or anything that is not an :class:`Operation` or its dict form
+    ``{"operation": ..., "target": ..., "keep": ...}``."""
+    if isinstance(answer, dict):
+        try:
+            kind = str(answer.get("operation", answer.get("kind", ""))).upper()
+            target = answer.get("target")
+            answer = Operation(kind, None if target in (None, "") else str(target), bool(answer.get("keep", False)))
+        except (ValueError, TypeError) as exc:
+            return ADD, f"malformed operation: {exc}"
+    if not isinstance(answer, Operation):
+        return ADD, f"an operation answer is an Operation, got {type(answer).__name__}"
+    if answer.kind in ("UPDATE", "DELETE"):
+        if answer.target is None:
+            return ADD, f"{answer.kind} without a target"
+        if question.candidate(answer.target) is None:
+            return ADD, f"{answer.kind} of {answer.target!r}, which is not a candidate"
+        return answer, None
+    return Operation(answer.kind), None
+
+
+def ask_teacher(teacher: Any, question: OperationQuestion) -> tuple[Operation, str | None]:
+    """The teacher's validated answer (see :func:`validate_operation`); a teacher without
+    ``choose_operation`` answers with :func:`conservative_operation`; one that raises gives
+    ADD with the error as the reason."""
+    choose = getattr(teacher, "choose_operation", None)
+    if not callable(choose):
+        return conservative_operation(question), None
+    try:
+        answer = choose(question)
+    except Exception as exc:  # noqa: BLE001 - an answer is untrusted: any failure is ADD
+        return ADD, f"{type(exc).__name__}: {exc}"
+    return validate_operation(answer, question)
+
+
+# ------------------------------------------------------------------ candidates
+def candidates_for(tree: MembrainTree, nearest: Sequence[tuple[str, float]]) -> tuple[Candidate, ...]:
+    """The question's candidates from ``(key, cosine)`` pairs (nearest first), keeping the
+    current facts of ``tree`` only."""
+    out = []
+    for key, sim in nearest:
+        if key in tree and tree.node(key).kind == "fact":
+            node = tree.node(key)
+            out.append(Candidate(key, node.text, float(sim), node.embedding, tree.valid_from(key),
+                                 dict(node.metadata.get("value") or {})))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------ applying
+def execute(memory: "MembrainMemory", ns: tuple[str, ...], value: dict[str, Any], text: str,
+            vec: np.ndarray) -> str | None:
+    """Decide and apply the operation for one item added without a key; returns the key it
+    now has, or None for ADD (the caller then places it as always). Call holding the
+    namespace's insert lock.
+
+    Crash safety: every change is one committed write (``memory._mutate``). An UPDATE
+    archives the old version and writes the new one in the same transaction. A DELETE whose
+    item is kept places the item first and retires the old fact after, so a crash between
+    the two leaves both stored (today's behaviour), never neither.
+    """
+    decider = memory._operations
+    with memory._forest.lock(ns):
+        tree = memory._tree(ns, create=False)
+        index = memory._indexes.get(ns)
+        nearest = index.nearest(vec, k=decider.k) if tree is not None and index is not None else []
+        cands = candidates_for(tree, nearest) if tree is not None else ()
+        snapshot = None
+        if not getattr(decider.teacher, "fast", False):  # O(n), beside an LLM's latency
+            snapshot = tree.copy() if tree is not None else MembrainTree("/".join(ns))
+    question = OperationQuestion(text, vec, cands, ns, value, snapshot)
+    op = decider.decide(question)
+    meta = {"value": value, "indexed": True}
+    if op.kind == "ADD":
+        return None
+    if op.kind == "IGNORE":
+        return memory._mutate(ns, lambda t: t.log_ignored(None, text, embedding=vec, metadata=meta))
+    if op.kind == "UPDATE":
+        def update(t: MembrainTree) -> str | None:
+            if op.target not in t or t.node(op.target).kind != "fact":
+                return None  # gone meanwhile (another process): fall back to ADD
+            t.supersede(op.target, text, embedding=vec, metadata=meta)
+            return op.target
+
+        return memory._mutate(ns, update)
+    # DELETE
+    new_key = memory._place(ns, value, text, vec) if op.keep else None
+
+    def delete(t: MembrainTree) -> str | None:
+        logged = None
+        if not op.keep:
+            logged = t.log_ignored(None, text, embedding=vec, metadata=meta, reason="retraction")
+        if op.target in t and t.node(op.target).kind == "fact":
+            t.retire(op.target, superseded_by=new_key or logged)
+        return new_key or logged
+
+    return memory._mutate(ns, delete)
+
+
+# ------------------------------------------------------------------ the decider
+@dataclass
+class OperationCounters:
+    """What ``stats()["operations"]`` reports."""
+
+    decisions: int = 0
+    asked: int = 0  # teacher questions about the operation
+    student_decided: int = 0  # decisions the student took alone (gate open)
+    compared: int = 0  # asked decisions the student had proposed an answer for
+    agreement_hits: int = 0  # student == teacher, over the compared decisions
+    teacher_failures: int = 0  # rejected teacher answers (fell back to ADD)
+    by_kind: dict[str, int] = field(default_factory=lambda: {k: 0 for k in OP_KINDS})
+    last_failure: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"decisions": self.decisions, "teacher_questions": self.asked,
+                "student_decided": self.student_decided,
+                "student_share": self.student_decided / max(self.decisions, 1),
+                "agreement": self.agreement_hits / self.compared if self.compared else None,
+                "teacher_failures": self.teacher_failures, "by_kind": dict(self.by_kind),
+                "last_failure": self.last_failure}
+
+
+class OperationDecider:
+    """Decides each item's operation: the student when its gate is open, else the teacher.
+
+    Without a student (``student=None``) every decision is the teacher's. With the offline
+    heuristic teacher the decisions cost nothing, so the default memory asks it every time
+    and the student (if any) only learns; see :class:`OperationStudent` for the gate.
+    """
+
+    def __init__(self, teacher: Any, *, k: int = 5, student: Any = None):
+        self.teacher = teacher
+        self.k = int(k)
+        self.student = student
+        self.counters = OperationCounters()
+        self.last: tuple[Operation, str] | None = None  # the latest decision and who took it
+        #: The keys of the candidates shown with the latest question, nearest first (what
+        #: ``bench updates`` checks the right old fact against).
+        self.last_candidates: tuple[str, ...] = ()
+        self._guard = threading.Lock()
+
+    def decide(self, question: OperationQuestion) -> Operation:
+        c = self.counters
+        student_op, trusted = (None, False)
+        if self.student is not None:
+            student_op, trusted = self.student.propose(question)
+        if trusted and student_op is not None and not self.student.audit_due():
+            op = student_op
+            with self._guard:
+                c.student_decided += 1
+        else:
+            op, failure = ask_teacher(self.teacher, question)
+            with self._guard:
+                c.asked += 1
+                if failure is not None:
+                    c.teacher_failures += 1
+                    c.last_failure = failure
+                if student_op is not None:
+                    c.compared += 1
+                    c.agreement_hits += int(student_op == op)
+            if self.student is not None:
+                self.student.learn(question, op, student_op)
+        with self._guard:
+            c.decisions += 1
+            c.by_kind[op.kind] += 1
+            self.last = (op, "student" if trusted and op is student_op else "teacher")
+            self.last_candidates = tuple(c.key for c in question.candidates)
+        return op
+
+    def stats(self) -> dict[str, Any]:
+        out = self.counters.as_dict()
+        if self.student is not None:
+            out["student"] = self.student.stats()
+        return out
+
+
+# ------------------------------------------------------------------ the student
+RETRACTION_CUES = frozenset("forget scratch ignore cancel cancelled off never died sold gave gone".split())
+
+
+def item_flags(text: str) -> np.ndarray:
+    """Cheap lexical facts about an item the student reads beside its embedding: question,
+    small talk, a change cue, a retraction cue, and its length (words / 20, capped at 2)."""
+    words = set(_words(text))
+    return np.array([float(is_question(text)), float(is_small_talk(text)), float(bool(words & CHANGE_CUES)),
+                     float(bool(words & RETRACTION_CUES)), min(len(_words(text)) / 20.0, 2.0)], np.float32)
+
+
+class _StudentNet:
+    """Built lazily (torch is imported on first use): an item encoder giving the ADD and
+    IGNORE logits, and a pair scorer giving, for each candidate, the UPDATE, DELETE-keep and
+    DELETE-drop logits. Output layout: ``[ADD, IGNORE, U_1..U_k, DK_1..DK_k, DD_1..DD_k]``."""
+
+    def __init__(self, dim: int, k: int, hidden: int = 64, seed: int = 0):
+        import torch
+
+        torch.manual_seed(seed)
+        nn = torch.nn
+        self.torch, self.k, self.dim = torch, k, dim
+        n_flags = 5
+        self.item = nn.Sequential(nn.Linear(dim + n_flags, hidden), nn.ReLU())
+        self.item_out = nn.Linear(hidden, 2)
+        self.pair_in = nn.Linear(dim, 32)
+        self.pair = nn.Sequential(nn.Linear(hidden + 32 + 4, hidden), nn.ReLU(), nn.Linear(hidden, 3))
+        self.modules = nn.ModuleDict({"item": self.item, "item_out": self.item_out, "pair_in": self.pair_in,
+                                      "pair": self.pair})
+        self.params = list(self.modules.parameters())
+
+    def logits(self, batch: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]):
+        """Logits (B, 2 + 3k), masked with -inf where a candidate is missing."""
+        torch = self.torch
+        e = torch.tensor(np.stack([b[0] for b in batch]))
+        flags = torch.tensor(np.stack([b[1] for b in batch]))
+        cands = torch.tensor(np.stack([b[2] for b in batch]))  # (B, k, dim)
+        pairnum = torch.tensor(np.stack([b[3] for b in batch]))  # (B, k, 4); col 3 = present
+        h = self.item(torch.cat([e, flags], dim=1))
+        head = self.item_out(h)
+        p = torch.relu(self.pair_in(cands * e[:, None, :]))
+        z = self.pair(torch.cat([h[:, None, :].expand(-1, self.k, -1), p, pairnum], dim=2))  # (B, k, 3)
+        z = z.masked_fill(pairnum[..., 3:4] < 0.5, float("-inf"))
+        return torch.cat([head, z[..., 0], z[..., 1], z[..., 2]], dim=1)
+
+
+class OperationStudent:
+    """The small network that learns the teacher's operations online (README, Memories
+    that change), with the stages' gate: it decides alone once it has seen ``policy.warmup``
+    labels and its temperature-calibrated probability (training.Calibrator) of its answer is
+    at least ``policy.confidence``; a share ``policy.audit_rate`` of those decisions still
+    goes to the teacher so agreement stays measured. There is no shipped prior: the gate
+    starts closed. Trained with cross-entropy on every teacher answer, in batches of
+    ``batch`` labels plus a replay sample."""
+
+    def __init__(self, k: int = 5, *, policy: Any = None, batch: int = 8, steps: int = 8, lr: float = 1e-2,
+                 replay: int = 512, window: int = 64, seed: int = 0):
+        from .training import Calibrator, Policy
+
+        self.k = int(k)
+        self.policy = policy or Policy(confidence=0.9, audit_rate=0.05, warmup=48)
+        self.batch, self.steps, self.lr, self.replay_size = int(batch), int(steps), float(lr), int(replay)
+        self.calibrator = Calibrator(128)
+        self.net: _StudentNet | None = None
+        self._opt = None
+        self._pending: list = []
+        self._replay: list = []
+        self._rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.labelled = 0
+        self.agreed = 0
+        self._recent: deque[int] = deque(maxlen=int(window))  # 1 = agreed, over recent labels
+        self.optimiser_steps = 0
+        self._lock = threading.RLock()
+
+    # -- encoding
+    def encode(self, q: OperationQuestion) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        if q.embedding is None:
+            return None
+        e = np.asarray(q.embedding, np.float32)
+        dim = e.size
+        cands = np.zeros((self.k, dim), np.float32)
+        num = np.zeros((self.k, 4), np.float32)
+        top = q.candidates[0].similarity if q.candidates else 0.0
+        for i, c in enumerate(q.candidates[: self.k]):
+            if c.embedding is None:
+                continue
+            cands[i] = c.embedding
+            num[i] = (c.similarity, top - c.similarity, i / self.k, 1.0)
+        return e, item_flags(q.text), cands, num
+
+    def label_index(self, q: OperationQuestion, op: Operation) -> int | None:
+        if op.kind == "ADD":
+            return 0
+        if op.kind == "IGNORE":
+            return 1
+        keys = [c.key for c in q.candidates[: self.k]]
+        if op.target not in keys:
+            return None
+        j = keys.index(op.target)
+        offset = 2 if op.kind == "UPDATE" else (2 + self.k if op.keep else 2 + 2 * self.k)
+        return offset + j
+
+    def operation_of(self, q: OperationQuestion, index: int) -> Operation:
+        if index == 0:
+            return ADD
+        if index == 1:
+            return IGNORE
+        j = (index - 2) % self.k
+        kind = (index - 2) // self.k
+        key = q.candidates[j].key
+        return Operation("UPDATE", key) if kind == 0 else Operation("DELETE", key, keep=kind == 1)
+
+    def _ensure(self, dim: int) -> _StudentNet:
+        if self.net is None:
+            import torch
+
+            self.net = _StudentNet(dim, self.k, seed=self.seed)
+            self._opt = torch.optim.Adam(self.net.params, lr=self.lr, weight_decay=1e-4)
+        return self.net
+
+    # -- deciding
+    def propose(self, q: OperationQuestion) -> tuple[Operation | None, bool]:
+        """(the student's operation, whether the gate lets it decide alone)."""
+        row = self.encode(q)
+        if row is None:
+            return None, False
+        with self._lock:
+            net = self._ensure(row[0].size)
+            with net.torch.no_grad():
+                logits = net.logits([row])[0].numpy().astype(np.float64)
+            self._last_logits = logits
+            probs = self.calibrator.probs(logits)
+            best = int(np.argmax(probs))
+            return self.operation_of(q, best), self.gate_open() and probs[best] >= self.policy.confidence
+
+    def gate_open(self) -> bool:
+        """Whether the student may decide alone at all: after ``policy.warmup`` labels, and
+        while its agreement with the teacher over the recent window is at least
+        ``policy.confidence`` (a calibrated probability alone can be fitted to a run of
+        easy, majority-class answers)."""
+        recent = self._recent
+        return (self.labelled >= self.policy.warmup and len(recent) == recent.maxlen
+                and sum(recent) / len(recent) >= self.policy.confidence)
+
+    def audit_due(self) -> bool:
+        return bool(self._rng.random() < self.policy.audit_rate)
+
+    # -- learning
+    def learn(self, q: OperationQuestion, op: Operation, proposed: Operation | None) -> None:
+        row = self.encode(q)
+        label = self.label_index(q, op)
+        if row is None or label is None:
+            return
+        with self._lock:
+            self._ensure(row[0].size)
+            self.labelled += 1
+            self.agreed += int(proposed == op)
+            if proposed is not None:
+                self._recent.append(int(proposed == op))
+            if proposed is not None:
+                self.calibrator.add(self._last_logits, label)
+                self.calibrator.maybe_fit(16)
+            self._pending.append((row, label))
+            if len(self._pending) >= self.batch:
+                self._train()
+
+    def _train(self) -> None:
+        torch = self.net.torch
+        data = self._pending
+        self._replay.extend(data)
+        if len(self._replay) > self.replay_size:
+            del self._replay[: len(self._replay) - self.replay_size]
+        self._pending = []
+        for _ in range(self.steps):
+            picks = [self._replay[i] for i in self._rng.choice(len(self._replay), min(32, len(self._replay)),
+                                                               replace=False)]
+            batch = data + picks
+            logits = self.net.logits([b[0] for b in batch])
+            target = torch.tensor([b[1] for b in batch])
+            loss = torch.nn.functional.cross_entropy(logits, target)
+            self._opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.net.params, 1.0)
+            self._opt.step()
+            self.optimiser_steps += 1
+
+    # -- checkpoints
+    STATE_FORMAT = 1
+
+    def state_bytes(self) -> bytes:
+        """The student's weights, optimiser, calibration and counters (b"" before its
+        first question): what the memory saves as the ``operations`` checkpoint."""
+        with self._lock:
+            if self.net is None:
+                return b""
+            import io
+
+            state = {"format": self.STATE_FORMAT, "dim": self.net.dim, "k": self.k,
+                     "modules": self.net.modules.state_dict(), "optimiser": self._opt.state_dict(),
+                     "temperature": self.calibrator.temperature, "labelled": self.labelled,
+                     "agreed": self.agreed, "recent": list(self._recent), "steps": self.optimiser_steps}
+            buf = io.BytesIO()
+            self.net.torch.save(state, buf)
+            return buf.getvalue()
+
+    def load_bytes(self, data: bytes) -> None:
+        """Restore :meth:`state_bytes`; CheckpointError (nothing changed) when the bytes are
+        not a student of this shape."""
+        from .errors import CheckpointError
+
+        if not data:
+            return
+        import io
+
+        import torch
+
+        try:
+            state = torch.load(io.BytesIO(data), weights_only=True)
+            if not isinstance(state, dict) or state.get("format") != self.STATE_FORMAT or state.get("k") != self.k:
+                raise CheckpointError("not an operation-student checkpoint of this shape")
+            net = _StudentNet(int(state["dim"]), self.k, seed=self.seed)
+            net.modules.load_state_dict(state["modules"])
+            opt = torch.optim.Adam(net.params, lr=self.lr, weight_decay=1e-4)
+            opt.load_state_dict(state["optimiser"])
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is the same error
+            raise CheckpointError(f"unreadable operation-student checkpoint: {exc}") from None
+        with self._lock:
+            self.net, self._opt = net, opt
+            self.calibrator.temperature = float(state["temperature"])
+            self.labelled, self.agreed = int(state["labelled"]), int(state["agreed"])
+            self._recent.clear()
+            self._recent.extend(int(x) for x in state["recent"])
+            self.optimiser_steps = int(state["steps"])
+
+    def stats(self) -> dict[str, Any]:
+        return {"labelled": self.labelled, "agreement": self.agreed / self.labelled if self.labelled else None,
+                "optimiser_steps": self.optimiser_steps, "temperature": self.calibrator.temperature,
+                "recent_agreement": sum(self._recent) / len(self._recent) if self._recent else None,
+                "gate_open": self.gate_open()}
