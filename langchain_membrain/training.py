@@ -14,7 +14,8 @@ The pieces:
 - :class:`PlattCalibrator`: stage 2's confidence. A stage-2 decision covers a whole
   closure, so its confidence is the probability, fitted on the same unbiased decisions,
   that a decision of its score (the log-probability of its per-fact action types under the
-  network's own softmax) agreed with the teacher exactly. The score is not
+  network's own softmax) and of its size (the facts it decided) agreed with the teacher
+  exactly. The score is not
   temperature-scaled: a per-fact temperature fitted on the few facts of a handful of
   audited closures swung between the ends of its grid, and every swing made the stored
   Platt fit, made on scores of another temperature, wrong.
@@ -62,7 +63,8 @@ CHECKPOINT_FORMAT = 1
 PRIOR_FORMAT = 1
 # Names the stage-2 decision score a stored Platt fit was made on. A checkpoint or prior
 # without it (or with another) keeps its networks, but its fit is not applied: it was made
-# on temperature-scaled scores, and the calibrator refits from this teacher's audits.
+# on other scores (temperature-scaled, or without the size), and the calibrator starts from
+# its default and refits from this teacher's audits.
 DECISION_SCORE = "sum-log-top-softmax, facts decided"
 Execute = Literal["teacher", "model", "auto"]
 Query = Literal["always", "uncertain", "never"]
