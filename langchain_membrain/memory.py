@@ -617,11 +617,27 @@ class MembrainMemory:
                 if self._mutate(ns, touch):
                     self._counts["merged"] += 1
                     return dup
-            if operate:
-                done = execute_operation(self, ns, value, text, vec)
-                if done is not None:
-                    return done
-            return self._place(ns, value, text, vec)
+            if not operate:
+                return self._place(ns, value, text, vec)
+            # One question per insert: an LLM in one-call mode answers the operation and the
+            # placement in one request, so an operation question counts only when the
+            # placement asked none (the offline rule, a stand-in for such an LLM, is counted
+            # the same way); in "per_decision" mode they are two requests, counted apart.
+            joint = getattr(self.teacher, "mode", "one_call") == "one_call"
+            asked = self._operations.counters.asked
+            done = execute_operation(self, ns, value, text, vec)
+            op_asked = self._operations.counters.asked > asked
+            placed = self._placement_questions()
+            if done is None:
+                done = self._place(ns, value, text, vec)
+            if op_asked and (not joint or self._placement_questions() == placed):
+                with self._learner_lock:
+                    self._learner_for(int(vec.size)).count_question("operation")
+            return done
+
+    def _placement_questions(self) -> int:
+        learner = self._learner
+        return 0 if learner is None else learner.questions["placement"]
 
     def _duplicate_of(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str | None:
         """The stored fact this memory duplicates: among the facts nearest by embedding (equal

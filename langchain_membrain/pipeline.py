@@ -82,7 +82,7 @@ def insert_with_teacher(tree: MembrainTree, new_fact: NewFact, teacher: Teacher,
 # and stage 2, comes from that one answer.
 
 By = Literal["model", "teacher", "forced"]
-QUESTION_KINDS = ("placement", "audit", "naming")
+QUESTION_KINDS = ("placement", "audit", "operation", "naming")
 
 
 @dataclass
@@ -331,8 +331,9 @@ class Learner:
 
     @property
     def teacher_calls(self) -> int:
-        """Joint questions asked (placements and audits)."""
-        return self.questions["placement"] + self.questions["audit"]
+        """Questions asked about inserts: placements, audits and operation questions that
+        did not share an insert's placement question (``count_question``)."""
+        return self.questions["placement"] + self.questions["audit"] + self.questions["operation"]
 
     @property
     def naming_calls(self) -> int:
@@ -359,6 +360,10 @@ class Learner:
                 or not self._warm(policy, stage))
 
     # ------------------------------------------------------------------ the teacher
+    def count_question(self, kind: str) -> None:
+        """Count a question asked outside the learner (the memory operation's, operations.py)."""
+        self._count(kind, None)
+
     def _count(self, kind: str, rec: PlaceRecord | SupervisionResult | None, *, failed: bool = False) -> None:
         with self._count_lock:
             self.questions[kind] += 1

@@ -12,12 +12,9 @@ kind -> cumulative count, when the product reports one) breaks it down by kind
         [--no-operations]
 
 Memory operations (ADD/UPDATE/DELETE/IGNORE, operations.py) run as in the product: on by
-default; ``--no-operations`` stores every turn, to compare. Their questions
-(``stats()["operations"]["teacher_questions"]``) are listed as the kind ``operation`` and
-added in the column "+ operations" (``with_operations_per_insert``), not in the question
-counts: the offline teacher answers them apart from the insert's joint question, while a
-one-call LLM asks both in one request when both fall on one insert, so the sum is an upper
-bound on an LLM's requests.
+default; ``--no-operations`` stores every turn, to compare. Their questions are counted
+as the kind ``operation`` when the insert asked no placement question (one request per
+insert, as a one-call LLM answers both).
 
 Data: a LoCoMo JSON file (a list of samples; one namespace ``locomo/<sample_id>`` per
 sample, one insert per turn, text ``"Speaker: text"`` as ``bench locomo`` indexes it), or
@@ -166,13 +163,8 @@ class PrecomputedEmbeddings(Embeddings):
 
 
 # -------------------------------------------------------------------------- counters
-OPERATION = "operation"  # the kind under which the operation student's questions are listed
-
-
 def read_counts(stats: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
-    """(teacher_calls, naming_calls, {kind: count}) from ``mem.stats()``; every key optional.
-    The operation student's questions (``stats()["operations"]["teacher_questions"]``) are
-    listed as the kind ``operation``, outside the first two counts (see :func:`summarize`)."""
+    """(teacher_calls, naming_calls, {kind: count}) from ``mem.stats()``; every key optional."""
     teacher = int(stats.get("teacher_calls") or 0)
     naming = int(stats.get("naming_calls") or 0)
     q = stats.get("questions")
@@ -181,9 +173,6 @@ def read_counts(stats: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
         for k, v in q.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and str(k) != "total":
                 kinds[str(k)] = int(v)
-    ops = stats.get("operations")
-    if isinstance(ops, Mapping) and isinstance(ops.get("teacher_questions"), int):
-        kinds[OPERATION] = int(ops["teacher_questions"])
     return teacher, naming, kinds
 
 
@@ -337,10 +326,6 @@ def summarize(recs: Sequence[Insert], kinds: Sequence[str]) -> dict[str, Any]:
     out["questions_per_insert"] = out["questions"] / n
     out["teacher_calls_per_insert"] = sum(r.teacher for r in recs) / n
     out["naming_calls_per_insert"] = sum(r.naming for r in recs) / n
-    # The operation questions are asked apart from the insert's joint question here (the
-    # offline rule); a one-call LLM asks both in one request when both fall on one insert,
-    # so this sum is an upper bound on an LLM's requests.
-    out["with_operations_per_insert"] = (out["questions"] + sum(r.kinds.get(OPERATION, 0) for r in recs)) / n
     for k in kinds:
         out[f"q_{k}_per_insert"] = sum(r.kinds.get(k, 0) for r in recs) / n
     out["adds_with_questions_share"] = sum(r.asked for r in recs) / n
@@ -431,7 +416,7 @@ def print_overall_table(console: Any, product: dict[str, dict], baseline: dict[s
 
     t = Table(title="economy: questions per insert, product vs the teacher alone (same run); "
                     "insert times p50/p95 for adds with and without questions counted")
-    cols = ["namespace", "inserts", "product", f"last {LAST}", "+ operations", "naming_calls", "adds w/ q"]
+    cols = ["namespace", "inserts", "product", f"last {LAST}", "naming_calls", "adds w/ q"]
     if baseline is not None:
         cols += ["teacher alone", f"alone last {LAST}"]
     cols += ["height", "top asp.", "largest top", "root share",
@@ -442,8 +427,7 @@ def print_overall_table(console: Any, product: dict[str, dict], baseline: dict[s
     for ns, s in product.items():
         whole, last = s["all"], s["last"]
         row = [ns, _f(whole.get("inserts")), _f(whole.get("questions_per_insert")),
-               _f(last.get("questions_per_insert")), _f(whole.get("with_operations_per_insert")),
-               _f(whole.get("naming_calls_per_insert")),
+               _f(last.get("questions_per_insert")), _f(whole.get("naming_calls_per_insert")),
                _f(whole.get("adds_with_questions_share"))]
         if baseline is not None:
             b = baseline.get(ns, {})
