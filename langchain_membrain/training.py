@@ -546,6 +546,15 @@ class OnlineTrainer:
         opt.step()
 
     # ------------------------------------------------------------- checkpoints
+    def _calibration_state(self) -> dict[str, Any]:
+        """Calibration as checkpoints and priors store it (read back by ``_decision_fit``)."""
+        return {
+            "temperature": {k: v.temperature for k, v in self.calib.items()},
+            "platt": list(self.decision_calib.w),
+            "platt_rows": [list(r) for r in self.decision_calib.rows],
+            "decision_score": DECISION_SCORE,
+        }
+
     def state_dict(self) -> dict[str, Any]:
         with self.lock:
             return {
@@ -556,10 +565,7 @@ class OnlineTrainer:
                 "opt1": self.opt1.state_dict(),
                 "opt2": self.opt2.state_dict(),
                 "counters": {k: asdict(v) for k, v in self.counters.items()},
-                "temperature": {k: v.temperature for k, v in self.calib.items()},
-                "platt": list(self.decision_calib.w),
-                "platt_rows": [list(r) for r in self.decision_calib.rows],
-                "decision_score": DECISION_SCORE,
+                **self._calibration_state(),
                 "prior_labels": dict(self.prior_labels),
             }
 
@@ -572,10 +578,7 @@ class OnlineTrainer:
                 "model_config": self.model_config.to_dict(),
                 "stage1": self.stage1.state_dict(),
                 "stage2": self.stage2.state_dict(),
-                "temperature": {k: v.temperature for k, v in self.calib.items()},
-                "platt": list(self.decision_calib.w),
-                "platt_rows": [list(r) for r in self.decision_calib.rows],
-                "decision_score": DECISION_SCORE,
+                **self._calibration_state(),
                 "labelled": {k: c.labelled for k, c in self.counters.items()},
             }
 
