@@ -41,7 +41,7 @@ from .inputs import Namespace, as_namespace, check_text
 from .inputs import json_copy as _json_copy
 from .operations import OperationDecider, OperationStudent, execute as execute_operation
 from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
-from .prior import load_prior, teacher_identity
+from .prior import load_operation_prior, load_prior, teacher_identity
 from .pipeline import QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, cosine, relabel_avoid
 from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
@@ -233,8 +233,9 @@ class MembrainMemory:
                 the least recently used past it are unloaded and reloaded from storage when
                 next used (a small namespace costs about 50 KB loaded). Without storage
                 every namespace stays (memory is its only copy).
-            prior: start new models from the pretrained prior shipped with the package
-                (prior.py) instead of from scratch, when no checkpoint is stored.
+            prior: start new models, and the operation student, from the pretrained
+                priors shipped with the package (prior.py) instead of from scratch, when
+                no checkpoint is stored.
             max_training_lag: inserts the background trainer may be behind before an
                 ``add`` waits for it (its labels are learned from within this many inserts),
                 with an in-process teacher (``fast``); with an LLM teacher adds never wait.
@@ -262,8 +263,11 @@ class MembrainMemory:
         if operations not in (True, False, "teacher"):
             raise InvalidOperationError(f"operations is True, False or 'teacher', not {operations!r}")
         self.operations = bool(operations)
-        self._operations = OperationDecider(self.teacher,
-                                            student=OperationStudent() if operations is True else None)
+        student = None
+        if operations is True:
+            teacher = self.teacher
+            student = OperationStudent(prior=(lambda: load_operation_prior(teacher)) if prior else None)
+        self._operations = OperationDecider(self.teacher, student=student)
         self.relabel = bool(relabel)
         self._learner_config = learner or LearnerConfig()
         if device is not None:

@@ -32,8 +32,8 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import numpy as np
 
@@ -203,6 +203,18 @@ def conservative_operation(question: OperationQuestion, config: RuleConfig = Rul
     return ADD
 
 
+def rule_identity(config: RuleConfig = RuleConfig()) -> str:
+    """Who :func:`conservative_operation` is, for deciding whether a shipped operation
+    prior was taught by it: its thresholds and a digest of the word lists it reads (a
+    changed list changes its answers)."""
+    import hashlib
+    import json
+
+    words = "|".join(" ".join(sorted(w)) for w in (_SMALL_TALK, _QUESTION_START, _QUESTION_OPENERS, CHANGE_CUES))
+    digest = hashlib.sha256(words.encode()).hexdigest()[:16]
+    return f"conservative_operation{json.dumps(asdict(config), sort_keys=True)} words {digest}"
+
+
 def validate_operation(answer: Any, question: OperationQuestion) -> tuple[Operation, str | None]:
     """A teacher's answer as a valid Operation for ``question``, and the reason it was
     rejected (None when it was valid). Rejected answers become ADD: an unknown operation, a
@@ -351,7 +363,8 @@ class OperationDecider:
         student_op, trusted = (None, False)
         if self.student is not None:
             student_op, trusted = self.student.propose(question)
-        if trusted and student_op is not None and not self.student.audit_due():
+        alone = trusted and student_op is not None and not self.student.audit_due()
+        if alone:
             op = student_op
             with self._guard:
                 c.student_decided += 1
@@ -370,7 +383,7 @@ class OperationDecider:
         with self._guard:
             c.decisions += 1
             c.by_kind[op.kind] += 1
-            self.last = (op, "student" if trusted and op is student_op else "teacher")
+            self.last = (op, "student" if alone else "teacher")
             self.last_candidates = tuple(c.key for c in question.candidates)
         return op
 
@@ -387,10 +400,18 @@ RETRACTION_CUES = frozenset("forget scratch ignore cancel cancelled off never di
 
 def item_flags(text: str) -> np.ndarray:
     """Cheap lexical facts about an item the student reads beside its embedding: question,
-    small talk, a change cue, a retraction cue, and its length (words / 20, capped at 2)."""
+    small talk, whether it states anything at all (:func:`states_something`: not every
+    sentence a question or small talk), a change cue, a retraction cue, and its length
+    (words / 20, capped at 2). Any teacher ignores items that state nothing more often than
+    others; the embedding alone blurs "Thanks! Where do I live?" with "I live in Leeds"."""
     words = set(_words(text))
-    return np.array([float(is_question(text)), float(is_small_talk(text)), float(bool(words & CHANGE_CUES)),
-                     float(bool(words & RETRACTION_CUES)), min(len(_words(text)) / 20.0, 2.0)], np.float32)
+    return np.array([float(is_question(text)), float(is_small_talk(text)), float(states_something(text)),
+                     float(bool(words & CHANGE_CUES)), float(bool(words & RETRACTION_CUES)),
+                     min(len(_words(text)) / 20.0, 2.0)], np.float32)
+
+
+N_FLAGS = 6  # len(item_flags(...))
+N_PAIR = 5  # per candidate: cosine, gap to the nearest, margin over the best other, rank, present
 
 
 class _StudentNet:
@@ -404,11 +425,10 @@ class _StudentNet:
         torch.manual_seed(seed)
         nn = torch.nn
         self.torch, self.k, self.dim = torch, k, dim
-        n_flags = 5
-        self.item = nn.Sequential(nn.Linear(dim + n_flags, hidden), nn.ReLU())
+        self.item = nn.Sequential(nn.Linear(dim + N_FLAGS, hidden), nn.ReLU())
         self.item_out = nn.Linear(hidden, 2)
         self.pair_in = nn.Linear(dim, 32)
-        self.pair = nn.Sequential(nn.Linear(hidden + 32 + 4, hidden), nn.ReLU(), nn.Linear(hidden, 3))
+        self.pair = nn.Sequential(nn.Linear(hidden + 32 + N_PAIR, hidden), nn.ReLU(), nn.Linear(hidden, 3))
         self.modules = nn.ModuleDict({"item": self.item, "item_out": self.item_out, "pair_in": self.pair_in,
                                       "pair": self.pair})
         self.params = list(self.modules.parameters())
@@ -419,12 +439,12 @@ class _StudentNet:
         e = torch.tensor(np.stack([b[0] for b in batch]))
         flags = torch.tensor(np.stack([b[1] for b in batch]))
         cands = torch.tensor(np.stack([b[2] for b in batch]))  # (B, k, dim)
-        pairnum = torch.tensor(np.stack([b[3] for b in batch]))  # (B, k, 4); col 3 = present
+        pairnum = torch.tensor(np.stack([b[3] for b in batch]))  # (B, k, N_PAIR); last col = present
         h = self.item(torch.cat([e, flags], dim=1))
         head = self.item_out(h)
         p = torch.relu(self.pair_in(cands * e[:, None, :]))
         z = self.pair(torch.cat([h[:, None, :].expand(-1, self.k, -1), p, pairnum], dim=2))  # (B, k, 3)
-        z = z.masked_fill(pairnum[..., 3:4] < 0.5, float("-inf"))
+        z = z.masked_fill(pairnum[..., -1:] < 0.5, float("-inf"))
         return torch.cat([head, z[..., 0], z[..., 1], z[..., 2]], dim=1)
 
 
@@ -433,12 +453,18 @@ class OperationStudent:
     that change), with the stages' gate: it decides alone once it has seen ``policy.warmup``
     labels and its temperature-calibrated probability (training.Calibrator) of its answer is
     at least ``policy.confidence``; a share ``policy.audit_rate`` of those decisions still
-    goes to the teacher so agreement stays measured. There is no shipped prior: the gate
-    starts closed. Trained with cross-entropy on every teacher answer, in batches of
-    ``batch`` labels plus a replay sample."""
+    goes to the teacher so agreement stays measured. Trained with cross-entropy on every
+    teacher answer, in batches of ``batch`` labels plus a replay sample.
+
+    ``prior``: called once, when the network is first needed, for the shipped prior
+    (prior.py) as ``(state bytes, trusted)``, or None. A trusted prior (taught by the teacher
+    this student learns from) keeps its calibration, label count and recent agreement, so the
+    gate may be open from the first item; an untrusted one gives only its weights, and the
+    gate stays closed until this teacher's own answers open it."""
 
     def __init__(self, k: int = 5, *, policy: Any = None, batch: int = 8, steps: int = 8, lr: float = 1e-2,
-                 replay: int = 512, window: int = 64, seed: int = 0):
+                 replay: int = 512, window: int = 64, seed: int = 0,
+                 prior: Callable[[], tuple[bytes, bool] | None] | None = None):
         from .training import Calibrator, Policy
 
         self.k = int(k)
@@ -456,6 +482,8 @@ class OperationStudent:
         self._recent: deque[int] = deque(maxlen=int(window))  # 1 = agreed, over recent labels
         self.optimiser_steps = 0
         self._lock = threading.RLock()
+        self._prior = prior
+        self.prior_used: str | None = None  # "trusted", "weights only" or None (stats())
 
     # -- encoding
     def encode(self, q: OperationQuestion) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
@@ -464,13 +492,18 @@ class OperationStudent:
         e = np.asarray(q.embedding, np.float32)
         dim = e.size
         cands = np.zeros((self.k, dim), np.float32)
-        num = np.zeros((self.k, 4), np.float32)
-        top = q.candidates[0].similarity if q.candidates else 0.0
-        for i, c in enumerate(q.candidates[: self.k]):
+        num = np.zeros((self.k, N_PAIR), np.float32)
+        shown = q.candidates[: self.k]
+        sims = [c.similarity for c in shown]
+        top = sims[0] if sims else 0.0
+        for i, c in enumerate(shown):
             if c.embedding is None:
                 continue
+            # how clearly this candidate is *the* old fact the item is about: its lead over
+            # the best other candidate (-1 when it is the only one, as a cosine's floor)
+            best_other = max((s for j, s in enumerate(sims) if j != i), default=-1.0)
             cands[i] = c.embedding
-            num[i] = (c.similarity, top - c.similarity, i / self.k, 1.0)
+            num[i] = (c.similarity, top - c.similarity, c.similarity - best_other, i / self.k, 1.0)
         return e, item_flags(q.text), cands, num
 
     def label_index(self, q: OperationQuestion, op: Operation) -> int | None:
@@ -496,6 +529,10 @@ class OperationStudent:
         return Operation("UPDATE", key) if kind == 0 else Operation("DELETE", key, keep=kind == 1)
 
     def _ensure(self, dim: int) -> _StudentNet:
+        if self.net is None and self._prior is not None:
+            found, self._prior = self._prior(), None
+            if found is not None:
+                self._start_from_prior(*found, dim=dim)
         if self.net is None:
             import torch
 
@@ -570,7 +607,7 @@ class OperationStudent:
             self.optimiser_steps += 1
 
     # -- checkpoints
-    STATE_FORMAT = 1
+    STATE_FORMAT = 2  # 2: the states-something flag and the margin feature
 
     def state_bytes(self) -> bytes:
         """The student's weights, optimiser, calibration and counters (b"" before its
@@ -612,6 +649,7 @@ class OperationStudent:
         except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is the same error
             raise CheckpointError(f"unreadable operation-student checkpoint: {exc}") from None
         with self._lock:
+            self._prior = None  # a checkpoint replaces the prior
             self.net, self._opt = net, opt
             self.calibrator.temperature = float(state["temperature"])
             self.labelled, self.agreed = int(state["labelled"]), int(state["agreed"])
@@ -619,8 +657,27 @@ class OperationStudent:
             self._recent.extend(int(x) for x in state["recent"])
             self.optimiser_steps = int(state["steps"])
 
+    def _start_from_prior(self, data: bytes, trusted: bool, *, dim: int) -> None:
+        from .errors import CheckpointError
+
+        try:
+            self.load_bytes(data)
+        except CheckpointError:  # a prior of another shape: start from scratch
+            return
+        if self.net is None or self.net.dim != dim:  # another embedder's prior
+            self.net = self._opt = None
+            self.labelled = self.agreed = self.optimiser_steps = 0
+            self._recent.clear()
+            self.calibrator.temperature = 1.0
+            return
+        if not trusted:
+            self.labelled = self.agreed = 0
+            self._recent.clear()
+            self.calibrator.temperature = 1.0
+        self.prior_used = "trusted" if trusted else "weights only"
+
     def stats(self) -> dict[str, Any]:
-        return {"labelled": self.labelled, "agreement": self.agreed / self.labelled if self.labelled else None,
+        return {"prior": self.prior_used, "labelled": self.labelled, "agreement": self.agreed / self.labelled if self.labelled else None,
                 "optimiser_steps": self.optimiser_steps, "temperature": self.calibrator.temperature,
                 "recent_agreement": sum(self._recent) / len(self._recent) if self._recent else None,
                 "gate_open": self.gate_open()}

@@ -23,6 +23,9 @@ from typing import Any
 
 PRIOR_FILE = "data/prior.pt"
 MANIFEST_FILE = "data/prior.json"
+#: The operation student's prior (operations.py), built by ``bench pretrain --part operations``.
+OPERATIONS_PRIOR_FILE = "data/operations_prior.pt"
+OPERATIONS_MANIFEST_FILE = "data/operations_prior.json"
 
 
 def teacher_identity(teacher: Any) -> str:
@@ -50,4 +53,28 @@ def load_prior() -> tuple[dict[str, Any], dict[str, Any]] | None:
     return state, manifest
 
 
-__all__ = ["MANIFEST_FILE", "PRIOR_FILE", "load_prior", "teacher_identity"]
+def operation_teacher_identity(teacher: Any) -> str:
+    """Who answers a memory's operation questions: a teacher with ``choose_operation`` (an
+    LLM, an evaluation teacher) is itself (:func:`teacher_identity`); any other is answered
+    by the offline rule (operations.py), whatever its class, so it is the rule."""
+    if callable(getattr(teacher, "choose_operation", None)):
+        return teacher_identity(teacher)
+    from .operations import rule_identity
+
+    return rule_identity()
+
+
+def load_operation_prior(teacher: Any) -> tuple[bytes, bool] | None:
+    """(the operation student's prior state, whether ``teacher`` taught it), or None when
+    the package ships none (or it cannot be read)."""
+    root = resources.files("langchain_membrain")
+    try:
+        data = root.joinpath(OPERATIONS_PRIOR_FILE).read_bytes()
+        manifest = json.loads(root.joinpath(OPERATIONS_MANIFEST_FILE).read_text(encoding="utf-8"))
+    except Exception:  # a missing or damaged prior: start from scratch, as before priors
+        return None
+    return data, manifest.get("teacher") == operation_teacher_identity(teacher)
+
+
+__all__ = ["MANIFEST_FILE", "OPERATIONS_MANIFEST_FILE", "OPERATIONS_PRIOR_FILE", "PRIOR_FILE", "load_operation_prior",
+           "load_prior", "operation_teacher_identity", "teacher_identity"]

