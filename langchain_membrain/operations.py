@@ -468,7 +468,7 @@ class OperationStudent:
         from .training import Calibrator, Policy
 
         self.k = int(k)
-        self.policy = policy or Policy(confidence=0.9, audit_rate=0.05, warmup=48)
+        self.policy = policy or Policy(confidence=0.9, audit_rate=0.02, warmup=48)
         self.batch, self.steps, self.lr, self.replay_size = int(batch), int(steps), float(lr), int(replay)
         self.calibrator = Calibrator(128)
         self.net: _StudentNet | None = None

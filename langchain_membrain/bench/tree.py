@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     results["remove"] = _summary(_timed(tree.remove, [(f,) for f in sample[n // 2:]]))
     # What each stage-2 question and audit snapshot pays on a namespace this large.
     results["copy (whole tree)"] = _summary(_timed(tree.copy, [()] * 5))
+    results["baseline: networkx's own graph copy (nodes shared)"] = _summary(_timed(tree.graph.copy, [()] * 5))
     t0 = time.perf_counter()
     snapshot = tree.to_dict()
     results["to_dict (whole tree)"] = {"p50_us": (time.perf_counter() - t0) * 1e6, "p95_us": float("nan"), "n": 1}
