@@ -46,7 +46,7 @@ from .records import MemoryRecord
 from .pipeline import QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, cosine, relabel_avoid
 from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
-from .storage.base import saved_stats
+from .stats import Counters, ForestStats, LearningStats, MemoryStats, read_stored
 from .teachers.base import Teacher
 from .tree import HISTORY_KEY, MembrainTree, Node
 
@@ -273,8 +273,10 @@ class MembrainMemory:
         self._is_trainer = False
         self._checkpoint_seen = 0
         self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
+        # This process's counters (stats().process); the forest counts its refreshes.
         self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0,
                         "relabelled": 0}
+        self._stored_counts: Counters | None = None  # as the checkpoint the models came from recorded them
         self.naming_interval = int(naming_interval)
         self.prior = bool(prior)
         self.prior_used: str | None = None  # "trusted", "weights only" or None (stats())
@@ -722,13 +724,9 @@ class MembrainMemory:
                 if found is not None:
                     try:
                         learner.load_bytes(found[0])
-                        # The memory's own counts continue from the checkpoint, as the
-                        # learner's counters do.
-                        for k in self._counts:
-                            self._counts[k] += int(found[1].get(k, 0))
-                        refresh = self._forest.counts
-                        refresh.refreshed_by_change += int(found[1].get("refreshed_by_change", 0))
-                        refresh.refresh_reloads += int(found[1].get("refresh_reloads", 0))
+                        # The memory's lifetime counts continue from the checkpoint's, as
+                        # the learner's counters do (stats(): stored + this process's).
+                        self._stored_counts = Counters.from_mapping(found[1])
                         learner.questions.update(_saved_questions(found[1]))
                         restored = True
                     except CheckpointError as exc:
@@ -865,16 +863,22 @@ class MembrainMemory:
         with self._learner_lock:
             data = self._learner.state_bytes()
             learning = self._learning_stats()
-        self._storage.save_checkpoint(CHECKPOINT_NAME, data, {**self._counts, **self._refresh_counts(), **learning})
+        self._storage.save_checkpoint(CHECKPOINT_NAME, data, {**self._lifetime_counts().as_dict(), **learning})
         self._checkpoint_seen = self._storage.checkpoint_version(CHECKPOINT_NAME)
         student = self._operations.student
         if student is not None and student.labelled:
             self._storage.save_checkpoint(OPERATIONS_CHECKPOINT, student.state_bytes(), student.stats())
 
-    def _refresh_counts(self) -> dict[str, int]:
-        """The forest's counts of namespaces refreshed after other processes' writes."""
-        counts = self._forest.counts
-        return {"refreshed_by_change": counts.refreshed_by_change, "refresh_reloads": counts.refresh_reloads}
+    def _process_counts(self) -> Counters:
+        """This process's counters: the memory's and the forest's refreshes."""
+        refresh = self._forest.counts
+        return Counters(**self._counts, refreshed_by_change=refresh.refreshed_by_change,
+                        refresh_reloads=refresh.refresh_reloads)
+
+    def _lifetime_counts(self) -> Counters:
+        """What a checkpoint saves: the counts it was loaded with plus this process's."""
+        process = self._process_counts()
+        return process if self._stored_counts is None else self._stored_counts + process
 
     def _learning_stats(self) -> dict[str, Any]:
         """Per-stage counters of the learner and the total teacher calls (under its lock)."""
@@ -920,47 +924,40 @@ class MembrainMemory:
             self._checkpoint_seen = version
 
     # ------------------------------------------------------------------ reports
-    def stats(self) -> dict[str, Any]:
-        """Counts of the forest and of learning: facts, aspects, depth, inserts, teacher
-        calls (per insert overall and over the last 100 inserts), agreement per stage,
-        corrections, pending training, inserts in flight (started in the insert graph and
-        not finished), worker errors, namespaces brought up to date after other processes'
-        writes (``refreshed_by_change``; ``refresh_reloads``: reloaded whole) and the
-        teacher's own cost stats."""
+    def stats(self) -> MemoryStats:
+        """What the memory holds and has counted (:class:`~.stats.MemoryStats`): the
+        forest's size; this process's counters apart from those the models' checkpoint
+        stored (``process``, ``stored``, and ``lifetime``, their sum); the models' learning
+        counters (agreement per stage with its sample size, teacher questions: from the live
+        models, else from the saved checkpoint without loading them); pending training,
+        inserts in flight, worker and checkpoint errors, the teacher's own cost stats and
+        the memory operations. ``stats()["inserts"]`` and the other flat keys still read
+        (lifetime counters); ``stats().as_dict()`` is that mapping as a dict."""
         names = self.namespaces()
-        facts = aspects = depth = 0
+        trees = []
         for ns in names:
             with self._forest.lock(ns):
                 tree = self._forest.tree(ns, create=False)
                 if tree is not None:
-                    facts += tree.fact_count(tree.root_id)
-                    aspects += len(tree.aspects())
-                    depth = max(depth, tree.height())
-        out: dict[str, Any] = {
-            "namespaces": len(names), "facts": facts, "aspects": aspects, "max_depth": depth,
-            **self._counts, **self._refresh_counts(),
-            "pending_training": self._queue.unfinished_tasks,
-            "inserts_in_flight": self._pipeline.in_flight(),
-            "last_worker_error": self._last_worker_error,
-            "checkpoint_error": self._checkpoint_error,
-            "trainer": self._is_trainer,
-            "loaded_namespaces": self._forest.loaded(),
-            "prior": self.prior_used,
-            "recent_teacher_calls_per_insert": (sum(self._recent_calls) / len(self._recent_calls)
-                                                if self._recent_calls else None),
-        }
+                    trees.append(tree)
+        stored, learning = self._stored_counts, None
         if self._learner is not None:
             with self._learner_lock:
-                out.update(self._learning_stats())
-            out["teacher_calls_per_insert"] = out["teacher_calls"] / max(self._counts["inserts"], 1)
+                learning = LearningStats.from_mapping(self._learning_stats())
         elif self._storage is not None:
-            # A process that has not inserted yet (e.g. `membrain stats`): report what the
-            # last saved checkpoint recorded, without loading the models.
-            out.update(saved_stats(self._storage, CHECKPOINT_NAME))
-        if callable(getattr(self.teacher, "stats", None)):
-            out["teacher"] = self.teacher.stats()
-        out["operations"] = self._operations.stats()  # ADD/UPDATE/DELETE/IGNORE (operations.py)
-        return out
+            # A process that has not inserted yet (e.g. `membrain stats`): what the last
+            # saved checkpoint recorded, without loading the models.
+            stored, learning = read_stored(self._storage, CHECKPOINT_NAME)
+        return MemoryStats(
+            forest=ForestStats.of(trees, namespaces=len(names)), process=self._process_counts(),
+            stored=stored, learning=learning, loaded_namespaces=self._forest.loaded(),
+            pending_training=self._queue.unfinished_tasks, inserts_in_flight=self._pipeline.in_flight(),
+            last_worker_error=self._last_worker_error, checkpoint_error=self._checkpoint_error,
+            trainer=self._is_trainer, prior=self.prior_used,
+            recent_teacher_calls_per_insert=(sum(self._recent_calls) / len(self._recent_calls)
+                                             if self._recent_calls else None),
+            teacher=self.teacher.stats() if callable(getattr(self.teacher, "stats", None)) else None,
+            operations=self._operations.stats())
 
     # ------------------------------------------------------------- integrations
     @property
