@@ -636,10 +636,17 @@ class MembrainMemory:
                exact_namespace: bool = False, include_history: bool = False) -> list[MemoryRecord]:
         """Memories in ``namespace`` and every namespace below it (unless
         ``exact_namespace``), matching ``filter``: best first for a query, newest first
-        without one. ``include_history`` adds superseded and deleted versions (their
-        ``status`` says which); with it, every hit is scored by its plain cosine with the
-        query, so current and past versions rank on one scale."""
-        prefix = () if namespace == () else as_namespace(namespace)  # () spans the whole store
+        without one. No ``namespace`` (None, or ``()``) searches every namespace of the
+        memory, as ``membrain search`` without ``--ns`` does; pass the namespace to search
+        one user's memories only. ``include_history`` adds superseded and deleted versions
+        (their ``status`` says which); with it, every hit is scored by its plain cosine with
+        the query, so current and past versions rank on one scale."""
+        # Unlike add/get/delete, which act on one namespace (the default ``("memories",)``
+        # when none is given), a search without one spans them all: limiting it to the
+        # default namespace found nothing that was added under another, without a word.
+        prefix = () if namespace is None or namespace == () else as_namespace(namespace)
+        if exact_namespace and not prefix:
+            raise InvalidOperationError("exact_namespace=True needs the namespace to search")
         check_filter(filter)
         if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
             raise InvalidOperationError("limit and offset are non-negative integers")
