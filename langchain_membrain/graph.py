@@ -271,7 +271,7 @@ class InsertPipeline:
 
     def run(self, state: InsertState) -> InsertState:
         """Walk the same nodes and routes without LangGraph (no per-step overhead)."""
-        state = dict(state)
+        state = InsertState(**state)  # a copy: the caller's dict is left as it was
         routes, node = self.routes(), "embed"
         try:
             while True:

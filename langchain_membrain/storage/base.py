@@ -266,6 +266,7 @@ def merge_changes(head: int, after: int,
     for version, op, nid, row in entries:
         seen.add(version)
         if op == "upsert":
+            assert row is not None  # an upsert carries its row
             rows[nid] = row
             removed.discard(nid)
         elif op == "remove":
