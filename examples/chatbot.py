@@ -145,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--user", default="me", help="whose memories (default 'me')")
     parser.add_argument("--script", metavar="FILE", help="read user turns from FILE instead of the keyboard")
     parser.add_argument("-k", type=int, default=3, help="memories recalled per turn (default 3)")
-    parser.add_argument("--min-score", type=float, default=0.2, help="recall threshold (default 0.2)")
+    # A hit's score is its lexical match (0 to 1) plus 0.2 x its cosine's z-score among the
+    # user's memories: 0.15 recalls what shares words with the turn or stands out by meaning.
+    # (0.2 sat exactly on the score of a memory one deviation above the mean, and float
+    # rounding put it on either side.)
+    parser.add_argument("--min-score", type=float, default=0.15, help="recall threshold (default 0.15)")
     args = parser.parse_args(argv)
     console = Console(highlight=False)
     try:

@@ -24,8 +24,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time see __getattr_
         StorageError,
         TeacherError,
     )
-    from .memory import MembrainMemory, MemoryRecord
+    from .memory import MembrainMemory
     from .pipeline import Learner, LearnerConfig
+    from .records import MemoryRecord
     from .retrieval import RetrievalConfig
     from .retriever import MembrainRetriever
     from .store import MembrainStore
@@ -51,7 +52,7 @@ _LAZY: dict[str, str] = {
     "StorageError": ".errors",
     "TeacherError": ".errors",
     "MembrainMemory": ".memory",
-    "MemoryRecord": ".memory",
+    "MemoryRecord": ".records",
     "Learner": ".pipeline",
     "LearnerConfig": ".pipeline",
     "RetrievalConfig": ".retrieval",

@@ -33,6 +33,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
 from contextlib import contextmanager
 from importlib import resources
 from itertools import groupby
@@ -54,6 +55,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import InvalidOperationError, MembrainError
+from .stats import Counters, ForestStats, MemoryStats, read_stored
 
 DEFAULT_DB = "./membrain.db"
 IN_MEMORY = ":memory:"
@@ -182,7 +184,6 @@ def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB
 
 # As in memory.py (a test checks both); not imported from there, which loads torch.
 CHECKPOINT_NAME = "models"
-# The saved checkpoint's counters that MembrainMemory.stats() reports before it has inserted.
 class StoredMemory:
     """A database read without a MembrainMemory: its namespaces, their trees, and the
     counters of the last saved model checkpoint. Loads no model, no embedder, no torch:
@@ -190,8 +191,7 @@ class StoredMemory:
 
     ``stats()`` reports what ``MembrainMemory.stats()`` reports in a process that has not
     inserted yet: the forest's counts and the saved checkpoint's counters (teacher calls,
-    agreement per stage, ``saved_inserts``), without the per-process counters (all zero in
-    such a process)."""
+    agreement per stage, stored counters), this process's counters all zero."""
 
     def __init__(self, storage: str | None):
         from .storage import open_storage
@@ -213,23 +213,17 @@ class StoredMemory:
             self._trees[ns] = loaded[0]
         return self._trees[ns]
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> MemoryStats:
         names = self.namespaces()
-        facts = aspects = depth = 0
+        trees = []
         for ns in names:
             try:
-                t = self.tree(ns)
+                trees.append(self.tree(ns))
             except InvalidOperationError:  # deleted since it was listed
                 continue
-            facts += t.fact_count(t.root_id)
-            aspects += len(t.aspects())
-            depth = max(depth, t.height())
-        out: dict[str, Any] = {"namespaces": len(names), "facts": facts, "aspects": aspects, "max_depth": depth}
-        if self._storage is not None:
-            from .storage.base import saved_stats
-
-            out.update(saved_stats(self._storage, CHECKPOINT_NAME))
-        return out
+        stored, learning = read_stored(self._storage, CHECKPOINT_NAME) if self._storage is not None else (None, None)
+        return MemoryStats(ForestStats.of(trees, namespaces=len(names)), process=Counters(), stored=stored,
+                           learning=learning, loaded_namespaces=len(self._trees))
 
     def flush(self) -> None:
         """Nothing to write: the view only reads."""
@@ -264,26 +258,15 @@ def open_stored(args: argparse.Namespace, *, teacher: bool = False) -> Iterator[
         yield stored
 
 
-def _stats(memory: Any) -> dict[str, Any]:
+def _stats(memory: Any) -> Mapping[str, Any]:
     try:
         stats = memory.stats()
     except Exception:  # stats are informative only
         return {}
-    return stats if isinstance(stats, dict) else {}
+    return stats if isinstance(stats, Mapping) else {}
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def teacher_calls(stats: dict[str, Any]) -> int | None:
+def teacher_calls(stats: Mapping[str, Any]) -> int | None:
     """Teacher questions reported by ``stats()``: joint questions plus naming questions
     (None before anything was counted)."""
     if not isinstance(stats.get("teacher_calls"), (int, float)):
@@ -291,7 +274,7 @@ def teacher_calls(stats: dict[str, Any]) -> int | None:
     return int(stats["teacher_calls"]) + int(stats.get("naming_calls") or 0)
 
 
-def agreements(stats: dict[str, Any]) -> dict[str, tuple[float, int]]:
+def agreements(stats: Mapping[str, Any]) -> dict[str, tuple[float, int]]:
     """(prequential agreement, labelled decisions) per stage that has labels."""
     out = {}
     for stage in ("stage1", "stage2"):
@@ -301,7 +284,7 @@ def agreements(stats: dict[str, Any]) -> dict[str, tuple[float, int]]:
     return out
 
 
-def _fmt_agreements(stats: dict[str, Any]) -> str | None:
+def _fmt_agreements(stats: Mapping[str, Any]) -> str | None:
     found = agreements(stats)
     if not found:
         return None
@@ -387,13 +370,24 @@ def _warm_up(memory: Any) -> None:
         embeddings.embed_query("warm up")
 
 
+def import_seconds(task: Any) -> float | None:
+    """Seconds an import's progress task has run: until its last fact was stored once it
+    is finished, else until now."""
+    return task.finished_time if task.finished else task.elapsed
+
+
+def facts_per_second(done: float, seconds: float | None) -> float | None:
+    """The import's rate: facts stored over the seconds they took, since the start. The bar
+    and the summary both show this figure (rich's own speed is an average over the last
+    few updates only, which disagreed with the summary)."""
+    return done / seconds if done and seconds else None
+
+
 class _RateColumn(ProgressColumn):
-    """Facts per second, as rich measures it."""
+    """Facts per second since the import started (:func:`facts_per_second`)."""
 
     def render(self, task: Any) -> Text:
-        speed = task.finished_speed or task.speed
-        if speed is None and task.completed and task.elapsed:
-            speed = task.completed / task.elapsed
+        speed = facts_per_second(task.completed, import_seconds(task))
         return Text("     ? facts/s" if speed is None else f"{speed:8.1f} facts/s", style="green")
 
 
@@ -440,7 +434,6 @@ def cmd_import(args: argparse.Namespace, console: Console) -> int:
         _warm_up(memory)
         columns = (TextColumn("[bold]importing[/]"), BarColumn(), MofNCompleteColumn(), _RateColumn(),
                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
-        start = time.perf_counter()
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("import", total=len(records))
             for i in range(0, len(records), batch):
@@ -448,11 +441,15 @@ def cmd_import(args: argparse.Namespace, console: Console) -> int:
                 memory.add_many([r["text"] for r in chunk], namespace=ns,
                                 metadatas=[r["metadata"] for r in chunk], keys=[r["key"] for r in chunk])
                 progress.advance(task, len(chunk))
-        memory.flush()
-        took = time.perf_counter() - start
+            took = import_seconds(progress.tasks[0]) or 0.0
+        start = time.perf_counter()
+        memory.flush()  # the background trainer catches up: after the facts are stored and searchable
+        training = time.perf_counter() - start
         target = _ns_str(ns) if ns else "memories"
+        rate = facts_per_second(len(records), took)
         console.print(f"[green]✓[/] imported {len(records)} memories into [bold]{escape(target)}[/] "
-                      f"in {took:.1f} s ({len(records) / max(took, 1e-9):.1f} facts/s)")
+                      f"in {took:.1f} s ({'?' if rate is None else f'{rate:.1f}'} facts/s)")
+        console.print(f"[dim]the background training caught up {training:.1f} s later[/]")
     return 0
 
 
@@ -601,7 +598,7 @@ def cmd_stats(args: argparse.Namespace, console: Console) -> int:
                            "aspects": len(t.aspects()), "depth": t.height()})
         stats = _stats(memory)
         if args.json:
-            print(json.dumps({"namespaces": per_ns, "stats": stats, "teacher": args.teacher_label},
+            print(json.dumps({"namespaces": per_ns, "stats": dict(stats), "teacher": args.teacher_label},
                              default=str, indent=2))
             return 0
         if per_ns:
@@ -617,15 +614,46 @@ def cmd_stats(args: argparse.Namespace, console: Console) -> int:
         kv.add_column("what", style="bold")
         kv.add_column("value", justify="right")
         kv.add_row("teacher", escape(args.teacher_label))
-        calls, agree = teacher_calls(stats), _fmt_agreements(stats)
-        kv.add_row("teacher questions", "not reported" if calls is None else str(calls))
-        kv.add_row("agreement with teacher", "not reported" if agree is None else agree)
-        for key, value in _flatten(stats).items():
-            if isinstance(value, float):
-                value = f"{value:.4g}"
-            kv.add_row(escape(key.replace("_", " ")), escape(str(value)))
+        rows = stats_rows(stats) if isinstance(stats, MemoryStats) else [("counters", "not reported")]
+        for what, value in rows:
+            kv.add_row(escape(what), escape(value))
         console.print(kv)
     return 0
+
+
+def stats_rows(stats: MemoryStats) -> list[tuple[str, str]]:
+    """``membrain stats``'s report, one (what, value) row per field that says something.
+    Counters are lifetime ones (every process's, as stored, plus this one's); this
+    process's count follows in brackets where it has counted any."""
+    rows: list[tuple[str, str]] = []
+    learning, ops = stats.learning, stats.operations or {}
+    if learning is None:
+        rows.append(("teacher questions", "none yet (no model checkpoint)"))
+    else:
+        rows.append(("teacher questions", f"{learning.teacher_questions} ({learning.teacher_calls} joint, "
+                                          f"{learning.naming_calls} naming)"))
+        if stats.teacher_calls_per_insert is not None:
+            rows.append(("joint questions per insert", f"{stats.teacher_calls_per_insert:.3g}"))
+        for stage, s in learning.stages.items():
+            agreed = "no labelled decision yet" if not s.labelled or s.agreement is None else (
+                f"{s.agreement:.0%} of {s.labelled} labelled decisions")
+            rows.append((f"{stage.replace('stage', 'stage ')} agreement with the teacher", agreed))
+        if learning.teacher_failures:
+            rows.append(("teacher failures", str(learning.teacher_failures)))
+    lifetime, process = stats.lifetime, stats.process
+    for name, total in lifetime.as_dict().items():
+        mine = getattr(process, name)
+        if total or name in ("inserts", "merged"):
+            rows.append((name.replace("_", " "), f"{total} ({mine} in this process)" if mine else str(total)))
+    if ops.get("decisions"):
+        kinds = ", ".join(f"{k} {n}" for k, n in (ops.get("by_kind") or {}).items() if n)
+        rows.append(("memory operations", f"{ops['decisions']} decided ({kinds}), {ops.get('asked', 0)} asked"))
+    for what, value in (("pending training", stats.pending_training), ("inserts in flight", stats.inserts_in_flight),
+                        ("last worker error", stats.last_worker_error), ("checkpoint error", stats.checkpoint_error),
+                        ("prior", stats.prior)):
+        if value:
+            rows.append((what, str(value)))
+    return rows
 
 
 def cmd_bench(argv: list[str]) -> int:
@@ -705,7 +733,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _teacher_rate(before: dict[str, Any], after: dict[str, Any], facts: int) -> float | None:
+def _teacher_rate(before: Mapping[str, Any], after: Mapping[str, Any], facts: int) -> float | None:
     """Teacher questions per new fact between two ``stats()`` (a memory reports nothing
     before its first insert: that counts as zero)."""
     if teacher_calls(after) is None:
@@ -713,7 +741,7 @@ def _teacher_rate(before: dict[str, Any], after: dict[str, Any], facts: int) -> 
     return (teacher_calls(after) - (teacher_calls(before) or 0)) / max(facts, 1)
 
 
-def _print_teacher_rates(console: Console, rates: list[tuple[int, float | None]], stats: dict[str, Any]) -> None:
+def _print_teacher_rates(console: Console, rates: list[tuple[int, float | None]], stats: Mapping[str, Any]) -> None:
     if not rates or any(rate is None for _, rate in rates):
         console.print("[dim]teacher questions: not reported by this build's MembrainMemory.stats()[/]")
         return

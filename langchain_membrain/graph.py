@@ -20,26 +20,49 @@ The descent loops inside ``stage1_descend`` (one graph step for many tree levels
 
 State in: ``text``, and optionally ``namespace``, ``metadata``, ``key``. State out:
 ``key``, ``parent_path`` (aspect labels from the root to the new fact's parent),
-``teacher_calls``. The record of an insert in flight lives in the memory, keyed by
+``teacher_calls``. The record of an insert in flight lives in the pipeline, keyed by
 ``token``, so the graph state stays JSON-serialisable for users' checkpointers.
+
+The nodes reach the memory through :class:`InsertHost` alone: its namespaces (the
+:class:`~.forest.Forest`, which owns each namespace's tree, index and locks), its embedder,
+its learner and its trainer. ``MembrainMemory`` provides one; this module imports nothing of
+memory.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Literal, TypedDict
+from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol, TypedDict
 
 import numpy as np
 
 from .errors import InvalidOperationError
-from .inputs import as_namespace, check_text
-from .pipeline import PlaceRecord
+from .forest import Forest
+from .inputs import Namespace, as_namespace, check_text, memory_value
+from .pipeline import Learner, PlaceRecord
 from .teachers.base import NewFact
+from .tree import MembrainTree
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .memory import MembrainMemory
+
+class InsertHost(Protocol):
+    """What the insert graph uses of the memory it inserts into."""
+
+    @property
+    def forest(self) -> Forest:
+        """The memory's namespaces: locks, trees and committed writes."""
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """The texts' embeddings, one row each, with the memory's embedder."""
+
+    def learner(self, dim: int | None = None) -> ContextManager[Learner]:
+        """The learner, held under its lock for the ``with`` block; ``dim`` creates it on
+        first use for embeddings of that size (from a checkpoint or the prior)."""
+
+    def placed(self, ns: Namespace, record: PlaceRecord) -> None:
+        """An insert was placed: count it and hand it to training."""
 
 
 class InsertState(TypedDict, total=False):
@@ -61,7 +84,7 @@ Node = Callable[[InsertState], dict[str, Any]]
 
 
 class InsertPipeline:
-    """The nodes and routes of the insert graph, bound to one :class:`MembrainMemory`."""
+    """The nodes and routes of the insert graph, bound to one memory (its :class:`InsertHost`)."""
 
     NODES = ("embed", "stage1_descend", "stage1_teacher", "attach", "stage2_rewrite", "stage2_teacher",
              "apply_actions", "train")
@@ -70,8 +93,9 @@ class InsertPipeline:
     # that a run resumed from the user's checkpointer can still find it, then dropped.
     ABANDONED_AFTER_S = 3600.0
 
-    def __init__(self, memory: "MembrainMemory"):
-        self.memory = memory
+    def __init__(self, host: InsertHost):
+        self.host = host
+        self.forest = host.forest
         # token -> (namespace, the NewFact then its PlaceRecord, key)
         self._inflight: dict[str, tuple[tuple[str, ...], PlaceRecord | NewFact, str]] = {}
         self._started: dict[str, float] = {}  # token -> time.monotonic() of its embed step
@@ -109,23 +133,27 @@ class InsertPipeline:
         with self._guard:
             return len(self._inflight)
 
-    def _session(self, ns: tuple[str, ...]):
+    @contextlib.contextmanager
+    def _session(self, ns: Namespace) -> Iterator[tuple[MembrainTree, Learner]]:
         """The namespace's tree, locked, with the learner locked too (lock order: tree first)."""
-        return _Session(self.memory, ns)
+        with self.forest.lock(ns):
+            tree = self.forest.tree(ns, create=True)
+            assert tree is not None
+            with self.host.learner() as learner:
+                yield tree, learner
 
     # ------------------------------------------------------------------ nodes
     def embed(self, state: InsertState) -> dict[str, Any]:
         """Validate the input and embed the text (unless ``embedding`` is given)."""
-        mem = self.memory
         if state.get("value") is not None:  # a store value: its text was chosen by the caller
             ns, text, value = as_namespace(state.get("namespace")), check_text(state.get("text")), state["value"]
         else:
-            ns, value, text = mem._prepare(state.get("namespace"), state.get("text"), state.get("metadata"))
+            ns, value, text = memory_value(state.get("namespace"), state.get("text"), state.get("metadata"))
         key = state.get("key") or uuid.uuid4().hex
         given = state.get("embedding")
-        vec = mem._embed([text])[0] if given is None else np.asarray(given, dtype=np.float32)
-        with mem._learner_lock:
-            mem._learner_for(int(vec.size))
+        vec = self.host.embed([text])[0] if given is None else np.asarray(given, dtype=np.float32)
+        with self.host.learner(int(vec.size)):
+            pass  # created now, so that a wrong dimension fails before anything is stored
         token = uuid.uuid4().hex
         self._start(token, (ns, NewFact(text, vec, {"value": value, "indexed": True}), key))
         return {"token": token, "key": key, "teacher_calls": 0}
@@ -151,9 +179,8 @@ class InsertPipeline:
         """Attach the fact (one committed write). A key that exists is replaced: its fact
         is removed and placed anew, keeping its created_at."""
         ns, rec, key = self._get(state)
-        mem = self.memory
 
-        def write(tree):
+        def write(tree: MembrainTree) -> None:
             created = None
             if key in tree:
                 node = tree.node(key)
@@ -161,10 +188,10 @@ class InsertPipeline:
                     raise InvalidOperationError(f"key {key!r} is used by an aspect")
                 created = node.created_at
                 tree.remove(key)
-            with mem._learner_lock:
-                return mem._learner.attach(tree, rec, node_id=key, created_at=created)
+            with self.host.learner() as learner:
+                learner.attach(tree, rec, node_id=key, created_at=created)
 
-        mem._mutate(ns, write)
+        self.forest.mutate(ns, write)
         return {}
 
     def stage2_rewrite(self, state: InsertState) -> dict[str, Any]:
@@ -184,13 +211,12 @@ class InsertPipeline:
     def apply_actions(self, state: InsertState) -> dict[str, Any]:
         """Apply the stage-2 actions (one committed write)."""
         ns, rec, _ = self._get(state)
-        mem = self.memory
 
-        def write(tree):
-            with mem._learner_lock:
-                return mem._learner.apply_stage2(tree, rec)
+        def write(tree: MembrainTree) -> None:
+            with self.host.learner() as learner:
+                learner.apply_stage2(tree, rec)
 
-        mem._mutate(ns, write)
+        self.forest.mutate(ns, write)
         return {}
 
     def train(self, state: InsertState) -> dict[str, Any]:
@@ -199,10 +225,10 @@ class InsertPipeline:
         if entry is None:
             raise InvalidOperationError("unknown insert token (was the state copied between runs?)")
         ns, rec, key = entry
-        self.memory._after_place(ns, rec)
+        self.host.placed(ns, rec)
         path = []
-        with self.memory._forest.lock(ns):
-            tree = self.memory._tree(ns, create=False)
+        with self.forest.lock(ns):
+            tree = self.forest.tree(ns, create=False)
             if tree is not None and key in tree:
                 path = [tree.node(a).text for a in tree.path(key)[1:-1]]
         return {"key": key, "parent_path": path, "teacher_calls": rec.teacher_calls}
@@ -245,7 +271,7 @@ class InsertPipeline:
 
     def run(self, state: InsertState) -> InsertState:
         """Walk the same nodes and routes without LangGraph (no per-step overhead)."""
-        state = dict(state)
+        state = InsertState(**state)  # a copy: the caller's dict is left as it was
         routes, node = self.routes(), "embed"
         try:
             while True:
@@ -256,26 +282,3 @@ class InsertPipeline:
         except BaseException:
             self._finish(state.get("token", ""))
             raise
-
-
-class _Session:
-    """``with`` block holding a namespace's tree lock then the learner lock."""
-
-    def __init__(self, memory: "MembrainMemory", ns: tuple[str, ...]):
-        self.memory, self.ns = memory, ns
-
-    def __enter__(self):
-        mem = self.memory
-        self._tree_lock = mem._forest.lock(self.ns)
-        self._tree_lock.acquire()
-        try:
-            tree = mem._tree(self.ns, create=True)
-            mem._learner_lock.acquire()
-        except BaseException:
-            self._tree_lock.release()
-            raise
-        return tree, mem._learner
-
-    def __exit__(self, *exc: object) -> None:
-        self.memory._learner_lock.release()
-        self._tree_lock.release()

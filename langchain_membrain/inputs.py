@@ -63,3 +63,15 @@ def json_copy(value: Any) -> Any:
     if "\\u0000" in text:
         raise InvalidOperationError("values may not contain NUL characters")
     return json.loads(text)
+
+
+def memory_value(namespace: Any, text: Any, metadata: Any) -> tuple[Namespace, dict[str, Any], str]:
+    """Validate one memory as ``add`` takes it; returns (namespace, stored value, text), the
+    value being ``{"content": text, **metadata}``."""
+    ns = as_namespace(namespace)
+    text = check_text(text)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidOperationError("metadata must be a dict")
+    if metadata and "content" in metadata:
+        raise InvalidOperationError("metadata may not use the key 'content' (it holds the text)")
+    return ns, {"content": text, **json_copy(metadata or {})}, text

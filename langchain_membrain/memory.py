@@ -25,8 +25,7 @@ import re
 import sys
 import threading
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import deque
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -34,18 +33,20 @@ from langchain_core.embeddings import Embeddings
 from langgraph.store.base import get_text_at_path, tokenize_path
 
 from .embeddings import MiniLMEmbeddings, embed_texts
-from .errors import CheckpointError, DimensionError, InvalidOperationError, InvariantError
+from .errors import CheckpointError, DimensionError, InvalidOperationError
 from .filters import check_filter, matches
+from .forest import Forest, RefreshCounts
 from .graph import InsertPipeline
-from .inputs import Namespace, as_namespace, check_text
+from .inputs import Namespace, as_namespace, check_text, memory_value
 from .inputs import json_copy as _json_copy
 from .operations import OperationDecider, OperationStudent, execute as execute_operation
 from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
 from .prior import load_operation_prior, load_prior, teacher_identity
+from .records import MemoryRecord
 from .pipeline import QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, cosine, relabel_avoid
 from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
-from .storage.base import saved_stats
+from .stats import Counters, ForestStats, LearningStats, MemoryStats, read_stored
 from .teachers.base import Teacher
 from .tree import HISTORY_KEY, MembrainTree, Node
 
@@ -125,44 +126,31 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[], None]]:
         yield advance
 
 
-@dataclass
-class MemoryRecord:
-    """A stored memory, as search and get return it."""
+class _InsertHost:
+    """What a memory's insert graph may use of it (:class:`~.graph.InsertHost`)."""
 
-    key: str
-    namespace: Namespace
-    text: str
-    value: dict[str, Any]
-    path: list[str]
-    created_at: float
-    updated_at: float
-    score: float | None = None
-    #: "current" (in the tree), "superseded" (an UPDATE replaced it), "deleted" (a DELETE
-    #: retracted it) or "ignored" (the namespace's log). Only current records are searched
-    #: by default (README, Memories that change).
-    status: str = "current"
-    valid_from: float | None = None
-    valid_to: float | None = None  # None while current
-    superseded_by: str | None = None  # the key holding what replaced it (history only)
+    def __init__(self, memory: "MembrainMemory"):
+        self._memory = memory
 
+    @property
+    def forest(self) -> Forest:
+        return self._memory._forest
 
-@dataclass
-class _Forest:
-    trees: dict[Namespace, MembrainTree] = field(default_factory=dict)
-    locks: dict[Namespace, threading.RLock] = field(default_factory=dict)
-    # One per namespace, held by an add() from its duplicate check to the end of its insert.
-    # Only adds take it, so the background worker, which needs the tree lock between the
-    # insert's steps, is never starved by a long add_many.
-    insert_locks: dict[Namespace, threading.Lock] = field(default_factory=dict)
-    guard: threading.Lock = field(default_factory=threading.Lock)
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self._memory._embed(texts)
 
-    def lock(self, ns: Namespace) -> threading.RLock:
-        with self.guard:
-            return self.locks.setdefault(ns, threading.RLock())
+    @contextlib.contextmanager
+    def learner(self, dim: int | None = None) -> Iterator[Learner]:
+        memory = self._memory
+        with memory._learner_lock:
+            if dim is not None:
+                yield memory._learner_for(dim)
+            else:
+                assert memory._learner is not None, "the learner is created by the insert's embed step"
+                yield memory._learner
 
-    def insert_lock(self, ns: Namespace) -> threading.Lock:
-        with self.guard:
-            return self.insert_locks.setdefault(ns, threading.Lock())
+    def placed(self, ns: Namespace, record: PlaceRecord) -> None:
+        self._memory._after_place(ns, record)
 
 
 class MembrainMemory:
@@ -256,7 +244,6 @@ class MembrainMemory:
         self.teacher = resolve_teacher(teacher, teacher_model, embed=self._embed)
         self._shadow = None if shadow_teacher is None else resolve_teacher(shadow_teacher, teacher_model,
                                                                             embed=self._embed)
-        self.refresh_interval = float(refresh_interval)
         self.background = bool(background)
         self.checkpoint_every = int(checkpoint_every)
         self.dedupe = bool(dedupe)
@@ -272,24 +259,28 @@ class MembrainMemory:
         self._learner_config = learner or LearnerConfig()
         if device is not None:
             self._learner_config.training.device = device
-        self._forest = _Forest()
         self._storage: Storage | None = (
             storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
         )
-        self._synced: dict[Namespace, int] = {}  # namespace -> stored version our tree reflects
-        self._recent: OrderedDict[Namespace, None] = OrderedDict()  # loaded namespaces, least recent first
         if max_loaded_namespaces < 1:
             raise InvalidOperationError("max_loaded_namespaces is at least 1")
-        self.max_loaded_namespaces = int(max_loaded_namespaces)
-        self._checked: dict[Namespace, float] = {}  # namespace -> monotonic time of last check
+        if search_mode not in ("fast", "exact"):
+            raise InvalidOperationError(f"search_mode is 'fast' or 'exact', not {search_mode!r}")
+        self.retrieval = retrieval or RetrievalConfig()
+        self.search_mode = search_mode
+        # Every namespace's tree, search index, locks and sync with storage (forest.py).
+        self._forest = Forest(self._storage, new_index=self._new_index, refresh_interval=refresh_interval,
+                              max_loaded=max_loaded_namespaces)
         self._closed = False
         self._learner: Learner | None = None
         self._learner_lock = threading.RLock()
         self._is_trainer = False
         self._checkpoint_seen = 0
         self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
+        # This process's counters (stats().process); the forest counts its refreshes.
         self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0,
-                        "relabelled": 0, "refreshed_by_change": 0, "refresh_reloads": 0}
+                        "relabelled": 0}
+        self._stored_counts: Counters | None = None  # as the checkpoint the models came from recorded them
         self.naming_interval = int(naming_interval)
         self.prior = bool(prior)
         self.prior_used: str | None = None  # "trusted", "weights only" or None (stats())
@@ -306,18 +297,8 @@ class MembrainMemory:
         fast = getattr(self.teacher, "fast", False)
         self._queue: queue.Queue = queue.Queue(maxsize=int(max_training_lag) if fast else 0)
         self._worker: threading.Thread | None = None
-        self._pipeline = InsertPipeline(self)
+        self._pipeline = InsertPipeline(_InsertHost(self))
         self._graph = None
-        if search_mode not in ("fast", "exact"):
-            raise InvalidOperationError(f"search_mode is 'fast' or 'exact', not {search_mode!r}")
-        self.retrieval = retrieval or RetrievalConfig()
-        self.search_mode = search_mode
-        # Per namespace, beside the tree and under its lock: the search index; for each
-        # indexed fact the (text, value) it was indexed with, to skip rows that only moved;
-        # and the facts stored without an embedding (listed, unscored, after a query's hits).
-        self._indexes: dict[Namespace, FactIndex] = {}
-        self._indexed: dict[Namespace, dict[str, tuple[str, str]]] = {}
-        self._unindexed: dict[Namespace, set[str]] = {}
         if self._storage is not None and self._operations.student is not None:
             found = self._storage.load_checkpoint(OPERATIONS_CHECKPOINT)
             if found is not None:
@@ -329,181 +310,36 @@ class MembrainMemory:
         _register_for_exit(self)  # flushed and closed at interpreter exit if never closed
 
     # ------------------------------------------------------------- namespaces
-    def _load(self, ns: Namespace) -> MembrainTree | None:
-        """(Re)load a namespace from storage into the forest; None if it is not stored."""
-        loaded = self._storage.load_tree(ns)
-        self._checked[ns] = time.monotonic()
-        if loaded is None:
-            self._drop(ns)
-            return None
-        tree, version = loaded
-        self._forest.trees[ns], self._synced[ns] = tree, version
-        self._rebuild_index(ns, tree)
-        self._touch(ns)
-        return tree
+    @property
+    def refresh_interval(self) -> float:
+        """Seconds between two checks for other processes' writes (to a namespace when it
+        is read, and to the trainer's checkpoint)."""
+        return self._forest.refresh_interval
 
-    def _catch_up(self, ns: Namespace) -> MembrainTree | None:
-        """Bring a namespace another process wrote up to date: apply the changes logged
-        since the version our tree reflects to the tree and its search index (O(changes),
-        counted as ``refreshed_by_change``), or reload it whole when the log does not
-        reach back or a change does not apply (``refresh_reloads``). Call under its lock."""
-        tree, synced = self._forest.trees.get(ns), self._synced.get(ns, 0)
-        if tree is None or not synced:
-            return self._load(ns)
-        changes = self._storage.changes_since(ns, synced)
-        if changes is not None:
-            rows, removed, version = changes
-            try:
-                tree.apply_rows(rows, removed)
-            except InvariantError:
-                self._drop(ns)  # half-applied: never used again, the reload below replaces it
-            else:
-                self._synced[ns] = version
-                self._sync_index(ns, rows, removed, defer_ann=True)  # inserted in HNSW at our next write
-                self._checked[ns] = time.monotonic()
-                self._counts["refreshed_by_change"] += 1
-                self._touch(ns)
-                return tree
-        self._counts["refresh_reloads"] += 1
-        return self._load(ns)
+    @refresh_interval.setter
+    def refresh_interval(self, seconds: float) -> None:
+        self._forest.refresh_interval = float(seconds)
 
-    def _touch(self, ns: Namespace) -> None:
-        """Mark a namespace as just used; with storage, unload the least recently used
-        ones past ``max_loaded_namespaces`` (each is reloaded from storage when next used,
-        so nothing is lost). A namespace whose lock another thread holds is skipped: it is
-        in use. Call under ``ns``'s lock."""
-        if self._storage is None:
-            return
-        with self._forest.guard:
-            self._recent[ns] = None
-            self._recent.move_to_end(ns)
-            over = len(self._recent) - self.max_loaded_namespaces
-            candidates = [old for old in self._recent if old != ns][: max(over, 0) * 2]
-        for old in candidates:
-            if over <= 0:
-                break
-            lock = self._forest.lock(old)
-            if not lock.acquire(blocking=False):
-                continue
-            try:
-                self._drop(old)
-                self._checked.pop(old, None)
-                over -= 1
-            finally:
-                lock.release()
+    @property
+    def max_loaded_namespaces(self) -> int:
+        """With storage, namespaces kept loaded at once (least recently used unloaded first)."""
+        return self._forest.max_loaded
 
-    def _drop(self, ns: Namespace) -> None:
-        """Forget a namespace's in-memory state (it is reloaded from storage on next use)."""
-        self._forest.trees.pop(ns, None)
-        with self._forest.guard:
-            self._recent.pop(ns, None)
-        self._synced.pop(ns, None)
-        self._indexes.pop(ns, None)
-        self._indexed.pop(ns, None)
-        self._unindexed.pop(ns, None)
+    @max_loaded_namespaces.setter
+    def max_loaded_namespaces(self, n: int) -> None:
+        if n < 1:
+            raise InvalidOperationError("max_loaded_namespaces is at least 1")
+        self._forest.max_loaded = int(n)
 
-    # ------------------------------------------------------------------ search index
-    def _rebuild_index(self, ns: Namespace, tree: MembrainTree) -> None:
-        """Index every fact of a (re)loaded tree, oldest first (the order sessions read)."""
-        self._indexes.pop(ns, None)
-        self._indexed.pop(ns, None)
-        self._unindexed.pop(ns, None)
-        facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
-        self._sync_index(ns, [tree.node_row(f) for f in facts], [])
+    @property
+    def refresh_counts(self) -> RefreshCounts:
+        """This process's live counts of namespaces brought up to date after other
+        processes' writes (by their change log or by a reload), and the seconds spent."""
+        return self._forest.counts
 
-    def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str], *,
-                    defer_ann: bool = False) -> None:
-        """Bring the namespace's search index up to date with a write's changed rows
-        (``defer_ann``: see :meth:`FactIndex.add`)."""
-        index = self._indexes.get(ns)
-        if index is None:
-            index = self._indexes[ns] = FactIndex(self.retrieval, embed_query=lambda t: self._embed([t])[0])
-            self._indexed[ns], self._unindexed[ns] = {}, set()
-        seen, unindexed = self._indexed[ns], self._unindexed[ns]
-        for rid in removed:
-            if rid in index:
-                index.remove(rid)
-            seen.pop(rid, None)
-            unindexed.discard(rid)
-        for row in rows:
-            if row["kind"] != "fact":
-                continue
-            rid, meta = row["id"], row["metadata"]
-            if not meta.get("indexed") or row["embedding"] is None:
-                if rid in index:
-                    index.remove(rid)
-                    seen.pop(rid, None)
-                unindexed.add(rid)
-                continue
-            unindexed.discard(rid)
-            value = meta.get("value") or {}
-            signature = (row["text"], json.dumps(value, sort_keys=True))
-            if seen.get(rid) == signature:
-                continue  # moved in the tree only: the index does not care
-            if rid in index:
-                index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value, defer_ann=defer_ann)
-            else:
-                index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
-            seen[rid] = signature
-
-    def _tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
-        """The namespace's tree for reading: refreshed from storage when another process
-        wrote it (checked at most once per ``refresh_interval``). Call under its lock."""
-        tree = self._forest.trees.get(ns)
-        if self._storage is not None:
-            due = time.monotonic() - self._checked.get(ns, float("-inf")) >= self.refresh_interval
-            if tree is None or due:
-                self._checked[ns] = time.monotonic()
-                if self._storage.namespace_version(ns) != self._synced.get(ns, 0):
-                    tree = self._catch_up(ns)
-        if tree is None and create:
-            tree = self._forest.trees[ns] = MembrainTree("/".join(ns))
-        if tree is not None:
-            self._touch(ns)
-        return tree
-
-    def _mutate(self, ns: Namespace, write: Callable[[MembrainTree], Any]) -> Any:
-        """Run ``write`` on the namespace's tree and persist what it changed, atomically.
-
-        With storage, the namespace's cross-process lock is held throughout: the tree is
-        reloaded first if another process wrote it, and the changes are committed in one
-        transaction. If anything fails, the in-memory tree is dropped (it is reloaded from
-        storage on next use), so memory never runs ahead of what is stored.
-        """
-        with self._forest.lock(ns):
-            if self._storage is None:
-                tree = self._tree(ns, create=True)
-                try:
-                    result = write(tree)
-                finally:
-                    self._sync_index(ns, *tree.drain_changes())
-                if tree.fact_count(tree.root_id) == 0 and not tree.aspects() and not tree.archive:
-                    self._drop(ns)
-                return result
-            try:
-                with self._storage.namespace_lock(ns):
-                    stored = self._storage.namespace_version(ns)
-                    tree = self._forest.trees.get(ns)
-                    if tree is None or stored != self._synced.get(ns, 0):
-                        if not stored:
-                            self._drop(ns)  # deleted by another process: start afresh, index too
-                        tree = self._catch_up(ns) if stored else None
-                    if tree is None:
-                        tree = self._forest.trees[ns] = MembrainTree("/".join(ns))
-                    result = write(tree)
-                    rows, removed = tree.drain_changes()
-                    if tree.fact_count(tree.root_id) == 0 and not tree.aspects() and not tree.archive:
-                        self._storage.delete_namespace(ns)  # an emptied namespace is not listed
-                        self._drop(ns)
-                    elif rows or removed:
-                        self._synced[ns] = self._storage.write(ns, rows, removed, expected_version=stored)
-                        self._sync_index(ns, rows, removed)
-                        self._touch(ns)
-                    self._checked[ns] = time.monotonic()
-                return result
-            except BaseException:
-                self._drop(ns)
-                raise
+    def _new_index(self) -> FactIndex:
+        """An empty search index for a namespace (made by the forest at a namespace's first write)."""
+        return FactIndex(self.retrieval, embed_query=lambda t: self._embed([t])[0])
 
     def namespaces(self) -> list[Namespace]:
         """Every namespace that holds memories."""
@@ -513,7 +349,7 @@ class MembrainMemory:
         """The live tree of a namespace (read it under no concurrent writes, or copy it)."""
         ns = as_namespace(namespace)
         with self._forest.lock(ns):
-            tree = self._tree(ns, create=False)
+            tree = self._forest.tree(ns, create=False)
         if tree is None:
             raise InvalidOperationError(f"no memories in namespace {ns!r}")
         return tree
@@ -535,7 +371,7 @@ class MembrainMemory:
         if self._storage is not None:
             found = self._storage.list_namespaces()
         else:
-            found = [ns for ns, t in list(self._forest.trees.items()) if t.fact_count(t.root_id) > 0]
+            found = self._forest.loaded_namespaces()
         found = [ns for ns in found if fits(ns, prefix, False) and fits(ns, suffix, True)]
         if max_depth is not None:
             found = list({ns[:max_depth] for ns in found})
@@ -566,7 +402,7 @@ class MembrainMemory:
         keys = list(keys) if keys is not None else [None] * len(texts)
         if not (len(metadatas) == len(keys) == len(texts)):
             raise InvalidOperationError("texts, metadatas and keys must have the same length")
-        prepared = [self._prepare(namespace, t, m) for t, m in zip(texts, metadatas)]
+        prepared = [memory_value(namespace, t, m) for t, m in zip(texts, metadatas)]
         for k in keys:
             if k is not None and (not isinstance(k, str) or not k):
                 raise InvalidOperationError("a key is a non-empty str")
@@ -580,16 +416,6 @@ class MembrainMemory:
                                         operate=self.operations and key is None))
                 advance()
         return out
-
-    def _prepare(self, namespace: Any, text: Any, metadata: Any) -> tuple[Namespace, dict[str, Any], str]:
-        """Validate one memory; returns (namespace, value, text)."""
-        ns = as_namespace(namespace)
-        text = check_text(text)
-        if metadata is not None and not isinstance(metadata, dict):
-            raise InvalidOperationError("metadata must be a dict")
-        if metadata and "content" in metadata:
-            raise InvalidOperationError("metadata may not use the key 'content' (it holds the text)")
-        return ns, {"content": text, **_json_copy(metadata or {})}, text
 
     def _place(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
                key: str | None = None) -> str:
@@ -618,7 +444,7 @@ class MembrainMemory:
                     tree.update_fact(dup)
                     return True
 
-                if self._mutate(ns, touch):
+                if self._forest.mutate(ns, touch):
                     self._counts["merged"] += 1
                     return dup
             if not operate:
@@ -629,7 +455,7 @@ class MembrainMemory:
             # the same way); in "per_decision" mode they are two requests, counted apart.
             joint = getattr(self.teacher, "mode", "one_call") == "one_call"
             asked = self._operations.counters.asked
-            done = execute_operation(self, ns, value, text, vec)
+            done = execute_operation(self._forest, self._operations, ns, value, text, vec, place=self._place)
             op_asked = self._operations.counters.asked > asked
             placed = self._placement_questions()
             if done is None:
@@ -647,8 +473,8 @@ class MembrainMemory:
         """The stored fact this memory duplicates: among the facts nearest by embedding (equal
         texts embed alike), one whose normalised text and other value fields are the same.
         Call under the lock."""
-        tree = self._tree(ns, create=False)
-        index = self._indexes.get(ns)
+        tree = self._forest.tree(ns, create=False)
+        index = self._forest.index(ns)
         if tree is None or index is None:
             return None
         fields = {k: v for k, v in value.items() if k != "content"}
@@ -722,16 +548,16 @@ class MembrainMemory:
 
         if placed:  # cheap check first: most puts of new keys need no transaction here
             with self._forest.lock(ns):
-                tree = self._tree(ns, create=False)
+                tree = self._forest.tree(ns, create=False)
                 if tree is None or key not in tree:
                     return False
-        return self._mutate(ns, write)
+        return self._forest.mutate(ns, write)
 
     def delete(self, key: str, *, namespace: str | Sequence[str] | None = None) -> bool:
         """Delete a memory; returns False if there was none."""
         ns = as_namespace(namespace)
         with self._forest.lock(ns):
-            tree = self._tree(ns, create=False)
+            tree = self._forest.tree(ns, create=False)
             if tree is None or key not in tree or tree.node(key).kind != "fact":
                 return False
 
@@ -741,7 +567,7 @@ class MembrainMemory:
             tree.remove(key)
             return True
 
-        return self._mutate(ns, write)
+        return self._forest.mutate(ns, write)
 
     # ------------------------------------------------------------------ reads
     def _record(self, ns: Namespace, tree: MembrainTree, key: str, score: float | None = None) -> MemoryRecord:
@@ -771,7 +597,7 @@ class MembrainMemory:
         An archived entry's own id (``key@vN``) is accepted too. [] for an unknown key."""
         ns = as_namespace(namespace)
         with self._forest.lock(ns):
-            tree = self._tree(ns, create=False)
+            tree = self._forest.tree(ns, create=False)
             if tree is None:
                 return []
             entry = tree.archive.get(key)
@@ -787,7 +613,7 @@ class MembrainMemory:
         that were not memories themselves), newest first."""
         ns = as_namespace(namespace)
         with self._forest.lock(ns):
-            tree = self._tree(ns, create=False)
+            tree = self._forest.tree(ns, create=False)
             if tree is None:
                 return []
             entries = tree.archived("ignored")[::-1][:limit]
@@ -797,7 +623,7 @@ class MembrainMemory:
         """The memory stored under ``key``, or None."""
         ns = as_namespace(namespace)
         with self._forest.lock(ns):
-            tree = self._tree(ns, create=False)
+            tree = self._forest.tree(ns, create=False)
             if tree is None or key not in tree or tree.node(key).kind != "fact":
                 return None
             return self._record(ns, tree, key)
@@ -814,10 +640,17 @@ class MembrainMemory:
                exact_namespace: bool = False, include_history: bool = False) -> list[MemoryRecord]:
         """Memories in ``namespace`` and every namespace below it (unless
         ``exact_namespace``), matching ``filter``: best first for a query, newest first
-        without one. ``include_history`` adds superseded and deleted versions (their
-        ``status`` says which); with it, every hit is scored by its plain cosine with the
-        query, so current and past versions rank on one scale."""
-        prefix = () if namespace == () else as_namespace(namespace)  # () spans the whole store
+        without one. No ``namespace`` (None, or ``()``) searches every namespace of the
+        memory, as ``membrain search`` without ``--ns`` does; pass the namespace to search
+        one user's memories only. ``include_history`` adds superseded and deleted versions
+        (their ``status`` says which); with it, every hit is scored by its plain cosine with
+        the query, so current and past versions rank on one scale."""
+        # Unlike add/get/delete, which act on one namespace (the default ``("memories",)``
+        # when none is given), a search without one spans them all: limiting it to the
+        # default namespace found nothing that was added under another, without a word.
+        prefix = () if namespace is None or namespace == () else as_namespace(namespace)
+        if exact_namespace and not prefix:
+            raise InvalidOperationError("exact_namespace=True needs the namespace to search")
         check_filter(filter)
         if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
             raise InvalidOperationError("limit and offset are non-negative integers")
@@ -831,7 +664,7 @@ class MembrainMemory:
         vectors: dict[tuple[Namespace, str], np.ndarray] = {}  # for merging across namespaces
         for ns in spaces:
             with self._forest.lock(ns):
-                tree = self._tree(ns, create=False)
+                tree = self._forest.tree(ns, create=False)
                 if tree is None:
                     continue
                 for key, score in self._rank(ns, tree, query, filter, offset + limit, embedded):
@@ -873,7 +706,7 @@ class MembrainMemory:
         facts = [f for f in tree.facts() if passes(f)] if filter or query is None else None
         if query is None:
             return [(f, None) for f in facts]
-        index = self._indexes.get(ns)
+        index = self._forest.index(ns)
         scored: list[tuple[str, float | None]] = []
         if index is not None and len(index):
             dense_text = index.dense_query_text(query)
@@ -882,7 +715,7 @@ class MembrainMemory:
             scored = [(f, float(s)) for f, s in index.search(
                 query, embedded[dense_text], k, tree=tree, mode=self.search_mode,
                 filter_ids=facts)]
-        unscored = [(f, None) for f in sorted(self._unindexed.get(ns, ())) if passes(f)]
+        unscored = [(f, None) for f in sorted(self._forest.unindexed(ns)) if passes(f)]
         return scored + unscored
 
     # --------------------------------------------------------------- learning
@@ -902,10 +735,9 @@ class MembrainMemory:
                 if found is not None:
                     try:
                         learner.load_bytes(found[0])
-                        # The memory's own counts continue from the checkpoint, as the
-                        # learner's counters do.
-                        for k in self._counts:
-                            self._counts[k] += int(found[1].get(k, 0))
+                        # The memory's lifetime counts continue from the checkpoint's, as
+                        # the learner's counters do (stats(): stored + this process's).
+                        self._stored_counts = Counters.from_mapping(found[1])
                         learner.questions.update(_saved_questions(found[1]))
                         restored = True
                     except CheckpointError as exc:
@@ -986,7 +818,7 @@ class MembrainMemory:
                 with self._learner_lock:
                     learner.apply_corrections(t, result)
 
-            self._mutate(ns, write)
+            self._forest.mutate(ns, write)
             self._counts["corrections"] += len(result.corrections) + bool(result.actions)
         if self.relabel:
             self._relabel(ns, record.fact_id)
@@ -1004,7 +836,7 @@ class MembrainMemory:
         named (labels.py), with no lock held; the new labels are written in one commit, to
         the aspects that still exist."""
         with self._forest.lock(ns):
-            tree = self._tree(ns, create=False)
+            tree = self._forest.tree(ns, create=False)
             if tree is None or fact_id not in tree:
                 return
             todo = {a: (typical_facts(tree, a), relabel_avoid(tree, a), tree.mean_embedding(a))
@@ -1034,7 +866,7 @@ class MembrainMemory:
                                 metadata={**t.node(a).metadata, LABELLED_FACTS: t.fact_count(a)})
             return renamed
 
-        self._counts["relabelled"] += self._mutate(ns, write)
+        self._counts["relabelled"] += self._forest.mutate(ns, write)
 
     def _save_checkpoint(self) -> None:
         if self._storage is None or self._learner is None or not self._is_trainer:
@@ -1042,11 +874,22 @@ class MembrainMemory:
         with self._learner_lock:
             data = self._learner.state_bytes()
             learning = self._learning_stats()
-        self._storage.save_checkpoint(CHECKPOINT_NAME, data, {**self._counts, **learning})
+        self._storage.save_checkpoint(CHECKPOINT_NAME, data, {**self._lifetime_counts().as_dict(), **learning})
         self._checkpoint_seen = self._storage.checkpoint_version(CHECKPOINT_NAME)
         student = self._operations.student
         if student is not None and student.labelled:
             self._storage.save_checkpoint(OPERATIONS_CHECKPOINT, student.state_bytes(), student.stats())
+
+    def _process_counts(self) -> Counters:
+        """This process's counters: the memory's and the forest's refreshes."""
+        refresh = self._forest.counts
+        return Counters(**self._counts, refreshed_by_change=refresh.refreshed_by_change,
+                        refresh_reloads=refresh.refresh_reloads)
+
+    def _lifetime_counts(self) -> Counters:
+        """What a checkpoint saves: the counts it was loaded with plus this process's."""
+        process = self._process_counts()
+        return process if self._stored_counts is None else self._stored_counts + process
 
     def _learning_stats(self) -> dict[str, Any]:
         """Per-stage counters of the learner and the total teacher calls (under its lock)."""
@@ -1092,47 +935,40 @@ class MembrainMemory:
             self._checkpoint_seen = version
 
     # ------------------------------------------------------------------ reports
-    def stats(self) -> dict[str, Any]:
-        """Counts of the forest and of learning: facts, aspects, depth, inserts, teacher
-        calls (per insert overall and over the last 100 inserts), agreement per stage,
-        corrections, pending training, inserts in flight (started in the insert graph and
-        not finished), worker errors, namespaces brought up to date after other processes'
-        writes (``refreshed_by_change``; ``refresh_reloads``: reloaded whole) and the
-        teacher's own cost stats."""
+    def stats(self) -> MemoryStats:
+        """What the memory holds and has counted (:class:`~.stats.MemoryStats`): the
+        forest's size; this process's counters apart from those the models' checkpoint
+        stored (``process``, ``stored``, and ``lifetime``, their sum); the models' learning
+        counters (agreement per stage with its sample size, teacher questions: from the live
+        models, else from the saved checkpoint without loading them); pending training,
+        inserts in flight, worker and checkpoint errors, the teacher's own cost stats and
+        the memory operations. ``stats()["inserts"]`` and the other flat keys still read
+        (lifetime counters); ``stats().as_dict()`` is that mapping as a dict."""
         names = self.namespaces()
-        facts = aspects = depth = 0
+        trees = []
         for ns in names:
             with self._forest.lock(ns):
-                tree = self._tree(ns, create=False)
+                tree = self._forest.tree(ns, create=False)
                 if tree is not None:
-                    facts += tree.fact_count(tree.root_id)
-                    aspects += len(tree.aspects())
-                    depth = max(depth, tree.height())
-        out: dict[str, Any] = {
-            "namespaces": len(names), "facts": facts, "aspects": aspects, "max_depth": depth,
-            **self._counts,
-            "pending_training": self._queue.unfinished_tasks,
-            "inserts_in_flight": self._pipeline.in_flight(),
-            "last_worker_error": self._last_worker_error,
-            "checkpoint_error": self._checkpoint_error,
-            "trainer": self._is_trainer,
-            "loaded_namespaces": len(self._forest.trees),
-            "prior": self.prior_used,
-            "recent_teacher_calls_per_insert": (sum(self._recent_calls) / len(self._recent_calls)
-                                                if self._recent_calls else None),
-        }
+                    trees.append(tree)
+        stored, learning = self._stored_counts, None
         if self._learner is not None:
             with self._learner_lock:
-                out.update(self._learning_stats())
-            out["teacher_calls_per_insert"] = out["teacher_calls"] / max(self._counts["inserts"], 1)
+                learning = LearningStats.from_mapping(self._learning_stats())
         elif self._storage is not None:
-            # A process that has not inserted yet (e.g. `membrain stats`): report what the
-            # last saved checkpoint recorded, without loading the models.
-            out.update(saved_stats(self._storage, CHECKPOINT_NAME))
-        if callable(getattr(self.teacher, "stats", None)):
-            out["teacher"] = self.teacher.stats()
-        out["operations"] = self._operations.stats()  # ADD/UPDATE/DELETE/IGNORE (operations.py)
-        return out
+            # A process that has not inserted yet (e.g. `membrain stats`): what the last
+            # saved checkpoint recorded, without loading the models.
+            stored, learning = read_stored(self._storage, CHECKPOINT_NAME)
+        return MemoryStats(
+            forest=ForestStats.of(trees, namespaces=len(names)), process=self._process_counts(),
+            stored=stored, learning=learning, loaded_namespaces=self._forest.loaded(),
+            pending_training=self._queue.unfinished_tasks, inserts_in_flight=self._pipeline.in_flight(),
+            last_worker_error=self._last_worker_error, checkpoint_error=self._checkpoint_error,
+            trainer=self._is_trainer, prior=self.prior_used,
+            recent_teacher_calls_per_insert=(sum(self._recent_calls) / len(self._recent_calls)
+                                             if self._recent_calls else None),
+            teacher=self.teacher.stats() if callable(getattr(self.teacher, "stats", None)) else None,
+            operations=self._operations.stats())
 
     # ------------------------------------------------------------- integrations
     @property
@@ -1142,25 +978,12 @@ class MembrainMemory:
             self._graph = self._pipeline.compile()
         return self._graph
 
-    @property
-    def store(self):
-        """This memory as a LangGraph ``BaseStore`` (:class:`~.store.MembrainStore`)."""
-        from .store import MembrainStore
-
-        return MembrainStore(self)
-
     def as_retriever(self, namespace: str | Sequence[str] | None = None, *, k: int = 4,
                      filter: dict[str, Any] | None = None):
         """A LangChain retriever over one namespace (and the namespaces below it)."""
         from .retriever import MembrainRetriever
 
         return MembrainRetriever(memory=self, namespace=as_namespace(namespace), k=k, filter=filter)
-
-    def tools(self, namespace: str | Sequence[str] | None = None) -> list:
-        """LangChain tools to save, update, delete and search memories in a namespace."""
-        from .tools import memory_tools
-
-        return memory_tools(self, as_namespace(namespace))
 
     # -------------------------------------------------------------------- async
     async def aadd(self, text: str, **kwargs: Any) -> str:

@@ -40,7 +40,7 @@ import numpy as np
 from .tree import MembrainTree
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .memory import MembrainMemory
+    from .forest import Forest
 
 OpKind = Literal["ADD", "UPDATE", "DELETE", "IGNORE"]
 OP_KINDS: tuple[str, ...] = ("ADD", "UPDATE", "DELETE", "IGNORE")
@@ -267,21 +267,22 @@ def candidates_for(tree: MembrainTree, nearest: Sequence[tuple[str, float]]) -> 
 
 
 # ------------------------------------------------------------------ applying
-def execute(memory: "MembrainMemory", ns: tuple[str, ...], value: dict[str, Any], text: str,
-            vec: np.ndarray) -> str | None:
+def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], value: dict[str, Any],
+            text: str, vec: np.ndarray, *, place: Callable[[tuple[str, ...], dict[str, Any], str, np.ndarray], str]
+            ) -> str | None:
     """Decide and apply the operation for one item added without a key; returns the key it
     now has, or None for ADD (the caller then places it as always). Call holding the
-    namespace's insert lock.
+    namespace's insert lock. ``place`` places an item through the insert graph (a DELETE
+    that keeps its item places it) and returns its key.
 
-    Crash safety: every change is one committed write (``memory._mutate``). An UPDATE
+    Crash safety: every change is one committed write (``forest.mutate``). An UPDATE
     archives the old version and writes the new one in the same transaction. A DELETE whose
     item is kept places the item first and retires the old fact after, so a crash between
     the two leaves both stored (today's behaviour), never neither.
     """
-    decider = memory._operations
-    with memory._forest.lock(ns):
-        tree = memory._tree(ns, create=False)
-        index = memory._indexes.get(ns)
+    with forest.lock(ns):
+        tree = forest.tree(ns, create=False)
+        index = forest.index(ns)
         nearest = index.nearest(vec, k=decider.k) if tree is not None and index is not None else []
         cands = candidates_for(tree, nearest) if tree is not None else ()
         snapshot = None
@@ -293,7 +294,7 @@ def execute(memory: "MembrainMemory", ns: tuple[str, ...], value: dict[str, Any]
     if op.kind == "ADD":
         return None
     if op.kind == "IGNORE":
-        return memory._mutate(ns, lambda t: t.log_ignored(None, text, embedding=vec, metadata=meta))
+        return forest.mutate(ns, lambda t: t.log_ignored(None, text, embedding=vec, metadata=meta))
     if op.kind == "UPDATE":
         def update(t: MembrainTree) -> str | None:
             if op.target not in t or t.node(op.target).kind != "fact":
@@ -301,9 +302,9 @@ def execute(memory: "MembrainMemory", ns: tuple[str, ...], value: dict[str, Any]
             t.supersede(op.target, text, embedding=vec, metadata=meta)
             return op.target
 
-        return memory._mutate(ns, update)
+        return forest.mutate(ns, update)
     # DELETE
-    new_key = memory._place(ns, value, text, vec) if op.keep else None
+    new_key = place(ns, value, text, vec) if op.keep else None
 
     def delete(t: MembrainTree) -> str | None:
         logged = None
@@ -313,7 +314,7 @@ def execute(memory: "MembrainMemory", ns: tuple[str, ...], value: dict[str, Any]
             t.retire(op.target, superseded_by=new_key or logged)
         return new_key or logged
 
-    return memory._mutate(ns, delete)
+    return forest.mutate(ns, delete)
 
 
 # ------------------------------------------------------------------ the decider

@@ -393,6 +393,8 @@ class FactIndex:
         if not self._n_emb or k <= 0:
             return []
         vec = self._check_vec(embedding)
+        if vec is None:
+            raise ValueError("nearest() needs an embedding")
         k = min(k, self._n_emb)
         if self._hnsw is not None:
             k_ann = min(k, self._n_emb - len(self._ann_pending))
@@ -627,7 +629,7 @@ class FactIndex:
             live = self._emb[np.flatnonzero(self._has_emb[: len(self._ids)])].astype(np.float64)
             self._m1, self._m2 = live.sum(axis=0), live.T @ live
             return
-        if self._m2 is not None:
+        if self._m1 is not None and self._m2 is not None:  # set together, above
             v = vec.astype(np.float64)
             self._m1 += sign * v
             self._m2 += sign * np.outer(v, v)
@@ -680,7 +682,7 @@ class FactIndex:
         else:
             cos = self._emb[cand] @ qvec
         q = qvec.astype(np.float64)
-        if self._m2 is None:  # a small index: the moments from its rows
+        if self._m1 is None or self._m2 is None:  # a small index: the moments from its rows
             every = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64) @ q
             mean, var = float(every.mean()), float(every.var())
         else:

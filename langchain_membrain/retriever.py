@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
-from .memory import MembrainMemory, MemoryRecord, as_namespace
+from .inputs import as_namespace
+from .records import MemoryRecord
 
-__all__ = ["MembrainRetriever", "record_to_document"]
+__all__ = ["MembrainRetriever", "SearchableMemory", "record_to_document"]
 
 #: Metadata keys set by the retriever; a value field of the same name is not copied.
 RESERVED_METADATA = ("key", "namespace", "path", "score")
+
+
+@runtime_checkable
+class SearchableMemory(Protocol):
+    """What the retriever needs of a memory: its ``search`` (``MembrainMemory`` has it).
+    A protocol, so that this module does not import memory.py, whose ``as_retriever``
+    imports this one."""
+
+    def search(self, query: str | None = None, *, namespace: str | Sequence[str] | None = None,
+               limit: int = 5, filter: dict[str, Any] | None = None) -> list[MemoryRecord]: ...
 
 
 def record_to_document(record: MemoryRecord) -> Document:
@@ -45,8 +56,8 @@ class MembrainRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    memory: MembrainMemory
-    """The memory to search."""
+    memory: SearchableMemory
+    """The memory to search (a ``MembrainMemory``)."""
     namespace: tuple[str, ...] | list[str] | str | None = None
     """The namespace (prefix) to search; ``"a/b"`` or a tuple. None: the memory's default."""
     k: int = Field(default=4, ge=0)

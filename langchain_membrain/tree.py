@@ -298,8 +298,8 @@ class MembrainTree:
         if node.kind == "root":
             raise InvalidOperationError("the root cannot be promoted")
         parent = self.parent(node_id)
-        grandparent = self.parent(parent)
-        if grandparent is None:
+        grandparent = None if parent is None else self.parent(parent)
+        if parent is None or grandparent is None:
             raise InvalidOperationError(f"{node_id!r} has no grandparent to be promoted to")
         self._move(node_id, grandparent)
 
@@ -335,6 +335,7 @@ class MembrainTree:
         if len(parents) != 1:
             raise InvalidOperationError("grouped facts must share one parent")
         parent = parents.pop()
+        assert parent is not None  # facts always have a parent
         label = _check_text(label, "aspect label")
         vec = _as_vector(embedding, self.dim)
         if node_id is not None and node_id in self.graph:
@@ -647,8 +648,9 @@ class MembrainTree:
         limit = len(self.graph)
         depth: dict[str, int] = {}
         for nid in incoming:  # walk each changed node up to the root: no cycle, new ancestors
-            path, cur = [], nid
-            while cur != self.root_id:
+            path: list[str] = []
+            cur: str | None = nid
+            while cur is not None and cur != self.root_id:
                 path.append(cur)
                 cur = self.parent(cur)
                 if cur is None or len(path) > limit:
@@ -666,6 +668,7 @@ class MembrainTree:
                 c = self.node(child)
                 n_facts += c.n_facts
                 if c.emb_count:
+                    assert c.emb_sum is not None  # a node with embedded facts below has their sum
                     count += c.emb_count
                     total = c.emb_sum.astype(np.float64) if total is None else total + c.emb_sum
             node.n_facts, node.emb_count, node.emb_sum = n_facts, count, total
@@ -718,6 +721,7 @@ class MembrainTree:
             anc = self.node(cur)
             anc.n_facts += sign * node.n_facts
             if node.emb_count:
+                assert node.emb_sum is not None  # a node with embedded facts below has their sum
                 if anc.emb_sum is None:
                     anc.emb_sum = np.zeros(node.emb_sum.shape, dtype=np.float64)
                 anc.emb_sum = anc.emb_sum + sign * node.emb_sum
@@ -776,7 +780,7 @@ class MembrainTree:
         # _adj, _pred sharing each edge's data dict) rather than through add_node/add_edge
         # and their per-call checks. Dicts keep insertion order, so sibling order is kept.
         src = self.graph
-        succ = {u: {v: {} for v in nbrs} for u, nbrs in src._succ.items()}
+        succ: dict[str, dict[str, dict]] = {u: {v: {} for v in nbrs} for u, nbrs in src._succ.items()}
         pred: dict[str, dict[str, dict]] = {v: {} for v in succ}
         for u, nbrs in succ.items():
             for v, data in nbrs.items():
@@ -847,14 +851,16 @@ class MembrainTree:
                 tree.archive[node.id] = node
                 tree._seq = max(tree._seq, node.seq)
             for nid in reversed(order[1:]):  # children before parents: sums bottom-up
-                node, parent = tree.node(nid), tree.node(tree.parent(nid))
-                parent.n_facts += node.n_facts
+                node = tree.node(nid)
+                above = tree.node(next(iter(tree.graph.predecessors(nid))))
+                above.n_facts += node.n_facts
                 if node.emb_count:
-                    if parent.emb_sum is None:
-                        parent.emb_sum = node.emb_sum.astype(np.float64)  # a copy, its own buffer
+                    assert node.emb_sum is not None  # a node with embedded facts below has their sum
+                    if above.emb_sum is None:
+                        above.emb_sum = node.emb_sum.astype(np.float64)  # a copy, its own buffer
                     else:
-                        parent.emb_sum += node.emb_sum  # parent's own buffer: safe in place
-                    parent.emb_count += node.emb_count
+                        above.emb_sum += node.emb_sum  # the parent's own buffer: safe in place
+                    above.emb_count += node.emb_count
         except InvariantError:
             raise
         except MembrainError as exc:
@@ -921,13 +927,14 @@ class MembrainTree:
             kids = list(g.successors(nid))
             counts[nid] = sum(counts[k] for k in kids)
             embedded[nid] = sum(embedded[k] for k in kids)
-            parts = [sums[k] for k in kids if sums[k] is not None]
-            sums[nid] = np.sum(parts, axis=0) if parts else None
+            parts = [part for part in (sums[k] for k in kids) if part is not None]
+            total = sums[nid] = np.sum(parts, axis=0) if parts else None
             if node.n_facts != counts[nid]:
                 raise InvariantError(f"{nid!r} counts {node.n_facts} facts below, has {counts[nid]}")
             if node.emb_count != embedded[nid]:
                 raise InvariantError(f"{nid!r} counts {node.emb_count} embedded facts, has {embedded[nid]}")
-            if parts and not np.allclose(node.mean_embedding, sums[nid] / embedded[nid], atol=atol):
+            mean = node.mean_embedding
+            if total is not None and (mean is None or not np.allclose(mean, total / embedded[nid], atol=atol)):
                 raise InvariantError(f"mean embedding of {nid!r} is stale")
         for aid, entry in self.archive.items():
             if entry.id != aid or entry.kind not in ARCHIVE_KINDS:

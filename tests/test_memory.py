@@ -460,3 +460,17 @@ def test_namespaces_past_the_cap_are_unloaded_and_come_back_from_storage(tmp_pat
         assert mem.stats()["loaded_namespaces"] <= 3 and mem.stats()["facts"] == 11
     with pytest.raises(InvalidOperationError):
         memory(max_loaded_namespaces=0)
+
+
+def test_search_without_a_namespace_spans_every_namespace():
+    with memory(background=False) as mem:
+        mem.add("Alice keeps bees in her garden", namespace="users/alice")
+        mem.add("Bob keeps a canoe in the garage", namespace="users/bob")
+        mem.add("The team meets on Tuesdays")  # the default namespace, ("memories",)
+        everywhere = {r.namespace for r in mem.search("keeps", limit=10)}
+        assert everywhere == {("users", "alice"), ("users", "bob"), ("memories",)}
+        assert {r.namespace for r in mem.search("keeps", namespace=(), limit=10)} == everywhere
+        assert {r.namespace for r in mem.search(limit=10)} == everywhere  # listing, newest first
+        assert {r.namespace for r in mem.search("keeps", namespace="users/alice")} == {("users", "alice")}
+        with pytest.raises(InvalidOperationError, match="needs the namespace"):
+            mem.search("keeps", exact_namespace=True)

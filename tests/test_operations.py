@@ -37,6 +37,7 @@ from langchain_membrain.operations import (  # noqa: E402
     utterance,
     validate_operation,
 )
+from langchain_membrain.store import MembrainStore  # noqa: E402
 from langchain_membrain.teachers.heuristic import HeuristicTeacher  # noqa: E402
 from langchain_membrain.tree import MembrainTree  # noqa: E402
 
@@ -188,7 +189,7 @@ def test_update_keeps_the_old_version_as_history() -> None:
         assert again == home  # the new version takes the old one's place: same key
         record = mem.get(home, namespace=ns)
         assert record.text == "We moved to a house in Headingley." and record.status == "current"
-        assert mem.store.get(ns, home).value["content"] == "We moved to a house in Headingley."
+        assert MembrainStore(mem).get(ns, home).value["content"] == "We moved to a house in Headingley."
         texts = [r.text for r in mem.search("flat house Leeds Headingley", namespace=ns, limit=10)]
         assert "I live in a flat in Leeds." not in texts
         both = mem.search("flat in Leeds", namespace=ns, limit=10, include_history=True)
@@ -232,7 +233,7 @@ def test_ignored_items_go_to_the_log_not_the_tree() -> None:
 def test_put_always_stores() -> None:
     with memory() as mem:
         mem.put("u", "k", {"content": "What instrument is my daughter learning?"})
-        assert mem.store.get(("u",), "k").value["content"] == "What instrument is my daughter learning?"
+        assert MembrainStore(mem).get(("u",), "k").value["content"] == "What instrument is my daughter learning?"
         assert mem.ignored(namespace="u") == []
 
 

@@ -101,34 +101,24 @@ def _worker(idx: int, n_proc: int, target: str, options: dict, ops: int, reload_
                          checkpoint_every=10 ** 9, prior=True)
     out: dict[str, Any] = {"idx": idx, "records": []}
     counter = [0]
-    refresh = [0.0]  # seconds spent bringing the namespace up to date (by change or reload)
-    catch_up = mem._catch_up
-
-    def timed_catch_up(ns: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return catch_up(ns)
-        finally:
-            refresh[0] += time.perf_counter() - start
-
-    mem._catch_up = timed_catch_up
+    refresh = mem.refresh_counts  # namespaces brought up to date, and the seconds spent
 
     def add() -> None:
         counter[0] += 1
         mem.add(f"worker {idx} note {counter[0]} about subtopic {counter[0] % 50}", namespace=NS)
 
     def timed(phase: str, kind: str) -> None:
-        before = (mem._counts["refreshed_by_change"], mem._counts["refresh_reloads"])
-        refresh[0] = 0.0
+        before = (refresh.refreshed_by_change, refresh.refresh_reloads, refresh.refresh_seconds)
         start = time.perf_counter()
         if kind == "search":
             mem.search(f"note about subtopic {counter[0] % 50}", namespace=NS, limit=5)
         else:
             add()
         seconds = time.perf_counter() - start
-        out["records"].append({"phase": phase, "kind": kind, "s": seconds, "refresh_s": refresh[0],
-                               "by_change": mem._counts["refreshed_by_change"] - before[0],
-                               "reloads": mem._counts["refresh_reloads"] - before[1]})
+        out["records"].append({"phase": phase, "kind": kind, "s": seconds,
+                               "refresh_s": refresh.refresh_seconds - before[2],
+                               "by_change": refresh.refreshed_by_change - before[0],
+                               "reloads": refresh.refresh_reloads - before[1]})
         if kind == "search":
             add()  # every call ends with a write, which the next worker catches up on
 

@@ -43,21 +43,6 @@ import numpy as np
 from ..errors import StorageError
 from ..tree import MembrainTree
 
-SAVED_COUNTERS = ("stage1", "stage2", "teacher_calls", "naming_calls", "questions", "teacher_failures")
-
-
-def saved_stats(storage: "Storage", checkpoint: str) -> dict[str, Any]:
-    """What ``stats()`` reports from the counters saved with a checkpoint, without loading
-    the models (a process that has not inserted yet: ``membrain stats``); {} when none."""
-    saved = storage.load_checkpoint(checkpoint)
-    if saved is None or "stage1" not in saved[1]:
-        return {}
-    counters = saved[1]
-    out = {k: counters[k] for k in SAVED_COUNTERS if k in counters}
-    out["saved_inserts"] = counters.get("inserts", 0)
-    out["teacher_calls_per_insert"] = out.get("teacher_calls", 0) / max(out["saved_inserts"], 1)
-    return out
-
 #: Version of the database layout written by this code. A database whose recorded version
 #: is higher was written by a newer membrain and is refused (SchemaVersionError); a lower
 #: one is upgraded in place when opened. 1: nodes, namespaces, checkpoints. 2: adds the
@@ -281,6 +266,7 @@ def merge_changes(head: int, after: int,
     for version, op, nid, row in entries:
         seen.add(version)
         if op == "upsert":
+            assert row is not None  # an upsert carries its row
             rows[nid] = row
             removed.discard(nid)
         elif op == "remove":

@@ -34,7 +34,7 @@ ASPECTS_PER_TREE = 10
 
 def _tree_rows(rng: np.random.Generator, n_facts: int, dim: int, start: float) -> list[dict[str, Any]]:
     """Rows of a valid tree: a root, ASPECTS_PER_TREE aspects, n_facts facts below them."""
-    rows = [{"id": "root", "kind": "root", "text": "subject", "parent": None, "seq": 0, "embedding": None,
+    rows: list[dict[str, Any]] = [{"id": "root", "kind": "root", "text": "subject", "parent": None, "seq": 0, "embedding": None,
              "created_at": start, "updated_at": start, "metadata": {}}]
     seq = 0
     aspects = []
@@ -97,7 +97,9 @@ def run_load_benchmark(target: str | None = None, *, n_facts: int = 100_000, n_n
             result["list_s"] = round(time.perf_counter() - start, 4)
             assert len(names) == n_namespaces + (1 if big else 0)
             start = time.perf_counter()
-            tree, _ = storage.load_tree(("user-0", "memories"))
+            found = storage.load_tree(("user-0", "memories"))
+            assert found is not None
+            tree = found[0]
             result["load_one_s"] = round(time.perf_counter() - start, 4)
             result["load_one_facts"] = len(tree.facts())
             times = []
@@ -108,10 +110,13 @@ def run_load_benchmark(target: str | None = None, *, n_facts: int = 100_000, n_n
             result["version_check_ms"] = round(float(np.median(times)) * 1000, 3)
             if big:
                 start = time.perf_counter()
-                rows, dim_, _ = storage.load_rows(("big",))
+                loaded = storage.load_rows(("big",))
                 result["load_big_rows_s"] = round(time.perf_counter() - start, 2)
+                assert loaded is not None
                 start = time.perf_counter()
-                tree, _ = storage.load_tree(("big",))
+                found = storage.load_tree(("big",))
+                assert found is not None
+                tree = found[0]
                 result["load_big_s"] = round(time.perf_counter() - start, 2)
                 result["load_big_facts"] = len(tree.facts())
     finally:

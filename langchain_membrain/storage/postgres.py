@@ -209,7 +209,7 @@ class PostgresStorage(Storage):
 
     def _check_schema(self, conn: "psycopg.Connection") -> int | None:
         table = sql.Identifier(self._schema, "membrain_schema").as_string(conn)
-        if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+        if _first(conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()) is None:
             return None
         row = conn.execute(self._q("SELECT version FROM {s}.membrain_schema WHERE id = 1")).fetchone()
         if row is None:
@@ -355,7 +355,7 @@ class PostgresStorage(Storage):
                     # reset entry: a version never names two different trees.
                     last = conn.execute(self._q("SELECT max(version) FROM {s}.membrain_changes WHERE ns = %s"),
                                         (key,)).fetchone()
-                    current = int(last[0] or 0)
+                    current = int(_first(last) or 0)
                 new = current + 1
                 if encoded:
                     with conn.cursor() as cur:
@@ -457,8 +457,8 @@ class PostgresStorage(Storage):
             conn = self._connect()
             try:
                 with self._errors():
-                    got = conn.execute("SELECT pg_try_advisory_lock(%s)",
-                                       (lock_key(self._schema, "trainer", name),)).fetchone()[0]
+                    got = _first(conn.execute("SELECT pg_try_advisory_lock(%s)",
+                                              (lock_key(self._schema, "trainer", name),)).fetchone())
             except BaseException:
                 conn.close()
                 raise
@@ -472,7 +472,14 @@ class PostgresStorage(Storage):
         with self._trainers_lock:
             conn = self._trainers.pop(name, None)
         if conn is not None:
-            conn.close()  # ending the session releases its advisory locks
+            # Unlock before closing: the server frees a closed session's locks only when its
+            # backend has exited, a moment after close() returns, and another process trying
+            # the lock in that moment would be refused. Closing still frees them if this fails.
+            try:
+                conn.execute("SELECT pg_advisory_unlock_all()")
+            except Exception:  # noqa: BLE001 - a dead connection: its session is gone anyway
+                pass
+            conn.close()
 
     # ----------------------------------------------------------------- lifetime
     def close(self) -> None:
@@ -482,3 +489,9 @@ class PostgresStorage(Storage):
         for name in list(self._trainers):
             self.release_trainer(name)
         self._pool.close()
+
+
+def _first(row: tuple[Any, ...] | None) -> Any:
+    """The first column of a query that always returns one row (an aggregate, a function)."""
+    assert row is not None
+    return row[0]

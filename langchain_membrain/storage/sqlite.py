@@ -343,7 +343,8 @@ class SQLiteStorage(Storage):
         guard = self._mem_lock if self._mem_lock is not None else nullcontext()
         with guard:
             conn = self._thread_conn()
-            if not snapshot or getattr(self._local, "depth", 0) or conn.in_transaction:
+            depth: int = getattr(self._local, "depth", 0)
+            if not snapshot or depth or conn.in_transaction:
                 with self._errors():
                     yield conn
                 return

@@ -1,0 +1,317 @@
+"""`Forest`: the namespaces of one memory, each loaded namespace owned by one record.
+
+A memory is a forest: one :class:`~.tree.MembrainTree` per namespace. This module owns
+everything a process holds per namespace, and is the only code that touches it:
+
+- :class:`Loaded`, one record per namespace loaded in this process: the tree, the stored
+  version it reflects, its search index and what that index holds;
+- the namespace's locks (kept across unloads, so that a thread waiting on one never ends up
+  holding a lock nobody else uses);
+- the least-recently-used order that bounds how many namespaces stay loaded
+  (``max_loaded``), and when each was last checked against storage.
+
+Its public operations are what the rest of the package uses (the memory's reads, the insert
+graph's nodes in graph.py, the memory operations in operations.py): take a namespace's
+:meth:`Forest.lock`, read its :meth:`Forest.tree` and :meth:`Forest.index` under it, and
+change it with :meth:`Forest.mutate`, which persists the change atomically. Nothing here
+knows about models or teachers.
+
+With storage, a namespace another process wrote is brought up to date when read (at most
+once per ``refresh_interval``) or written: from the storage's change log when it reaches
+back far enough (``refreshed_by_change``), else by a reload (``refresh_reloads``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+from .errors import InvariantError
+from .retrieval import FactIndex
+from .storage import Storage
+from .tree import MembrainTree
+
+Namespace = tuple[str, ...]
+T = TypeVar("T")
+
+
+@dataclass
+class Loaded:
+    """One namespace as this process holds it (read and written under its lock)."""
+
+    tree: MembrainTree
+    synced: int = 0  # the stored version the tree reflects (0: not stored yet)
+    index: FactIndex | None = None  # created by the first write that reaches the index
+    # For each indexed fact, the (text, value JSON) it was indexed with: a write that only
+    # moved a fact in the tree does not touch the index.
+    indexed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Facts stored without an embedding: listed, unscored, after a query's hits.
+    unindexed: set[str] = field(default_factory=set)
+
+
+@dataclass
+class RefreshCounts:
+    """How often this process brought a namespace up to date after another's writes."""
+
+    refreshed_by_change: int = 0  # by applying the storage's change log
+    refresh_reloads: int = 0  # by reloading the namespace whole
+    refresh_seconds: float = 0.0  # spent on both (not saved: a measure of this process)
+
+
+class Forest:
+    """The loaded namespaces of one memory, their locks and their sync with storage.
+
+    Args:
+        storage: where namespaces persist, or None (this process holds the only copy, and
+            nothing is ever unloaded).
+        new_index: makes an empty search index for a namespace.
+        refresh_interval: seconds between two checks of a namespace for other processes'
+            writes, when it is read.
+        max_loaded: with storage, namespaces kept loaded at once; the least recently used
+            past it are unloaded, and reloaded from storage when next used.
+    """
+
+    def __init__(self, storage: Storage | None, *, new_index: Callable[[], FactIndex],
+                 refresh_interval: float = 1.0, max_loaded: int = 1000):
+        self.storage = storage
+        self.new_index = new_index
+        self.refresh_interval = float(refresh_interval)
+        self.max_loaded = int(max_loaded)
+        self.counts = RefreshCounts()
+        # Least recently used first; without storage its order is not kept (never unloaded).
+        self._loaded: OrderedDict[Namespace, Loaded] = OrderedDict()
+        self._checked: dict[Namespace, float] = {}  # monotonic time of the last storage check
+        self._locks: dict[Namespace, threading.RLock] = {}
+        # One per namespace, held by an add() from its duplicate check to the end of its
+        # insert. Only adds take it, so the background worker, which needs the tree lock
+        # between the insert's steps, is never starved by a long add_many.
+        self._insert_locks: dict[Namespace, threading.Lock] = {}
+        self._guard = threading.Lock()  # guards the dicts above across namespaces
+
+    # ------------------------------------------------------------------ locks
+    def lock(self, ns: Namespace) -> threading.RLock:
+        """The namespace's lock: hold it around every read of its tree or index."""
+        with self._guard:
+            return self._locks.setdefault(ns, threading.RLock())
+
+    def insert_lock(self, ns: Namespace) -> threading.Lock:
+        """The namespace's insert lock (see ``MembrainMemory.add``): taken before :meth:`lock`."""
+        with self._guard:
+            return self._insert_locks.setdefault(ns, threading.Lock())
+
+    # ------------------------------------------------------------------ reads
+    def tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
+        """The namespace's tree for reading: refreshed from storage when another process
+        wrote it (checked at most once per ``refresh_interval``); a new empty one when it
+        has none and ``create``, else None. Call under its :meth:`lock`."""
+        state = self._loaded.get(ns)
+        if self.storage is not None:
+            due = time.monotonic() - self._checked.get(ns, float("-inf")) >= self.refresh_interval
+            if state is None or due:
+                self._checked[ns] = time.monotonic()
+                if self.storage.namespace_version(ns) != (state.synced if state else 0):
+                    state = self._catch_up(ns)
+        if state is None and create:
+            state = self._loaded[ns] = Loaded(MembrainTree("/".join(ns)))
+        if state is None:
+            return None
+        self._touch(ns)
+        return state.tree
+
+    def index(self, ns: Namespace) -> FactIndex | None:
+        """The namespace's search index as of its last :meth:`tree` or write (None before
+        its first indexed write). Call under its :meth:`lock`, after :meth:`tree`."""
+        state = self._loaded.get(ns)
+        return None if state is None else state.index
+
+    def unindexed(self, ns: Namespace) -> frozenset[str]:
+        """The namespace's facts stored without an embedding. Call under its :meth:`lock`."""
+        state = self._loaded.get(ns)
+        return frozenset() if state is None else frozenset(state.unindexed)
+
+    def loaded(self) -> int:
+        """How many namespaces this process holds now."""
+        return len(self._loaded)
+
+    def loaded_namespaces(self) -> list[Namespace]:
+        """The namespaces held now that have facts (without storage, the memory's namespaces)."""
+        return [ns for ns, s in list(self._loaded.items()) if s.tree.fact_count(s.tree.root_id) > 0]
+
+    # ------------------------------------------------------------------ writes
+    def mutate(self, ns: Namespace, write: Callable[[MembrainTree], T]) -> T:
+        """Run ``write`` on the namespace's tree and persist what it changed, atomically;
+        returns what ``write`` returns.
+
+        With storage, the namespace's cross-process lock is held throughout: the tree is
+        brought up to date first if another process wrote it, and the changes are committed
+        in one transaction. If anything fails, the in-memory namespace is dropped (it is
+        reloaded from storage on next use), so memory never runs ahead of what is stored.
+        An emptied namespace is forgotten (and deleted from storage: it is not listed).
+        """
+        with self.lock(ns):
+            if self.storage is None:
+                tree = self.tree(ns, create=True)
+                assert tree is not None
+                try:
+                    result = write(tree)
+                finally:
+                    self._sync_index(ns, *tree.drain_changes())
+                if _is_empty(tree):
+                    self.drop(ns)
+                return result
+            try:
+                with self.storage.namespace_lock(ns):
+                    stored = self.storage.namespace_version(ns)
+                    state = self._loaded.get(ns)
+                    if state is None or stored != state.synced:
+                        if not stored:
+                            self.drop(ns)  # deleted by another process: start afresh, index too
+                        state = self._catch_up(ns) if stored else None
+                    if state is None:
+                        state = self._loaded[ns] = Loaded(MembrainTree("/".join(ns)))
+                    tree = state.tree
+                    result = write(tree)
+                    rows, removed = tree.drain_changes()
+                    if _is_empty(tree):
+                        self.storage.delete_namespace(ns)
+                        self.drop(ns)
+                    elif rows or removed:
+                        state.synced = self.storage.write(ns, rows, removed, expected_version=stored)
+                        self._sync_index(ns, rows, removed)
+                        self._touch(ns)
+                    self._checked[ns] = time.monotonic()
+                return result
+            except BaseException:
+                self.drop(ns)
+                raise
+
+    def drop(self, ns: Namespace) -> None:
+        """Forget what this process holds of a namespace (it is reloaded from storage on
+        next use). Call under its :meth:`lock`."""
+        with self._guard:
+            self._loaded.pop(ns, None)
+
+    # ------------------------------------------------------------------ sync with storage
+    def catch_up(self, ns: Namespace) -> MembrainTree | None:
+        """Bring a namespace another process wrote up to date now (see :meth:`_catch_up`);
+        its tree, or None when it is not stored. Call under its :meth:`lock`."""
+        state = self._catch_up(ns)
+        return None if state is None else state.tree
+
+    def _catch_up(self, ns: Namespace) -> Loaded | None:
+        """Apply the changes logged since the version our tree reflects to the tree and its
+        search index (O(changes), counted as ``refreshed_by_change``), or reload it whole
+        when the log does not reach back or a change does not apply (``refresh_reloads``)."""
+        start = time.perf_counter()
+        try:
+            return self._refresh(ns)
+        finally:
+            self.counts.refresh_seconds += time.perf_counter() - start
+
+    def _refresh(self, ns: Namespace) -> Loaded | None:
+        assert self.storage is not None
+        state = self._loaded.get(ns)
+        if state is None or not state.synced:
+            return self._load(ns)
+        changes = self.storage.changes_since(ns, state.synced)
+        if changes is not None:
+            rows, removed, version = changes
+            try:
+                state.tree.apply_rows(rows, removed)
+            except InvariantError:
+                self.drop(ns)  # half-applied: never used again, the reload below replaces it
+            else:
+                state.synced = version
+                self._sync_index(ns, rows, removed, defer_ann=True)  # inserted in HNSW at our next write
+                self._checked[ns] = time.monotonic()
+                self.counts.refreshed_by_change += 1
+                self._touch(ns)
+                return state
+        self.counts.refresh_reloads += 1
+        return self._load(ns)
+
+    def _load(self, ns: Namespace) -> Loaded | None:
+        """(Re)load a namespace from storage, indexing every fact oldest first (the order
+        sessions read); None if it is not stored."""
+        assert self.storage is not None
+        found = self.storage.load_tree(ns)
+        self._checked[ns] = time.monotonic()
+        if found is None:
+            self.drop(ns)
+            return None
+        tree, version = found
+        state = self._loaded[ns] = Loaded(tree, synced=version)
+        facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
+        self._sync_index(ns, [tree.node_row(f) for f in facts], [])
+        self._touch(ns)
+        return state
+
+    def _touch(self, ns: Namespace) -> None:
+        """Mark a namespace as just used; with storage, unload the least recently used
+        ones past ``max_loaded`` (each is reloaded from storage when next used, so nothing
+        is lost). A namespace whose lock another thread holds is skipped: it is in use.
+        Call under ``ns``'s lock."""
+        if self.storage is None:
+            return
+        with self._guard:
+            if ns in self._loaded:
+                self._loaded.move_to_end(ns)
+            over = len(self._loaded) - self.max_loaded
+            candidates = [old for old in self._loaded if old != ns][: max(over, 0) * 2]
+        for old in candidates:
+            if over <= 0:
+                break
+            lock = self.lock(old)
+            if not lock.acquire(blocking=False):
+                continue
+            try:
+                self.drop(old)
+                self._checked.pop(old, None)
+                over -= 1
+            finally:
+                lock.release()
+
+    def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str], *,
+                    defer_ann: bool = False) -> None:
+        """Bring the namespace's search index up to date with a write's changed rows
+        (``defer_ann``: see :meth:`FactIndex.add`)."""
+        state = self._loaded.get(ns)
+        if state is None:
+            return
+        if state.index is None:
+            state.index, state.indexed, state.unindexed = self.new_index(), {}, set()
+        index, seen, unindexed = state.index, state.indexed, state.unindexed
+        for rid in removed:
+            if rid in index:
+                index.remove(rid)
+            seen.pop(rid, None)
+            unindexed.discard(rid)
+        for row in rows:
+            if row["kind"] != "fact":
+                continue
+            rid, meta = row["id"], row["metadata"]
+            if not meta.get("indexed") or row["embedding"] is None:
+                if rid in index:
+                    index.remove(rid)
+                    seen.pop(rid, None)
+                unindexed.add(rid)
+                continue
+            unindexed.discard(rid)
+            value = meta.get("value") or {}
+            signature = (row["text"], json.dumps(value, sort_keys=True))
+            if seen.get(rid) == signature:
+                continue  # moved in the tree only: the index does not care
+            if rid in index:
+                index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value, defer_ann=defer_ann)
+            else:
+                index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
+            seen[rid] = signature
+
+
+def _is_empty(tree: MembrainTree) -> bool:
+    """A namespace with no fact, no aspect and no history: not kept, not listed."""
+    return tree.fact_count(tree.root_id) == 0 and not tree.aspects() and not tree.archive

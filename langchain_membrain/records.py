@@ -1,0 +1,33 @@
+"""`MemoryRecord`: a stored memory as the memory's reads return it.
+
+Its own module, below memory.py, so that what only reads records (the retriever) need not
+import the memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .inputs import Namespace
+
+
+@dataclass
+class MemoryRecord:
+    """A stored memory, as search and get return it."""
+
+    key: str
+    namespace: Namespace
+    text: str
+    value: dict[str, Any]
+    path: list[str]
+    created_at: float
+    updated_at: float
+    score: float | None = None
+    #: "current" (in the tree), "superseded" (an UPDATE replaced it), "deleted" (a DELETE
+    #: retracted it) or "ignored" (the namespace's log). Only current records are searched
+    #: by default (README, Memories that change).
+    status: str = "current"
+    valid_from: float | None = None
+    valid_to: float | None = None  # None while current
+    superseded_by: str | None = None  # the key holding what replaced it (history only)

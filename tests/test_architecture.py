@@ -1,0 +1,152 @@
+"""The package's layering, read from its source with ``ast`` (nothing is imported):
+
+- no import cycle between the package's modules, counting every import: at module level,
+  inside functions (lazy) and under ``TYPE_CHECKING``;
+- no module outside the benchmarks touches a private member (``obj._name``) that another
+  module of the package defines: modules talk through public operations (memory.py's
+  namespaces through forest.py's :class:`Forest`, the insert graph through its
+  ``InsertHost``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "langchain_membrain"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+#: namedtuple's public API is spelled with an underscore.
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, ast.Module]:
+    return {module_name(p): ast.parse(p.read_text(), str(p)) for p in sorted(ROOT.rglob("*.py"))}
+
+
+def packages() -> set[str]:
+    return {module_name(p) for p in ROOT.rglob("__init__.py")}
+
+
+def imported(name: str, tree: ast.Module, known: set[str], *, is_package: bool = False) -> set[str]:
+    """The package modules ``name`` imports anywhere in its source. ``from .x import y``
+    names the submodule ``x.y`` when there is one, else ``x`` itself."""
+    package = name if is_package else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names if alias.name in known}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            subs = {f"{target}.{alias.name}" for alias in node.names} & known
+            out |= subs or ({target} & known)
+    out.discard(name)
+    return out
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (a list of modules, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def private_names_defined(tree: ast.Module) -> set[str]:
+    """Private names a module gives its classes and objects: ``self._x = ...``, class
+    attributes and methods named ``_x``."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr.startswith("_"):
+            out.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out.add(item.name)
+                elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                    targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                    out |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {n for n in out if n.startswith("_") and not n.startswith("__")}
+
+
+def foreign_private_uses(name: str, tree: ast.Module, others: dict[str, set[str]]) -> list[str]:
+    """``obj._x`` in module ``name`` where ``obj`` is not ``self``/``cls`` and ``_x`` is a
+    private name of another module of the package, not of this one."""
+    own = private_names_defined(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        if node.attr in own or node.attr in NAMEDTUPLE_API:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        owners = sorted(m for m, names in others.items() if m != name and node.attr in names)
+        if owners:
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)} (defined in {', '.join(owners)})")
+    return found
+
+
+def test_the_package_imports_no_module_in_a_cycle():
+    trees, inits = modules(), packages()
+    graph = {name: imported(name, tree, set(trees), is_package=name in inits) for name, tree in trees.items()}
+    assert graph[f"{PACKAGE}.memory"] >= {f"{PACKAGE}.forest", f"{PACKAGE}.graph"}  # the reader works
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_sees_a_lazy_and_a_type_checking_import():
+    source = {"p.a": "def f():\n    from . import b\n",
+              "p.b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n",
+              "p.c": "from .a import f\n"}
+    graph = {n: imported(n, ast.parse(s), set(source)) for n, s in source.items()}
+    assert graph == {"p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": {"p.a"}}
+    assert find_cycle(graph) == ["p.a", "p.b", "p.a"]
+    assert find_cycle({"p.a": {"p.b"}, "p.b": set(), "p.c": {"p.a"}}) is None
+
+
+@pytest.mark.parametrize("module", ["graph", "store", "retriever", "tools", "memory", "operations", "forest",
+                                    "cli", "pipeline"])
+def test_modules_use_no_private_member_of_another_module(module):
+    trees = modules()
+    others = {name: private_names_defined(tree) for name, tree in trees.items()}
+    name = f"{PACKAGE}.{module}"
+    assert foreign_private_uses(name, trees[name], others) == []
+
+
+def test_the_private_access_check_sees_a_reach_into_another_module():
+    graph_src = ast.parse("def node(mem):\n    return mem._mutate(1)\n")
+    memory_src = ast.parse("class M:\n    def _mutate(self, x):\n        return x\n")
+    others = {"p.graph": private_names_defined(graph_src), "p.memory": private_names_defined(memory_src)}
+    assert foreign_private_uses("p.graph", graph_src, others) == ["p.graph:2: mem._mutate (defined in p.memory)"]
