@@ -355,7 +355,7 @@ class MembrainMemory:
                 self._drop(ns)  # half-applied: never used again, the reload below replaces it
             else:
                 self._synced[ns] = version
-                self._sync_index(ns, rows, removed, defer_ann=True)  # inserted in HNSW at our next write
+                self._sync_index(ns, tree, rows, removed, defer_ann=True)  # inserted in HNSW at our next write
                 self._checked[ns] = time.monotonic()
                 self._counts["refreshed_by_change"] += 1
                 self._touch(ns)
@@ -405,17 +405,23 @@ class MembrainMemory:
         self._indexed.pop(ns, None)
         self._unindexed.pop(ns, None)
         facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
-        self._sync_index(ns, [tree.node_row(f) for f in facts], [])
+        self._sync_index(ns, tree, [tree.node_row(f) for f in facts], [])
 
-    def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str], *,
+    def _sync_index(self, ns: Namespace, tree: MembrainTree, rows: list[dict[str, Any]], removed: list[str], *,
                     defer_ann: bool = False) -> None:
         """Bring the namespace's search index up to date with a write's changed rows
-        (``defer_ann``: see :meth:`FactIndex.add`)."""
+        (``defer_ann``: see :meth:`FactIndex.add`), and the former versions credited to the
+        facts they concern (``FactIndex.set_former``) from ``tree``'s archive."""
         index = self._indexes.get(ns)
         if index is None:
             index = self._indexes[ns] = FactIndex(self.retrieval, embed_query=lambda t: self._embed([t])[0])
             self._indexed[ns], self._unindexed[ns] = {}, set()
         seen, unindexed = self._indexed[ns], self._unindexed[ns]
+        # facts whose former versions may have changed: written ones, the keys of new
+        # history entries, and every owner when an archived entry may have been removed
+        changed = {r["metadata"].get(HISTORY_KEY, {}).get("key") for r in rows if r["kind"] == "history"}
+        if any(rid not in index and rid not in unindexed for rid in removed):
+            changed.update(index.former_ids())
         for rid in removed:
             if rid in index:
                 index.remove(rid)
@@ -441,6 +447,12 @@ class MembrainMemory:
             else:
                 index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
             seen[rid] = signature
+            changed.add(rid)
+        changed = {k for k in changed if k in index}
+        if changed:
+            former = tree.former_versions(changed)
+            for key in changed:
+                index.set_former(key, [(n.text, n.embedding) for n in former.get(key, [])])
 
     def _tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
         """The namespace's tree for reading: refreshed from storage when another process
@@ -472,7 +484,7 @@ class MembrainMemory:
                 try:
                     result = write(tree)
                 finally:
-                    self._sync_index(ns, *tree.drain_changes())
+                    self._sync_index(ns, tree, *tree.drain_changes())
                 if tree.fact_count(tree.root_id) == 0 and not tree.aspects() and not tree.archive:
                     self._drop(ns)
                 return result
@@ -493,7 +505,7 @@ class MembrainMemory:
                         self._drop(ns)
                     elif rows or removed:
                         self._synced[ns] = self._storage.write(ns, rows, removed, expected_version=stored)
-                        self._sync_index(ns, rows, removed)
+                        self._sync_index(ns, tree, rows, removed)
                         self._touch(ns)
                     self._checked[ns] = time.monotonic()
                 return result

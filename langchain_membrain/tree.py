@@ -416,6 +416,25 @@ class MembrainTree:
         """The archived versions of the fact ``key`` (superseded or deleted), oldest first."""
         return [n for n in self.archived("history") if n.metadata.get(HISTORY_KEY, {}).get("key") == key]
 
+    def former_versions(self, keys: Iterable[str]) -> dict[str, list[Node]]:
+        """For each of ``keys`` that has some: the archived versions its current fact
+        superseded (UPDATEs since the key was last deleted, if ever), oldest first. One pass
+        over the archive, for search to credit a fact with what its old versions said."""
+        wanted = set(keys)
+        found: dict[str, list[Node]] = {}
+        for entry in self.archive.values():
+            key = entry.metadata.get(HISTORY_KEY, {}).get("key") if entry.kind == "history" else None
+            if key in wanted:
+                found.setdefault(key, []).append(entry)
+        out = {}
+        for key, entries in found.items():
+            entries.sort(key=lambda n: n.seq)
+            deletes = [i for i, n in enumerate(entries) if n.metadata[HISTORY_KEY].get("operation") != "update"]
+            chain = entries[deletes[-1] + 1:] if deletes else entries
+            if chain:
+                out[key] = chain
+        return out
+
     def valid_from(self, fact_id: str) -> float:
         """When the current version of a fact became valid (its last UPDATE, else its creation)."""
         node = self.node(fact_id)
