@@ -435,6 +435,19 @@ class MembrainTree:
                 out[key] = chain
         return out
 
+    def purge_archived(self, entry_ids: Iterable[str]) -> None:
+        """Forget archived entries for good (the tree and its current facts are untouched).
+        NodeNotFoundError, before anything changes, for an id that is not archived."""
+        entry_ids = list(dict.fromkeys(entry_ids))
+        missing = [e for e in entry_ids if e not in self.archive]
+        if missing:
+            raise NodeNotFoundError(f"not archived: {missing[0]!r}")
+        for entry_id in entry_ids:
+            del self.archive[entry_id]
+            self._forget(entry_id)
+        if entry_ids:
+            self._touch()
+
     def valid_from(self, fact_id: str) -> float:
         """When the current version of a fact became valid (its last UPDATE, else its creation)."""
         node = self.node(fact_id)
