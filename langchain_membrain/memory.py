@@ -314,6 +314,8 @@ class MembrainMemory:
         self._indexes: dict[Namespace, FactIndex] = {}
         self._indexed: dict[Namespace, dict[str, tuple[str, str]]] = {}
         self._unindexed: dict[Namespace, set[str]] = {}
+        # the keys with archived versions (the archive is scanned once, then kept up to date)
+        self._versioned: dict[Namespace, set[str]] = {}
         if self._storage is not None and self._operations.student is not None:
             found = self._storage.load_checkpoint(OPERATIONS_CHECKPOINT)
             if found is not None:
@@ -394,16 +396,16 @@ class MembrainMemory:
         with self._forest.guard:
             self._recent.pop(ns, None)
         self._synced.pop(ns, None)
-        self._indexes.pop(ns, None)
-        self._indexed.pop(ns, None)
-        self._unindexed.pop(ns, None)
+        self._drop_index(ns)
+
+    def _drop_index(self, ns: Namespace) -> None:
+        for state in (self._indexes, self._indexed, self._unindexed, self._versioned):
+            state.pop(ns, None)
 
     # ------------------------------------------------------------------ search index
     def _rebuild_index(self, ns: Namespace, tree: MembrainTree) -> None:
         """Index every fact of a (re)loaded tree, oldest first (the order sessions read)."""
-        self._indexes.pop(ns, None)
-        self._indexed.pop(ns, None)
-        self._unindexed.pop(ns, None)
+        self._drop_index(ns)
         facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
         self._sync_index(ns, tree, [tree.node_row(f) for f in facts], [])
 
@@ -417,11 +419,17 @@ class MembrainMemory:
             index = self._indexes[ns] = FactIndex(self.retrieval, embed_query=lambda t: self._embed([t])[0])
             self._indexed[ns], self._unindexed[ns] = {}, set()
         seen, unindexed = self._indexed[ns], self._unindexed[ns]
-        # facts whose former versions may have changed: written ones, the keys of new
-        # history entries, and every owner when an archived entry may have been removed
+        # Facts whose former versions may have changed: the keys of history entries written
+        # or removed (an entry is named "KEY@vN", MembrainTree.supersede), and written facts
+        # with archived versions (a superset of those keys is kept: the archive is scanned
+        # once per load, not per write).
+        versioned = self._versioned.get(ns)
+        if versioned is None:
+            versioned = self._versioned[ns] = {e.metadata.get(HISTORY_KEY, {}).get("key")
+                                               for e in tree.archive.values() if e.kind == "history"}
         changed = {r["metadata"].get(HISTORY_KEY, {}).get("key") for r in rows if r["kind"] == "history"}
-        if any(rid not in index and rid not in unindexed for rid in removed):
-            changed.update(index.former_ids())
+        versioned |= changed
+        changed |= {rid.rpartition("@v")[0] for rid in removed} & versioned
         for rid in removed:
             if rid in index:
                 index.remove(rid)
@@ -447,7 +455,8 @@ class MembrainMemory:
             else:
                 index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
             seen[rid] = signature
-            changed.add(rid)
+            if rid in versioned:
+                changed.add(rid)
         changed = {k for k in changed if k in index}
         if changed:
             former = tree.former_versions(changed)
