@@ -550,6 +550,8 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
     from .tree import HISTORY_KEY, VALID_FROM_KEY
 
     ns = _namespace(args.ns)
+    if args.purge or args.before is not None:
+        return _purge_history(args, ns, console)
     with open_stored(args) as memory:
         # Every namespace, also those whose facts are all superseded, deleted or ignored.
         spaces = [tuple(s) for s in memory.namespaces() if ns is None or tuple(s)[: len(ns)] == ns]
@@ -583,6 +585,34 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
                 f"no memory {args.key!r}" if args.key else "no superseded or deleted memories")
             console.print(f"[yellow]{escape(what)}[/]")
             return 1 if args.key and not args.ignored else 0
+    return 0
+
+
+def _purge_history(args: argparse.Namespace, ns: tuple[str, ...] | None, console: Console) -> int:
+    """``membrain history --purge [--before DATE] [--ignored]``: forget the superseded and
+    deleted versions (``--ignored``: the log) of every namespace under ``--ns``, archived
+    before DATE (default: all), one transaction per namespace (MembrainMemory.purge_history)."""
+    from datetime import datetime
+
+    if not args.purge:
+        raise UserError("--before only selects what --purge removes")
+    if args.key is not None:
+        raise UserError("--purge takes no KEY: it removes every archived entry of the namespaces (see --before)")
+    before = None
+    if args.before is not None:
+        try:
+            before = datetime.fromisoformat(args.before)
+        except ValueError:
+            raise UserError(f"--before expects an ISO date or time (2024-05-01, 2024-05-01T12:00), "
+                            f"got {args.before!r}") from None
+    kind = "ignored" if args.ignored else "history"
+    with open_memory(args, must_exist=True, teacher=False) as memory:
+        spaces = [tuple(s) for s in memory.namespaces() if ns is None or tuple(s)[: len(ns)] == ns]
+        removed = sum(memory.purge_history(s, before=before, kind=kind) for s in spaces)
+    what = "ignored items" if args.ignored else "superseded or deleted versions"
+    when = f" archived before {before.isoformat(sep=' ')}" if before is not None else ""
+    console.print(f"[green]✓[/] purged {removed} {what}{when} from {len(spaces)} namespace(s); current memories "
+                  f"are untouched")
     return 0
 
 
@@ -805,6 +835,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("history", "versions of a memory: superseded and deleted ones (memory operations)")
     p.add_argument("key", nargs="?", help="the memory's key (default: every superseded or deleted memory)")
     p.add_argument("--ignored", action="store_true", help="the log of items judged not to be memories")
+    p.add_argument("--purge", action="store_true",
+                   help="forget those entries for good (the versions, or with --ignored the log), never current "
+                        "memories")
+    p.add_argument("--before", metavar="DATE", help="with --purge: only entries archived before DATE (ISO, local time)")
     p = add("stats", "facts, aspects, depth, teacher calls and agreement")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("bench", help="benchmarks (membrain bench --help)", add_help=False)

@@ -33,7 +33,7 @@ from typing import Any, Callable, TypeVar
 from .errors import InvariantError
 from .retrieval import FactIndex
 from .storage import Storage
-from .tree import MembrainTree
+from .tree import HISTORY_KEY, MembrainTree
 
 Namespace = tuple[str, ...]
 T = TypeVar("T")
@@ -51,6 +51,9 @@ class Loaded:
     indexed: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Facts stored without an embedding: listed, unscored, after a query's hits.
     unindexed: set[str] = field(default_factory=set)
+    # The keys of facts with archived versions (a superset: the archive is scanned once per
+    # load, then kept up to date by each write), whose former versions the index credits.
+    versioned: set[str] | None = None
 
 
 @dataclass
@@ -278,13 +281,24 @@ class Forest:
     def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str], *,
                     defer_ann: bool = False) -> None:
         """Bring the namespace's search index up to date with a write's changed rows
-        (``defer_ann``: see :meth:`FactIndex.add`)."""
+        (``defer_ann``: see :meth:`FactIndex.add`), and the former versions credited to the
+        facts they concern (``FactIndex.set_former``) from the tree's archive."""
         state = self._loaded.get(ns)
         if state is None:
             return
         if state.index is None:
             state.index, state.indexed, state.unindexed = self.new_index(), {}, set()
         index, seen, unindexed = state.index, state.indexed, state.unindexed
+        # Facts whose former versions may have changed: the keys of history entries written
+        # or removed (an entry is named "KEY@vN", MembrainTree.supersede), and written facts
+        # with archived versions.
+        if state.versioned is None:
+            state.versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
+                               for e in state.tree.archive.values() if e.kind == "history"}
+        versioned = state.versioned
+        changed = {r["metadata"].get(HISTORY_KEY, {}).get("key") for r in rows if r["kind"] == "history"}
+        versioned |= changed
+        changed |= {rid.rpartition("@v")[0] for rid in removed} & versioned
         for rid in removed:
             if rid in index:
                 index.remove(rid)
@@ -310,6 +324,13 @@ class Forest:
             else:
                 index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
             seen[rid] = signature
+            if rid in versioned:
+                changed.add(rid)
+        changed = {k for k in changed if k in index}
+        if changed:
+            former = state.tree.former_versions(changed)
+            for key in changed:
+                index.set_former(key, [(n.text, n.embedding) for n in former.get(key, [])])
 
 
 def _is_empty(tree: MembrainTree) -> bool:

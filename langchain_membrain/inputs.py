@@ -7,6 +7,8 @@ way, with a :class:`~.errors.MembrainError` (a ``ValueError``) that says what is
 from __future__ import annotations
 
 import json
+import math
+from datetime import datetime
 from typing import Any, Sequence
 
 from .errors import InvalidOperationError, MembrainError
@@ -52,6 +54,17 @@ def check_text(text: Any, what: str = "memory text") -> str:
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidOperationError(f"{what} has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
     return text
+
+
+def as_timestamp(when: Any, what: str = "a time") -> float:
+    """A point in time as seconds since the epoch (the unit of every time membrain stores):
+    a ``datetime`` (a naive one is local time, as ``datetime.timestamp`` reads it) or a
+    finite number of seconds."""
+    if isinstance(when, datetime):
+        return when.timestamp()
+    if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when):
+        return float(when)
+    raise InvalidOperationError(f"{what} is a datetime or seconds since the epoch, got {when!r}")
 
 
 def json_copy(value: Any) -> Any:

@@ -37,7 +37,7 @@ from .errors import CheckpointError, DimensionError, InvalidOperationError
 from .filters import check_filter, matches
 from .forest import Forest, RefreshCounts
 from .graph import InsertPipeline
-from .inputs import Namespace, as_namespace, check_text, memory_value
+from .inputs import Namespace, as_namespace, as_timestamp, check_text, memory_value
 from .inputs import json_copy as _json_copy
 from .operations import OperationDecider, OperationStudent, execute as execute_operation
 from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
@@ -618,6 +618,32 @@ class MembrainMemory:
                 return []
             entries = tree.archived("ignored")[::-1][:limit]
             return [self._archived_record(ns, e) for e in entries]
+
+    def purge_history(self, namespace: str | Sequence[str] | None = None, *, before: Any = None,
+                      kind: str | None = None) -> int:
+        """Forget archived entries of ``namespace`` for good, so that its archive does not
+        grow forever: superseded and deleted versions (``kind="history"``), the log of
+        ignored items (``"ignored"``), or both (None), archived before ``before`` (a
+        ``datetime`` or seconds since the epoch; None: all). The time is a version's
+        ``valid_to`` or an ignored item's arrival. Current facts are never touched, but a
+        purged version no longer lends its words to the fact that replaced it in search.
+        One write: with storage, one transaction, so a crash leaves all of it or none.
+        Returns how many entries were removed."""
+        ns = as_namespace(namespace)
+        cutoff = None if before is None else as_timestamp(before, "before")
+        if kind not in (None, "history", "ignored"):
+            raise InvalidOperationError(f"kind is 'history', 'ignored' or None, got {kind!r}")
+        with self._forest.lock(ns):
+            tree = self._forest.tree(ns, create=False)
+            if tree is None or not tree.archive:
+                return 0
+
+        def write(tree: MembrainTree) -> int:
+            doomed = [e.id for e in tree.archived(kind) if cutoff is None or e.updated_at < cutoff]
+            tree.purge_archived(doomed)
+            return len(doomed)
+
+        return self._forest.mutate(ns, write)
 
     def get(self, key: str, *, namespace: str | Sequence[str] | None = None) -> MemoryRecord | None:
         """The memory stored under ``key``, or None."""

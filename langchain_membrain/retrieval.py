@@ -28,6 +28,13 @@ Definitions (``s`` is a fact, ``q`` the query):
 - **Speaker boost**: when the query names exactly one of the speakers seen
   (``metadata["speaker"]``), facts of that speaker get ``+ speaker_boost``.
 - **Session prior**: ``+ session_prior * max(score of the facts in the same session)``.
+- **Former versions**: a fact that superseded others (memory operations: an UPDATE keeps
+  the key and archives the old text) still answers what they answered: "I moved into a
+  house in Headingley" is where the person *lives*, though only the version it replaced
+  said "live". Each term of the former versions joins the fact's field with weight
+  ``former_weight`` (per term, its count in the version that says it most), and the
+  fact's cosine is the best over its own embedding and theirs. A fact that never changed
+  is scored as before.
 - The dense query drops the speakers' names (they carry no topic, and pull the query
   toward every turn of that speaker): with ``embed_query`` configured the index embeds the
   stripped text itself, otherwise the caller may pass the embedding of
@@ -135,6 +142,11 @@ class RetrievalConfig:
     hnsw_ef_search: int = 200
     # Tree (used only when search() gets a tree).
     tree_aspect_prior: float = 0.0  # + w * best score among the facts of the fact's aspect
+    # Former versions of a fact (those it superseded, :meth:`FactIndex.set_former`): their
+    # terms join its lexical field with this weight (0: off), and with ``former_dense`` its
+    # cosine is the best over its own embedding and theirs.
+    former_weight: float = 1.0
+    former_dense: bool = True
 
 
 def tokenize(text: str, stemmer: Any = None) -> list[str]:
@@ -225,6 +237,11 @@ class FactIndex:
         # Slots whose embedding is not in the HNSW graph yet (defer_ann): every search
         # scores them exactly beside the graph's candidates, so results never miss them.
         self._ann_pending: dict[int, None] = {}
+        # Former versions (set_former): slot -> [(text, unit vector or None)], their terms
+        # (max count over the versions), and all their vectors stacked (a cache).
+        self._former: dict[int, list[tuple[str, np.ndarray | None]]] = {}
+        self._former_terms: dict[int, Counter] = {}
+        self._former_stack: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ reads
     def __len__(self) -> int:
@@ -235,6 +252,10 @@ class FactIndex:
 
     def ids(self) -> list[Hashable]:
         return list(self._slot)
+
+    def former_ids(self) -> list[Hashable]:
+        """The facts credited with former versions (:meth:`set_former`)."""
+        return [self._ids[s] for s in self._former]
 
     def speakers(self) -> list[str]:
         """Distinct ``metadata["speaker"]`` values of the facts held."""
@@ -302,9 +323,11 @@ class FactIndex:
         vec = self._check_vec(embedding)
         if metadata is not None and self._session_key(metadata) != self._sess_key[slot]:
             old_text, old_emb = self._text[slot], self._emb[slot].copy() if self._has_emb[slot] else None
+            former = self._former.get(slot, [])
             self.remove(fact_id)
             self.add(fact_id, old_text if text is None else text,
                      old_emb if vec is None else vec, metadata)
+            self.set_former(fact_id, former)
             return
         if metadata is not None:
             meta = dict(metadata)
@@ -333,9 +356,31 @@ class FactIndex:
                 self._moments(self._emb[slot], -1)
             self._set_vec(slot, vec, defer_ann)
 
+    def set_former(self, fact_id: Hashable, versions: Iterable[tuple[str, Any]]) -> None:
+        """Replace the former versions of a fact: ``(text, embedding or None)`` of each
+        version it superseded (see the module docstring; ``[]``: none). KeyError if the
+        fact is not held, ValueError for an embedding of the wrong shape."""
+        slot = self._slot[fact_id]
+        versions = [(str(text), self._check_vec(vec)) for text, vec in versions]
+        if not versions and slot not in self._former:
+            return
+        self._former.pop(slot, None)
+        self._former_terms.pop(slot, None)
+        if versions:
+            self._former[slot] = versions
+            terms: Counter = Counter()
+            for text, _ in versions:
+                terms |= Counter(self.terms(text))  # | keeps the larger count
+            self._former_terms[slot] = terms
+        self._former_stack = None
+        self._refresh_field(slot)
+
     def remove(self, fact_id: Hashable) -> None:
         """Drop a fact; its session neighbours' fields are recomputed. KeyError if absent."""
         slot = self._slot.pop(fact_id)
+        if self._former.pop(slot, None) is not None:
+            self._former_terms.pop(slot, None)
+            self._former_stack = None
         prev_next = self._neighbours(slot)
         key = self._sess_key[slot]
         if key is not None:
@@ -436,6 +481,7 @@ class FactIndex:
         n_slots = len(self._ids)
         use_ann = (mode == "fast" and qvec is not None and cfg.dense_weight and self._hnsw is not None
                    and self._n_emb >= cfg.ann_min_facts and allowed is None)
+        former = self._former_cos(qvec) if qvec is not None and cfg.dense_weight else None
         # 1. lexical: walk only posting lists. In fast mode (ANN on) the lists of common
         # terms (df > common_df * N) are not walked: their weights are read from the
         # candidates' own fields below, so candidate scores stay exact.
@@ -462,6 +508,9 @@ class FactIndex:
                 part = np.argpartition(-lex_scores, cfg.ann_candidates)[: cfg.ann_candidates]
                 top_lex = lex_slots[part]
             cand = np.union1d(labels[0].astype(np.int64), top_lex)
+            if former is not None:  # facts whose former versions are near the query
+                owners, best = former
+                cand = np.union1d(cand, owners[np.argsort(-best)[: cfg.ann_candidates]])
         if cand.size == 0:
             return []
         # 3. fused score on the candidates
@@ -475,7 +524,7 @@ class FactIndex:
         mx = c_lex.max() if c_lex.size else 0.0
         score = c_lex / mx if mx > 0 else np.zeros(cand.size)
         if qvec is not None and cfg.dense_weight and self._n_emb:
-            score = score + cfg.dense_weight * self._dense_z(qvec, cand)
+            score = score + cfg.dense_weight * self._dense_z(qvec, cand, former)
         # 4. speaker boost
         spk = self.named_speaker(query) if cfg.speaker_boost else None
         if spk is not None:
@@ -523,6 +572,10 @@ class FactIndex:
             for nb in self._neighbours(slot):
                 for t, c in self._own[nb].items():
                     fld[t] = fld.get(t, 0.0) + w * c
+        w = self.config.former_weight
+        if w:
+            for t, c in self._former_terms.get(slot, {}).items():
+                fld[t] = fld.get(t, 0.0) + w * c
         for t in self._date[slot]:
             fld[t] = fld.get(t, 0.0) + 1.0
         self._set_field(slot, fld)
@@ -674,13 +727,43 @@ class FactIndex:
         norm = float(np.linalg.norm(vec))
         return vec / norm if norm > 0 else None
 
-    def _dense_z(self, qvec: np.ndarray, cand: np.ndarray) -> np.ndarray:
-        """z-scored cosine of the candidates (0 for facts without an embedding)."""
+    def _former_cos(self, qvec: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(sorted slots, best cosine with ``qvec`` over each one's former versions), or None
+        when no fact has a former version with an embedding (or ``former_dense`` is off).
+        Scans the former versions' vectors: as many as the archived versions still owned."""
+        if not self.config.former_dense or not self._former:
+            return None
+        if self._former_stack is None:
+            slots: list[int] = []
+            firsts: list[int] = []
+            rows: list[np.ndarray] = []
+            for slot in sorted(self._former):
+                vecs = [v for _, v in self._former[slot] if v is not None]
+                if vecs:
+                    slots.append(slot)
+                    firsts.append(len(rows))
+                    rows.extend(vecs)
+            self._former_stack = (np.asarray(slots, dtype=np.int64), np.asarray(firsts, dtype=np.int64),
+                                  np.asarray(rows, dtype=np.float32).reshape(len(rows), -1))
+        owners, starts, mat = self._former_stack
+        if not owners.size:
+            return None
+        return owners, np.maximum.reduceat(mat @ qvec, starts)
+
+    def _dense_z(self, qvec: np.ndarray, cand: np.ndarray,
+                 former: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """z-scored cosine of the candidates (0 for facts without an embedding); with
+        ``former`` (:meth:`_former_cos`), a fact's cosine is the best over its versions."""
         n_slots = len(self._ids)
         if cand.size * 4 > n_slots:  # a contiguous product beats gathering most rows
             cos = (self._emb[:n_slots] @ qvec)[cand]
         else:
             cos = self._emb[cand] @ qvec
+        if former is not None:
+            owners, best = former
+            pos = np.minimum(np.searchsorted(owners, cand), owners.size - 1)
+            hit = owners[pos] == cand
+            cos[hit] = np.maximum(cos[hit], best[pos[hit]])
         q = qvec.astype(np.float64)
         if self._m1 is None or self._m2 is None:  # a small index: the moments from its rows
             every = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64) @ q

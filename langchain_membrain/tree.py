@@ -428,6 +428,38 @@ class MembrainTree:
         """The archived versions of the fact ``key`` (superseded or deleted), oldest first."""
         return [n for n in self.archived("history") if n.metadata.get(HISTORY_KEY, {}).get("key") == key]
 
+    def former_versions(self, keys: Iterable[str]) -> dict[str, list[Node]]:
+        """For each of ``keys`` that has some: the archived versions its current fact
+        superseded (UPDATEs since the key was last deleted, if ever), oldest first. One pass
+        over the archive, for search to credit a fact with what its old versions said."""
+        wanted = set(keys)
+        found: dict[str, list[Node]] = {}
+        for entry in self.archive.values():
+            key = entry.metadata.get(HISTORY_KEY, {}).get("key") if entry.kind == "history" else None
+            if key in wanted:
+                found.setdefault(key, []).append(entry)
+        out = {}
+        for key, entries in found.items():
+            entries.sort(key=lambda n: n.seq)
+            deletes = [i for i, n in enumerate(entries) if n.metadata[HISTORY_KEY].get("operation") != "update"]
+            chain = entries[deletes[-1] + 1:] if deletes else entries
+            if chain:
+                out[key] = chain
+        return out
+
+    def purge_archived(self, entry_ids: Iterable[str]) -> None:
+        """Forget archived entries for good (the tree and its current facts are untouched).
+        NodeNotFoundError, before anything changes, for an id that is not archived."""
+        entry_ids = list(dict.fromkeys(entry_ids))
+        missing = [e for e in entry_ids if e not in self.archive]
+        if missing:
+            raise NodeNotFoundError(f"not archived: {missing[0]!r}")
+        for entry_id in entry_ids:
+            del self.archive[entry_id]
+            self._forget(entry_id)
+        if entry_ids:
+            self._touch()
+
     def valid_from(self, fact_id: str) -> float:
         """When the current version of a fact became valid (its last UPDATE, else its creation)."""
         node = self.node(fact_id)

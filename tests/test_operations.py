@@ -280,6 +280,24 @@ def test_history_persists_on_both_backends(backend: str, tmp_path) -> None:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+def test_search_credits_the_current_version_with_the_versions_it_replaced(tmp_path) -> None:
+    """After an UPDATE the current version is found by what only its old version said
+    ("Leeds"), in the writing process, in one that caught up with the write, and after a
+    reload: the three indexes score alike."""
+    db = str(tmp_path / "m.db")
+    with memory(GroundTruthTeacher(), storage=db) as mem, \
+            memory(GroundTruthTeacher(), storage=db, refresh_interval=0) as reader:
+        home = add_event(mem, "u", "home1", "I live in a flat in Leeds.")
+        add_event(mem, "u", "pet1", "Our ferret Pickle lives aboard the boat.")
+        assert reader.search("Leeds", namespace="u")[0].key == home
+        add_event(mem, "u", "home2", "We bought a house in Headingley.", "UPDATE", "home1")
+        written = [(r.key, r.score) for r in mem.search("Leeds, where I live", namespace="u")]
+        assert written[0][0] == home and len(written) == 2
+        assert [(r.key, r.score) for r in reader.search("Leeds, where I live", namespace="u")] == written
+    with memory(GroundTruthTeacher(), storage=db) as mem:
+        assert [(r.key, r.score) for r in mem.search("Leeds, where I live", namespace="u")] == written
+
+
 # ------------------------------------------------------------------ the tree
 def test_archive_round_trips_and_keeps_invariants() -> None:
     tree = MembrainTree("s", dim=3)

@@ -353,3 +353,62 @@ def test_deferred_graph_insertion_finds_the_same_facts():
     later.add("flush", "a local write", vecs[1])
     assert not later._ann_pending
     assert later._hnsw.get_current_count() == n + 40  # the one removed while waiting never entered
+
+
+# ------------------------------------------------------------------ former versions
+def test_a_fact_answers_what_its_former_versions_said():
+    """A fact that superseded another (memory operations' UPDATE) is found by the words and
+    the meaning of the version it replaced; without former versions, or with the part
+    turned off, it is scored on its own text only."""
+    rng = np.random.default_rng(3)
+    v = unit(rng, 4)
+    config = RetrievalConfig(stem=False, session_prior=0.0)
+    idx = FactIndex(config)
+    idx.add("home", "bought a house in Headingley", v[0])
+    idx.add("pet", "the ferret lives aboard", v[1])
+    idx.add("job", "night shifts at the hospital", v[2])
+    assert "home" not in {f for f, _ in idx.search("flat Leeds", v[3], 3)[:1]}
+    idx.set_former("home", [("rent a flat in Leeds", v[3])])
+    assert idx.former_ids() == ["home"]
+    assert idx.search("flat Leeds", v[3], 1)[0][0] == "home"  # lexical and dense alike
+    assert idx.search("nothing", v[3], 1, mode="exact")[0][0] == "home"  # dense: the old version's cosine
+    assert idx.field_of("home")["leeds"] == config.former_weight
+    idx.update("home", metadata={"session": 2})  # a fact that moves keeps its former versions
+    assert idx.field_of("home")["leeds"] == config.former_weight
+    idx.set_former("home", [])
+    assert "leeds" not in idx.field_of("home") and idx.former_ids() == []
+    assert idx.search("nothing", v[3], 1, mode="exact")[0][0] != "home"
+    off = FactIndex(RetrievalConfig(stem=False, session_prior=0.0, former_weight=0.0, former_dense=False))
+    off.add("home", "bought a house in Headingley", v[0])
+    off.add("pet", "the ferret lives aboard", v[1])
+    off.set_former("home", [("rent a flat in Leeds", v[3])])
+    assert off.search("flat Leeds", None, 3) == [] and off.search("nothing", v[3], 1)[0][0] == "pet"
+    with pytest.raises(KeyError):
+        idx.set_former("nope", [])
+    with pytest.raises(ValueError):
+        idx.set_former("home", [("x", np.ones(DIM + 1))])
+
+
+def test_a_term_said_by_several_former_versions_counts_once_per_version_that_says_it_most():
+    idx = FactIndex(RetrievalConfig(stem=False))
+    idx.add("job", "lead nurse", np.ones(DIM))
+    idx.set_former("job", [("ward nurse nights", None), ("practice nurse nurse days", None)])
+    field = idx.field_of("job")
+    assert field["nurse"] == 1 + 2 and field["nights"] == field["days"] == 1
+
+
+@pytest.mark.skipif(pytest.importorskip("hnswlib") is None, reason="hnswlib missing")
+def test_fast_mode_finds_a_fact_by_its_former_version():
+    """Past ``ann_min_facts`` the HNSW graph holds the facts' own embeddings only: the
+    facts whose former versions are near the query join the candidates, so fast mode
+    scores them as exact mode does."""
+    rng = np.random.default_rng(8)
+    n = 1500
+    vecs = unit(rng, n + 1)
+    idx = FactIndex(RetrievalConfig(ann_min_facts=500, ann_candidates=50))
+    for i in range(n):
+        idx.add(i, f"w{i % 40}", vecs[i])
+    idx.set_former(7, [("an old version", vecs[n])])
+    assert idx._hnsw is not None
+    fast = idx.search("nothing", vecs[n], 5, mode="fast")
+    assert fast[0][0] == 7 and fast == idx.search("nothing", vecs[n], 5, mode="exact")

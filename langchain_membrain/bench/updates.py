@@ -19,7 +19,8 @@ this project (data/UPDATES.md). Configurations, measured in the same run:
 Metrics (per configuration):
 
 - ``current@1``: share of current-state questions whose first hit is the current version
-  and whose top 5 holds no superseded or deleted version;
+  and whose top 5 holds no superseded or deleted version (all, then the tuning and the
+  held-out personas apart);
 - ``history@5``: share of questions about the past whose old version is in the top 5 of
   ``search(..., include_history=True)``;
 - ``kept``: share of superseded versions that are reachable (through ``history`` or a
@@ -107,6 +108,7 @@ def run_config(config: str, sets: list[tuple[str, dict]], embeddings: Any) -> di
                          background=False, relabel=False, operations=operations)
     decisions: list[dict[str, Any]] = []  # one per item: set, gt op, decided op, by whom
     current = past = current_hits = past_hits = 0
+    by_set: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # set -> [current@1 hits, questions]
     superseded = kept = 0
     with mem:
         for set_name, personas in sets:
@@ -140,14 +142,19 @@ def run_config(config: str, sets: list[tuple[str, dict]], embeddings: Any) -> di
                     if q["kind"] == "current":
                         hits = mem.search(q["question"], namespace=ns, limit=5)
                         ids = [h.value.get("gt_id") for h in hits]
+                        hit = bool(ids) and ids[0] == q["answer"] and not (set(ids) & gone)
                         current += 1
-                        current_hits += bool(ids) and ids[0] == q["answer"] and not (set(ids) & gone)
+                        current_hits += hit
+                        tally = by_set["heldout" if set_name == "heldout" else "tune"]
+                        tally[0] += hit
+                        tally[1] += 1
                     else:
                         hits = mem.search(q["question"], namespace=ns, limit=5, include_history=True)
                         past += 1
                         past_hits += q["answer"] in {h.value.get("gt_id") for h in hits}
         stats = mem.stats()["operations"]
     return {"config": config, "current_at_1": current_hits / max(current, 1),
+            "current_at_1_by_set": {s: hits / n for s, (hits, n) in by_set.items()},
             "history_at_5": past_hits / max(past, 1), "kept": kept / max(superseded, 1),
             **decision_metrics(decisions), "operations": stats}
 
@@ -217,12 +224,14 @@ def run(args: argparse.Namespace) -> int:
     n_items = sum(len(p["events"]) for _, d in sets for p in d.values())
     print(f"bench updates: {len(tune)} tuning personas x {args.passes} pass(es) + {len(held)} held-out, "
           f"{n_items} items; {machine_description()}")
-    head = ("config", "current@1", "history@5", "kept", "IGNORE P", "IGNORE R", "UPDATE P (n)", "old shown (n)",
+    head = ("config", "current@1 (tune / held-out)", "history@5", "kept", "IGNORE P", "IGNORE R", "UPDATE P (n)", "old shown (n)",
             "student 2nd half", "student held-out", "student P upd/ign held-out")
     print(" | ".join(head))
     for r in results:
         print(" | ".join([
-            r["config"], _fmt(r["current_at_1"]), _fmt(r["history_at_5"]), _fmt(r["kept"]),
+            r["config"], f"{_fmt(r['current_at_1'])} ({_fmt(r['current_at_1_by_set'].get('tune'))} / "
+                         f"{_fmt(r['current_at_1_by_set'].get('heldout'))})",
+            _fmt(r["history_at_5"]), _fmt(r["kept"]),
             _fmt(r["ignore_precision"]), _fmt(r["ignore_recall"]),
             f"{_fmt(r['update_precision'])} ({r['updates']})", f"{_fmt(r['old_shown'])} ({r['old_shown_n']})",
             _fmt(r["student_share_second_half"]), _fmt(r["student_share_heldout"]),

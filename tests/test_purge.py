@@ -1,0 +1,209 @@
+"""Purging the archive: ``MembrainMemory.purge_history`` and ``membrain history --purge``.
+
+Each test runs in memory, on SQLite and on PostgreSQL (``$MEMBRAIN_TEST_POSTGRES_URL``; it
+skips without one). The teacher is the bench's GroundTruthTeacher (the operations are the
+data's labels), the embeddings the instant bag-of-words ones of helpers.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import time
+import uuid
+from datetime import datetime
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from helpers import WordEmbeddings  # noqa: E402
+
+from langchain_membrain import MembrainMemory  # noqa: E402
+from langchain_membrain.bench.updates import GroundTruthTeacher, gt_value  # noqa: E402
+from langchain_membrain.cli import main as cli_main  # noqa: E402
+from langchain_membrain.errors import InvalidOperationError, StorageError  # noqa: E402
+
+PG_URL = os.environ.get("MEMBRAIN_TEST_POSTGRES_URL")
+NS = ("u", "maya")
+
+
+class Place:
+    """Where one test's memories live: how to open a memory on it, and raw SQL on it."""
+
+    def __init__(self, kind: str, tmp_path):
+        self.kind, self.path = kind, str(tmp_path / "m.db")
+        self.schema = f"membrain_test_{uuid.uuid4().hex[:12]}"
+
+    def open(self, **kw) -> MembrainMemory:
+        storage = None
+        if self.kind == "sqlite":
+            storage = self.path
+        elif self.kind == "postgres":
+            from langchain_membrain.storage import open_storage
+
+            storage = open_storage(PG_URL, schema=self.schema)
+        return MembrainMemory(storage, teacher=GroundTruthTeacher(), embeddings=WordEmbeddings(), background=False,
+                              relabel=False, prior=False, operations="teacher", **kw)
+
+    def sql(self, statement: str) -> None:
+        if self.kind == "sqlite":
+            with sqlite3.connect(self.path) as conn:
+                conn.execute(statement)
+        else:
+            import psycopg
+
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'SET search_path TO "{self.schema}"')
+                conn.execute(statement)
+
+    def refuse_deleting(self, node_id: str) -> None:
+        """A trigger that fails any transaction deleting row ``node_id``: a write that dies
+        part of the way through."""
+        if self.kind == "sqlite":
+            self.sql(f"CREATE TRIGGER refuse BEFORE DELETE ON membrain_nodes WHEN old.id = '{node_id}' "
+                     "BEGIN SELECT RAISE(ABORT, 'refused'); END")
+        else:
+            self.sql("CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN IF OLD.id = "
+                     f"'{node_id}' THEN RAISE EXCEPTION 'refused'; END IF; RETURN OLD; END $$ LANGUAGE plpgsql")
+            self.sql("CREATE TRIGGER refuse BEFORE DELETE ON membrain_nodes FOR EACH ROW EXECUTE FUNCTION refuse()")
+
+    def allow_deleting(self) -> None:
+        self.sql("DROP TRIGGER refuse" if self.kind == "sqlite" else "DROP TRIGGER refuse ON membrain_nodes")
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def place(request, tmp_path):
+    if request.param == "postgres" and not PG_URL:
+        pytest.skip("MEMBRAIN_TEST_POSTGRES_URL is not set")
+    where = Place(request.param, tmp_path)
+    yield where
+    if request.param == "postgres":
+        import psycopg
+
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{where.schema}" CASCADE')
+
+
+def add(mem: MembrainMemory, ev_id: str, text: str, op: str = "ADD", target: str | None = None,
+        keep: bool | None = None) -> str:
+    ev = {"id": ev_id, "op": op, "text": text, **({"target": target} if target else {}),
+          **({"keep": keep} if keep is not None else {})}
+    return mem.add(text, namespace=NS, metadata=gt_value(ev))
+
+
+def fill(mem: MembrainMemory) -> tuple[dict[str, str], float]:
+    """Two chains of versions, a retraction, an ignored greeting; returns the keys and a
+    time between the first archived version and the others."""
+    keys = {"home": add(mem, "home1", "I live in a flat in Leeds."),
+            "job": add(mem, "job1", "I work nights as a ward nurse.")}
+    add(mem, "home2", "We bought a house in Headingley.", "UPDATE", "home1")
+    time.sleep(0.02)
+    between = time.time()
+    time.sleep(0.02)
+    add(mem, "job2", "I am a practice nurse at a GP surgery now.", "UPDATE", "job1")
+    keys["gym"] = add(mem, "gym1", "I joined the climbing gym on Kirkstall Road.")
+    add(mem, "gym1x", "Forget what I said about the climbing gym.", "DELETE", "gym1", keep=False)
+    add(mem, "hi", "Hello there!", "IGNORE")
+    return keys, between
+
+
+def current(mem: MembrainMemory) -> list[tuple[str, str, dict]]:
+    return sorted((r.key, r.text, r.value) for r in mem.search(None, namespace=NS, limit=100))
+
+
+def test_purge_forgets_archived_entries_and_never_a_current_fact(place) -> None:
+    with place.open() as mem:
+        keys, between = fill(mem)
+        facts = current(mem)
+        reader = None
+        if place.kind != "memory":
+            reader = place.open(refresh_interval=0)
+            assert reader.search("Leeds flat nurse", namespace=NS, limit=5)  # loaded before the purges
+        leeds = {r.key: r.score for r in mem.search("Leeds flat", namespace=NS, limit=5)}
+        assert [v.status for v in mem.history(keys["home"], namespace=NS)] == ["superseded", "current"]
+        assert mem.purge_history(NS, before=datetime.fromtimestamp(between), kind="history") == 1
+        assert [v.status for v in mem.history(keys["home"], namespace=NS)] == ["current"]
+        assert [v.status for v in mem.history(keys["job"], namespace=NS)] == ["superseded", "current"]
+        assert len(mem.ignored(namespace=NS)) == 2  # the log is another kind
+        # the purged version no longer lends its words ("Leeds") to the fact that replaced it
+        after = {r.key: r.score for r in mem.search("Leeds flat", namespace=NS, limit=5)}
+        assert after[keys["home"]] < leeds[keys["home"]]
+        assert mem.purge_history(NS, kind="ignored") == 2
+        assert mem.ignored(namespace=NS) == []
+        assert current(mem) == facts
+        kept = [r.text for r in mem.search(None, namespace=NS, include_history=True, limit=100)
+                if r.status != "current"]
+        assert sorted(kept) == ["I joined the climbing gym on Kirkstall Road.", "I work nights as a ward nurse."]
+        assert mem.purge_history(NS) == 2 and mem.purge_history(NS) == 0
+        assert current(mem) == facts and mem.history(keys["gym"], namespace=NS) == []
+        scores = [(r.key, r.score) for r in mem.search("Leeds flat nurse", namespace=NS, limit=5)]
+        mem.tree(NS).check_invariants()
+        if reader is not None:  # a process that catches up on the purges scores alike
+            assert [(r.key, r.score) for r in reader.search("Leeds flat nurse", namespace=NS, limit=5)] == scores
+            reader.close()
+    if place.kind != "memory":
+        with place.open() as mem:  # what was stored is what the writer saw
+            assert current(mem) == facts
+            assert mem.search(None, namespace=NS, include_history=True, limit=100) == \
+                mem.search(None, namespace=NS, limit=100)
+            assert mem.ignored(namespace=NS) == []
+            assert [(r.key, r.score) for r in mem.search("Leeds flat nurse", namespace=NS, limit=5)] == scores
+
+
+def test_a_namespace_with_nothing_left_is_gone_and_others_are_untouched(place) -> None:
+    with place.open() as mem:
+        mem.add("Thanks!", namespace="log-only", metadata=gt_value({"id": "t", "op": "IGNORE"}))
+        fill(mem)
+        assert mem.purge_history("log-only") == 1
+        assert ("log-only",) not in mem.namespaces() and NS in mem.namespaces()
+        assert len(mem.ignored(namespace=NS)) == 2
+        assert mem.purge_history("never-written") == 0
+
+
+def test_a_purge_that_fails_part_way_stores_none_of_it(place) -> None:
+    if place.kind == "memory":
+        pytest.skip("no transaction to fail in memory")
+    with place.open() as mem:
+        keys, _ = fill(mem)
+        archived = sorted(e.id for e in mem.tree(NS).archive.values())
+        place.refuse_deleting(archived[-1])  # the last row the purge deletes
+        with pytest.raises(StorageError, match="refused"):
+            mem.purge_history(NS)
+        # the memory reloads what is stored: nothing was purged
+        assert sorted(e.id for e in mem.tree(NS).archive.values()) == archived
+        assert [v.status for v in mem.history(keys["home"], namespace=NS)] == ["superseded", "current"]
+        place.allow_deleting()
+    with place.open() as mem:
+        assert sorted(e.id for e in mem.tree(NS).archive.values()) == archived
+        assert mem.purge_history(NS) == len(archived)
+
+
+@pytest.mark.parametrize("kw", [{"before": "yesterday"}, {"before": True}, {"before": float("nan")},
+                                {"kind": "all"}, {"kind": "current"}])
+def test_bad_purge_arguments_are_refused(kw) -> None:
+    with MembrainMemory(embeddings=WordEmbeddings(), background=False, relabel=False, prior=False) as mem:
+        mem.add("Hello there!", namespace=NS)
+        with pytest.raises(InvalidOperationError):
+            mem.purge_history(NS, **kw)
+        assert len(mem.ignored(namespace=NS)) == 1
+
+
+def test_cli_history_purge(place, capsys) -> None:
+    with place.open() as mem:
+        keys, _ = fill(mem)
+        argv = ["history", "--ns", "u"]
+        assert cli_main([*argv, "--purge", "--before", "2000-01-01"], memory=mem) == 0
+        assert "purged 0 superseded or deleted versions archived before 2000-01-01" in capsys.readouterr().out
+        assert cli_main([*argv, "--purge", "--before", "soon"], memory=mem) == 1
+        assert "--before expects an ISO date" in capsys.readouterr().err
+        assert cli_main([*argv, "--before", "2000-01-01"], memory=mem) == 1
+        assert cli_main([*argv, keys["home"], "--purge"], memory=mem) == 1
+        assert len(mem.history(keys["home"], namespace=NS)) == 2
+        assert cli_main([*argv, "--purge", "--ignored"], memory=mem) == 0
+        assert "purged 2 ignored items from 1 namespace(s)" in capsys.readouterr().out
+        assert mem.ignored(namespace=NS) == [] and len(mem.history(keys["home"], namespace=NS)) == 2
+        assert cli_main([*argv, "--purge"], memory=mem) == 0
+        assert "purged 3 superseded or deleted versions" in capsys.readouterr().out
+        assert [v.status for v in mem.history(keys["home"], namespace=NS)] == ["current"]
