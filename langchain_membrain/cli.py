@@ -677,7 +677,10 @@ def stats_rows(stats: MemoryStats) -> list[tuple[str, str]]:
             rows.append((name.replace("_", " "), f"{total} ({mine} in this process)" if mine else str(total)))
     if ops.get("decisions"):
         kinds = ", ".join(f"{k} {n}" for k, n in (ops.get("by_kind") or {}).items() if n)
-        rows.append(("memory operations", f"{ops['decisions']} decided ({kinds}), {ops.get('asked', 0)} asked"))
+        student = ops.get("student") or {}
+        rows.append(("memory operations", f"{ops['decisions']} decided ({kinds}): {ops.get('student_decided', 0)} by "
+                                          f"the student, {ops.get('teacher_questions', 0)} asked"
+                                          + (f"; its prior: {student['prior']}" if student.get("prior") else "")))
     for what, value in (("pending training", stats.pending_training), ("inserts in flight", stats.inserts_in_flight),
                         ("last worker error", stats.last_worker_error), ("checkpoint error", stats.checkpoint_error),
                         ("prior", stats.prior)):

@@ -74,3 +74,11 @@ def test_membrain_stats_prints_fields_each_once():
     assert rows["stage 2 agreement with the teacher"] == "81% of 120 labelled decisions"
     fresh = dict(stats_rows(MemoryStats(ForestStats(), process=Counters())))
     assert fresh["teacher questions"].startswith("none yet") and fresh["inserts"] == "0"
+
+
+def test_membrain_stats_says_who_decided_the_memory_operations():
+    with MembrainMemory(embeddings=WordEmbeddings(), background=False, operations="teacher") as mem:
+        for fact in FACTS + ["Thanks!"]:
+            mem.add(fact, namespace="u")
+        rows = dict(stats_rows(mem.stats()))
+    assert rows["memory operations"] == "7 decided (ADD 6, IGNORE 1): 0 by the student, 7 asked"
