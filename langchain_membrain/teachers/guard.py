@@ -20,6 +20,11 @@
   async paths);
 - **cost accounting** per stage (:class:`TeacherStats`, ``teacher.stats()``).
 
+Each question is written once, as a generator that holds all of the logic above and does
+no I/O (it yields the requests it needs and is sent their answers); the sync and the async
+methods only drive it (:meth:`GuardedTeacher._run`, :meth:`GuardedTeacher._arun`), so they
+cannot decide, retry or count differently.
+
 Retries are owned by the teacher: the openai SDK's own retries are switched off by
 :class:`~.openai_teacher.OpenAITeacher` (give a LangChain model ``max_retries=0`` as well),
 so ``timeout * (1 + max_retries)`` (plus a capped 429 wait) bounds the time one decision
@@ -52,7 +57,7 @@ from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Callable, Generator, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ValidationError
 
@@ -98,6 +103,43 @@ class RawAnswer:
     parse_error: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class _Send:
+    """A core's request: send ``messages`` asking for ``schema``; the driver sends back the
+    RawAnswer, or the exception the request raised (a timeout, an HTTP error...)."""
+
+    messages: list[prompts.Message]
+    schema: type[BaseModel]
+
+
+@dataclass(frozen=True)
+class _Sleep:
+    """A core's wait before a rate-limited retry, in seconds."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Done:
+    """A core's answer, once it has returned."""
+
+    value: Any
+
+
+# A question's logic without its I/O: a generator that yields _Send and _Sleep, is sent
+# what they gave, and returns the answer (see GuardedTeacher._run).
+Core = Generator[Union[_Send, _Sleep], Any, T]
+
+
+def _advance(core: Core[Any], reply: Any) -> _Send | _Sleep | _Done:
+    """Resume ``core`` with ``reply`` (the last step's outcome; None to start): its next
+    step, or its answer as a :class:`_Done`."""
+    try:
+        return core.send(reply)
+    except StopIteration as done:
+        return _Done(done.value)
 
 
 # ------------------------------------------------------------------------ stats
@@ -401,8 +443,12 @@ class GuardedTeacher(BaseTeacher):
         self._stats = TeacherStats()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
-        # one-call mode: placements awaiting their stage-1 steps and stage 2, by id(new_fact);
-        # trees are held weakly so the cache never keeps a tree alive
+        # one-call mode: placements awaiting their stage-1 steps and stage 2, by id(new_fact).
+        # The id is a sound key: each entry holds its NewFact, so that id cannot be reused by
+        # another object while the entry lives, and a hit is checked by identity (``is``) for
+        # the fact and the tree. (NewFact is an unhashable dataclass; a key by its text would
+        # let two inserts of the same text share one answer.) Trees are held weakly so the
+        # cache never keeps a tree alive.
         self._placements: OrderedDict[int, tuple[NewFact, weakref.ref, Placement]] = OrderedDict()
         self._placements_lock = threading.Lock()
         # Placements given with an item's operation (one-call mode), by _shared_key.
@@ -436,45 +482,37 @@ class GuardedTeacher(BaseTeacher):
         self._stats.reset()
 
     # ----------------------------------------------------------- stage 1
+    # Each question is written once, as a core (``_*_core``, see "The sans-I/O core" below);
+    # the public sync and async methods only run that core with _run or _arun.
     def try_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         """The LLM's stage-1 index, validated; TeacherCallError once the retries are spent."""
-        self._stats.add("stage1", decisions=1)
-        msgs = prompts.stage1_messages(new_fact.text, subtree.tree, subtree.node_id, subtree.candidates,
-                                       examples=self.examples_per_aspect)
-        return self._ask("stage1", msgs, prompts.Stage1Answer,
-                         lambda a: validate_stage1(a, len(subtree.candidates)))
+        return self._run(self._try_stage1_core(new_fact, subtree))
 
     async def atry_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
-        self._stats.add("stage1", decisions=1)
-        msgs = prompts.stage1_messages(new_fact.text, subtree.tree, subtree.node_id, subtree.candidates,
-                                       examples=self.examples_per_aspect)
-        return await self._aask("stage1", msgs, prompts.Stage1Answer,
-                                lambda a: validate_stage1(a, len(subtree.candidates)))
+        return await self._arun(self._try_stage1_core(new_fact, subtree))
 
     def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         """Stage 1 (never raises): the LLM's index, else the fallback's."""
-        if self.mode == "one_call":
-            choice = self._choice_from_placement(new_fact, subtree, self._placement_for(new_fact, subtree))
-            if choice is not None:
-                return choice
-        try:
-            return self.try_stage1(new_fact, subtree)
-        except TeacherError:
-            if self.raise_on_failure:
-                raise
-            return self._fallback_stage1(new_fact, subtree)
+        return self._run(self._choose_stage1_core(new_fact, subtree))
 
     async def achoose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
+        return await self._arun(self._choose_stage1_core(new_fact, subtree))
+
+    def _try_stage1_core(self, new_fact: NewFact, subtree: Subtree) -> Core[int]:
+        self._stats.add("stage1", decisions=1)
+        msgs = prompts.stage1_messages(new_fact.text, subtree.tree, subtree.node_id, subtree.candidates,
+                                       examples=self.examples_per_aspect)
+        return (yield from self._ask_core("stage1", msgs, prompts.Stage1Answer,
+                                          lambda a: validate_stage1(a, len(subtree.candidates))))
+
+    def _choose_stage1_core(self, new_fact: NewFact, subtree: Subtree) -> Core[int]:
         if self.mode == "one_call":
-            choice = self._choice_from_placement(new_fact, subtree, await self._aplacement_for(new_fact, subtree))
+            placement = yield from self._placement_for_core(new_fact, subtree)
+            choice = self._choice_from_placement(new_fact, subtree, placement)
             if choice is not None:
                 return choice
-        try:
-            return await self.atry_stage1(new_fact, subtree)
-        except TeacherError:
-            if self.raise_on_failure:
-                raise
-            return self._fallback_stage1(new_fact, subtree)
+        return (yield from self._or_fallback(self._try_stage1_core(new_fact, subtree),
+                                             lambda: self._fallback_stage1(new_fact, subtree)))
 
     # ----------------------------------------------------------- stage 2
     def _stage2_question(self, tree: MembrainTree, closure: Closure):
@@ -489,67 +527,53 @@ class GuardedTeacher(BaseTeacher):
 
     def try_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
         """The LLM's action series for ``closure``, validated; TeacherCallError when unusable."""
-        self._stats.add("stage2", decisions=1, inserts=1)
-        msgs, validate = self._stage2_question(tree, closure)
-        return self._ask("stage2", msgs, prompts.Stage2Answer, validate)
+        return self._run(self._try_stage2_core(tree, closure))
 
     async def atry_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        self._stats.add("stage2", decisions=1, inserts=1)
-        msgs, validate = self._stage2_question(tree, closure)
-        return await self._aask("stage2", msgs, prompts.Stage2Answer, validate)
+        return await self._arun(self._try_stage2_core(tree, closure))
 
     def choose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
         """Stage 2 (never raises): the LLM's actions, else the fallback's."""
-        placement = self._pop_placement(tree, closure)
-        if placement is not None:
-            self._stats.add("stage2", decisions=1, from_placement=1, inserts=1)
-            return self.placement_actions(tree, closure.fact_id, placement)
-        try:
-            return self.try_stage2(tree, closure)
-        except TeacherError:
-            if self.raise_on_failure:
-                raise
-            return self._fallback_stage2(tree, closure)
+        return self._run(self._choose_stage2_core(tree, closure))
 
     async def achoose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        return await self._arun(self._choose_stage2_core(tree, closure))
+
+    def _try_stage2_core(self, tree: MembrainTree, closure: Closure) -> Core[list[Action]]:
+        self._stats.add("stage2", decisions=1, inserts=1)
+        msgs, validate = self._stage2_question(tree, closure)
+        return (yield from self._ask_core("stage2", msgs, prompts.Stage2Answer, validate))
+
+    def _choose_stage2_core(self, tree: MembrainTree, closure: Closure) -> Core[list[Action]]:
         placement = self._pop_placement(tree, closure)
         if placement is not None:
             self._stats.add("stage2", decisions=1, from_placement=1, inserts=1)
             return self.placement_actions(tree, closure.fact_id, placement)
-        try:
-            return await self.atry_stage2(tree, closure)
-        except TeacherError:
-            if self.raise_on_failure:
-                raise
-            return self._fallback_stage2(tree, closure)
+        return (yield from self._or_fallback(self._try_stage2_core(tree, closure),
+                                             lambda: self._fallback_stage2(tree, closure)))
 
     # -------------------------------------------------------- name_aspect
     def try_name_aspect(self, fact_texts: list[str]) -> str:
-        self._stats.add("name", decisions=1)
-        return self._ask("name", prompts.name_messages(fact_texts), prompts.AspectName,
-                         lambda a: clean_label(a.label))
+        return self._run(self._try_name_core(fact_texts))
 
     async def atry_name_aspect(self, fact_texts: list[str]) -> str:
-        self._stats.add("name", decisions=1)
-        return await self._aask("name", prompts.name_messages(fact_texts), prompts.AspectName,
-                                lambda a: clean_label(a.label))
+        return await self._arun(self._try_name_core(fact_texts))
 
     def name_aspect(self, fact_texts: list[str]) -> str:
         """A 1 to 4 word label for a new aspect (never raises)."""
-        try:
-            return self.try_name_aspect(fact_texts)
-        except TeacherError:
-            if self.raise_on_failure:
-                raise
-            return self._fallback_name(fact_texts)
+        return self._run(self._name_core(fact_texts))
 
     async def aname_aspect(self, fact_texts: list[str]) -> str:
-        try:
-            return await self.atry_name_aspect(fact_texts)
-        except TeacherError:
-            if self.raise_on_failure:
-                raise
-            return self._fallback_name(fact_texts)
+        return await self._arun(self._name_core(fact_texts))
+
+    def _try_name_core(self, fact_texts: list[str]) -> Core[str]:
+        self._stats.add("name", decisions=1)
+        return (yield from self._ask_core("name", prompts.name_messages(fact_texts), prompts.AspectName,
+                                          lambda a: clean_label(a.label)))
+
+    def _name_core(self, fact_texts: list[str]) -> Core[str]:
+        return (yield from self._or_fallback(self._try_name_core(fact_texts),
+                                             lambda: self._fallback_name(fact_texts)))
 
     # ---------------------------------------------------------- operation
     def try_operation(self, question: Any) -> Any:
@@ -574,7 +598,7 @@ class GuardedTeacher(BaseTeacher):
 
         if self.mode != "one_call" or tree is None:
             msgs = prompts.operation_messages(question.text, shown)
-            return self._ask("operation", msgs, prompts.OperationAnswer, operation)
+            return self._run(self._ask_core("operation", msgs, prompts.OperationAnswer, operation))
         # One call for the whole insert: the operation and, for a fact to store, its
         # placement, kept for the learner's placement question that follows (_try_place).
         msgs, ids = prompts.operation_place_messages(question.text, shown, tree,
@@ -591,7 +615,7 @@ class GuardedTeacher(BaseTeacher):
                 self._share(question.text, tree, placement)
             return op
 
-        return self._ask("operation", msgs, prompts.OperationPlaceAnswer, validate)
+        return self._run(self._ask_core("operation", msgs, prompts.OperationPlaceAnswer, validate))
 
     @staticmethod
     def _shared_key(text: str, tree: MembrainTree) -> tuple:
@@ -651,12 +675,23 @@ class GuardedTeacher(BaseTeacher):
 
     def try_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
         """The LLM's one-call placement, validated; TeacherCallError when unusable."""
-        return self._try_place(new_fact, tree, count_insert=True)
+        return self._run(self._try_place_core(new_fact, tree, count_insert=True))
 
     async def atry_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        return await self._atry_place(new_fact, tree, count_insert=True)
+        return await self._arun(self._try_place_core(new_fact, tree, count_insert=True))
 
-    def _try_place(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Placement:
+    def place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        """One call for the whole insert (never raises): where ``new_fact`` goes and the
+        stage-2 actions after it is attached. Attach under ``placement.parent_id``, then
+        apply :meth:`placement_actions` (or use :func:`insert_with_placement`)."""
+        return self._run(self._place_core(new_fact, tree, count_insert=True))
+
+    async def aplace(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
+        return await self._arun(self._place_core(new_fact, tree, count_insert=True))
+
+    def _try_place_core(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Core[Placement]:
+        """``count_insert``: whether this question is the insert's own (``place``), not one
+        asked for ``choose_stage1``, whose insert is counted by its stage 2."""
         self._stats.add("place", decisions=1, inserts=int(count_insert))
         shared = self._take_shared(new_fact, tree)
         if shared is not None:  # answered with the item's operation: no second request
@@ -664,36 +699,11 @@ class GuardedTeacher(BaseTeacher):
             return shared
         msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
                                            facts_per_node=self.outline_facts_per_node)
-        return self._ask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids))
+        return (yield from self._ask_core("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids)))
 
-    async def _atry_place(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Placement:
-        self._stats.add("place", decisions=1, inserts=int(count_insert))
-        shared = self._take_shared(new_fact, tree)
-        if shared is not None:
-            self._stats.add("place", from_placement=1)
-            return shared
-        msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
-                                           facts_per_node=self.outline_facts_per_node)
-        return await self._aask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids))
-
-    def place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        """One call for the whole insert (never raises): where ``new_fact`` goes and the
-        stage-2 actions after it is attached. Attach under ``placement.parent_id``, then
-        apply :meth:`placement_actions` (or use :func:`insert_with_placement`)."""
-        try:
-            return self.try_place(new_fact, tree)
-        except TeacherError:
-            if self.raise_on_failure:
-                raise
-            return self._fallback_placement(new_fact, tree)
-
-    async def aplace(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        try:
-            return await self.atry_place(new_fact, tree)
-        except TeacherError:
-            if self.raise_on_failure:
-                raise
-            return self._fallback_placement(new_fact, tree)
+    def _place_core(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Core[Placement]:
+        return (yield from self._or_fallback(self._try_place_core(new_fact, tree, count_insert=count_insert),
+                                             lambda: self._fallback_placement(new_fact, tree)))
 
     def placement_actions(self, tree: MembrainTree, fact_id: str, placement: Placement) -> list[Action]:
         """Stage 2 of a placed fact: the placement's actions bound to ``fact_id`` and checked
@@ -724,27 +734,13 @@ class GuardedTeacher(BaseTeacher):
             while len(self._placements) > 256:
                 self._placements.popitem(last=False)
 
-    def _placement_for(self, new_fact: NewFact, subtree: Subtree) -> Placement | None:
+    def _placement_for_core(self, new_fact: NewFact, subtree: Subtree) -> Core[Placement | None]:
+        """The insert's one-call placement for a stage-1 question: the cached one, else (at
+        the root, where an insert's descent starts) asked now and cached for the levels
+        below and for stage 2; None below the root without one (then stage 1 is asked)."""
         cached = self._cached_placement(new_fact, subtree.tree)
         if cached is None and subtree.node_id == subtree.tree.root_id:
-            try:
-                cached = self._try_place(new_fact, subtree.tree, count_insert=False)
-            except TeacherError:
-                if self.raise_on_failure:
-                    raise
-                cached = self._fallback_placement(new_fact, subtree.tree)
-            self._remember(new_fact, subtree.tree, cached)
-        return cached
-
-    async def _aplacement_for(self, new_fact: NewFact, subtree: Subtree) -> Placement | None:
-        cached = self._cached_placement(new_fact, subtree.tree)
-        if cached is None and subtree.node_id == subtree.tree.root_id:
-            try:
-                cached = await self._atry_place(new_fact, subtree.tree, count_insert=False)
-            except TeacherError:
-                if self.raise_on_failure:
-                    raise
-                cached = self._fallback_placement(new_fact, subtree.tree)
+            cached = yield from self._place_core(new_fact, subtree.tree, count_insert=False)
             self._remember(new_fact, subtree.tree, cached)
         return cached
 
@@ -816,25 +812,85 @@ class GuardedTeacher(BaseTeacher):
         parent = destination(descend(tree, new_fact, choose))
         return Placement(parent, tree.path(parent), [], fell_back=True)
 
-    # ------------------------------------------------------- the guarded call
-    def _ask(self, stage: str, messages: list[prompts.Message], schema: type[BaseModel],
-             validate: Callable[[Any], T]) -> T:
+    # ------------------------------------------------- the sans-I/O core
+    # Every question is a generator (a "core") that holds all of the decision logic:
+    # prompts, validation, retries, counting, fallback and the placement cache. It does no
+    # I/O itself: it yields a _Send when it needs an answer (and is sent back the RawAnswer,
+    # or the exception the request raised) and a _Sleep before a rate-limited retry.
+    # _run drives a core on the caller's thread, _arun on the event loop; they are the only
+    # code that differs between the sync and async methods, so the two cannot drift apart.
+    # Cores compose with ``yield from`` (choose_stage1 -> its placement -> the request).
+    def _run(self, core: Core[T]) -> T:
+        """Run ``core`` on this thread (blocking)."""
+        step = _advance(core, None)
+        while not isinstance(step, _Done):
+            step = _advance(core, self._perform(step))
+        return step.value
+
+    async def _arun(self, core: Core[T]) -> T:
+        """Run ``core`` on the event loop."""
+        step = _advance(core, None)
+        while not isinstance(step, _Done):
+            step = _advance(core, await self._aperform(step))
+        return step.value
+
+    def _perform(self, step: _Send | _Sleep) -> RawAnswer | Exception | None:
+        """Carry out one step: a request's answer or what it raised (the core counts and
+        classifies it); None after a sleep."""
+        if isinstance(step, _Sleep):
+            time.sleep(step.seconds)
+            return None
+        try:
+            with self._sem:
+                return self._sync_request(step.messages, step.schema)
+        except Exception as exc:  # noqa: BLE001 - handed to the core
+            return exc
+
+    async def _aperform(self, step: _Send | _Sleep) -> RawAnswer | Exception | None:
+        """As :meth:`_perform`, on the event loop. It polls the same (thread) semaphore, so
+        that sync and async requests share one concurrency limit."""
+        if isinstance(step, _Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        while not self._sem.acquire(blocking=False):
+            await asyncio.sleep(0.005)
+        try:
+            return await asyncio.wait_for(self._arequest(step.messages, step.schema), self.timeout)
+        except Exception as exc:  # noqa: BLE001 - handed to the core
+            return exc
+        finally:
+            self._sem.release()
+
+    def _or_fallback(self, core: Core[T], fallback: Callable[[], T]) -> Core[T]:
+        """``core``'s answer; when it raises TeacherError, ``fallback()``'s (or the error,
+        with ``raise_on_failure``)."""
+        try:
+            return (yield from core)
+        except TeacherError:
+            if self.raise_on_failure:
+                raise
+            return fallback()
+
+    def _ask_core(self, stage: str, messages: list[prompts.Message], schema: type[BaseModel],
+                  validate: Callable[[Any], T]) -> Core[T]:
+        """One guarded question: up to ``1 + max_retries`` requests, each counted with its
+        latency and tokens; a failed answer is quoted back on the retry, a 429 waits first.
+        Returns the validated answer or raises the last TeacherCallError."""
         msgs = messages
         last: TeacherCallError | None = None
-        for attempt in range(1 + self.max_retries):
-            if attempt:
+        for _ in range(1 + self.max_retries):
+            if last is not None:
                 self._stats.add(stage, retries=1)
                 msgs = self._next_messages(messages, last)
                 if last.kind == "rate_limit":
-                    time.sleep(self._backoff(last))
-            t0 = time.perf_counter()
+                    yield _Sleep(self._backoff(last))
+            t0 = time.perf_counter()  # the latency includes the wait for a concurrency slot
             raw: RawAnswer | None = None
             try:
-                self._sem.acquire()
-                try:
-                    raw = self._sync_request(msgs, schema)
-                finally:
-                    self._sem.release()
+                reply = yield _Send(msgs, schema)
+                if isinstance(reply, Exception):
+                    raise reply
+                raw = reply
                 self._count_call(stage, raw, time.perf_counter() - t0)
                 return validate(_check_raw(raw, schema))
             except Exception as exc:  # noqa: BLE001 - every failure is counted, none escapes
@@ -844,34 +900,7 @@ class GuardedTeacher(BaseTeacher):
         assert last is not None
         raise last
 
-    async def _aask(self, stage: str, messages: list[prompts.Message], schema: type[BaseModel],
-                    validate: Callable[[Any], T]) -> T:
-        msgs = messages
-        last: TeacherCallError | None = None
-        for attempt in range(1 + self.max_retries):
-            if attempt:
-                self._stats.add(stage, retries=1)
-                msgs = self._next_messages(messages, last)
-                if last.kind == "rate_limit":
-                    await asyncio.sleep(self._backoff(last))
-            t0 = time.perf_counter()
-            raw: RawAnswer | None = None
-            try:
-                while not self._sem.acquire(blocking=False):  # the same semaphore as the sync path
-                    await asyncio.sleep(0.005)
-                try:
-                    raw = await asyncio.wait_for(self._arequest(msgs, schema), self.timeout)
-                finally:
-                    self._sem.release()
-                self._count_call(stage, raw, time.perf_counter() - t0)
-                return validate(_check_raw(raw, schema))
-            except Exception as exc:  # noqa: BLE001
-                if raw is None:
-                    self._count_call(stage, None, time.perf_counter() - t0)
-                last = self._failed(stage, exc, raw)
-        assert last is not None
-        raise last
-
+    # ------------------------------------------------------- the transport
     def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
         if not self._sync_timeout_by_thread:
             return self._request(msgs, schema)
