@@ -610,18 +610,22 @@ class OperationStudent:
     # -- checkpoints
     STATE_FORMAT = 2  # 2: the states-something flag and the margin feature
 
-    def state_bytes(self) -> bytes:
+    def state_bytes(self, *, optimiser: bool = True) -> bytes:
         """The student's weights, optimiser, calibration and counters (b"" before its
-        first question): what the memory saves as the ``operations`` checkpoint."""
+        first question): what the memory saves as the ``operations`` checkpoint. A prior
+        is written without the optimiser (two thirds of the bytes): a memory starting from
+        it fine-tunes with a fresh one."""
         with self._lock:
             if self.net is None:
                 return b""
             import io
 
             state = {"format": self.STATE_FORMAT, "dim": self.net.dim, "k": self.k,
-                     "modules": self.net.modules.state_dict(), "optimiser": self._opt.state_dict(),
-                     "temperature": self.calibrator.temperature, "labelled": self.labelled,
-                     "agreed": self.agreed, "recent": list(self._recent), "steps": self.optimiser_steps}
+                     "modules": self.net.modules.state_dict(), "temperature": self.calibrator.temperature,
+                     "labelled": self.labelled, "agreed": self.agreed, "recent": list(self._recent),
+                     "steps": self.optimiser_steps}
+            if optimiser:
+                state["optimiser"] = self._opt.state_dict()
             buf = io.BytesIO()
             self.net.torch.save(state, buf)
             return buf.getvalue()
@@ -644,7 +648,8 @@ class OperationStudent:
             net = _StudentNet(int(state["dim"]), self.k, seed=self.seed)
             net.modules.load_state_dict(state["modules"])
             opt = torch.optim.Adam(net.params, lr=self.lr, weight_decay=1e-4)
-            opt.load_state_dict(state["optimiser"])
+            if "optimiser" in state:
+                opt.load_state_dict(state["optimiser"])
         except CheckpointError:
             raise
         except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is the same error

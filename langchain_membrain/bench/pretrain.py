@@ -242,7 +242,7 @@ def build_operations(out: Path, *, epochs: int = 4, seed: int = 0, console=None)
             right += int(proposed == op)
             student.learn(q, op, proposed)
         say(f"epoch {epoch + 1}: the student proposed the rule's answer for {right / len(tune):.3f} of the items")
-    state = student.state_bytes()
+    state = student.state_bytes(optimiser=False)
     out.mkdir(parents=True, exist_ok=True)
     (out / "operations_prior.pt").write_bytes(state)
     manifest = {
