@@ -672,18 +672,23 @@ class OperationStudent:
             return
         if self.net is None or self.net.dim != dim:  # another embedder's prior
             self.net = self._opt = None
-            self.labelled = self.agreed = self.optimiser_steps = 0
-            self._recent.clear()
-            self.calibrator.temperature = 1.0
+            self.optimiser_steps = 0
+            self._forget_teacher()
             return
         if not trusted:
-            self.labelled = self.agreed = 0
-            self._recent.clear()
-            self.calibrator.temperature = 1.0
+            self._forget_teacher()
         self.prior_used = "trusted" if trusted else "weights only"
 
+    def _forget_teacher(self) -> None:
+        """Drop what was learned about a teacher's answers beyond the weights: the label
+        counts, the recent agreement and the calibration (the gate closes again)."""
+        self.labelled = self.agreed = 0
+        self._recent.clear()
+        self.calibrator.temperature = 1.0
+
     def stats(self) -> dict[str, Any]:
-        return {"prior": self.prior_used, "labelled": self.labelled, "agreement": self.agreed / self.labelled if self.labelled else None,
+        return {"prior": self.prior_used, "labelled": self.labelled,
+                "agreement": self.agreed / self.labelled if self.labelled else None,
                 "optimiser_steps": self.optimiser_steps, "temperature": self.calibrator.temperature,
                 "recent_agreement": sum(self._recent) / len(self._recent) if self._recent else None,
                 "gate_open": self.gate_open()}

@@ -38,15 +38,20 @@ def teacher_identity(teacher: Any) -> str:
     return name
 
 
+def _read(prior_file: str, manifest_file: str) -> tuple[bytes, dict[str, Any]]:
+    """A shipped prior's bytes and its manifest (any error: the caller starts from scratch)."""
+    root = resources.files("langchain_membrain")
+    return (root.joinpath(prior_file).read_bytes(),
+            json.loads(root.joinpath(manifest_file).read_text(encoding="utf-8")))
+
+
 def load_prior() -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(the networks' state for ``OnlineTrainer.load_prior``, the manifest), or None when
     the package ships no prior (or it cannot be read)."""
     import torch
 
-    root = resources.files("langchain_membrain")
     try:
-        data = root.joinpath(PRIOR_FILE).read_bytes()
-        manifest = json.loads(root.joinpath(MANIFEST_FILE).read_text(encoding="utf-8"))
+        data, manifest = _read(PRIOR_FILE, MANIFEST_FILE)
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception:  # a missing or damaged prior: start from scratch, as before priors
         return None
@@ -67,10 +72,8 @@ def operation_teacher_identity(teacher: Any) -> str:
 def load_operation_prior(teacher: Any) -> tuple[bytes, bool] | None:
     """(the operation student's prior state, whether ``teacher`` taught it), or None when
     the package ships none (or it cannot be read)."""
-    root = resources.files("langchain_membrain")
     try:
-        data = root.joinpath(OPERATIONS_PRIOR_FILE).read_bytes()
-        manifest = json.loads(root.joinpath(OPERATIONS_MANIFEST_FILE).read_text(encoding="utf-8"))
+        data, manifest = _read(OPERATIONS_PRIOR_FILE, OPERATIONS_MANIFEST_FILE)
     except Exception:  # a missing or damaged prior: start from scratch, as before priors
         return None
     return data, manifest.get("teacher") == operation_teacher_identity(teacher)

@@ -45,12 +45,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=4, help="passes over the items for the operation student")
 
 
+def _sample_conversation() -> list[str]:
+    text = resources.files("langchain_membrain").joinpath(SOURCES[1]).read_text(encoding="utf-8")
+    return [json.loads(line)["text"] for line in text.splitlines() if line.strip()]
+
+
 def _streams() -> list[tuple[str, list[str]]]:
     from ..personas import load_personas
 
-    root = resources.files("langchain_membrain")
-    sample = [json.loads(line)["text"] for line in root.joinpath(SOURCES[1]).read_text(encoding="utf-8").splitlines()
-              if line.strip()]
+    sample = _sample_conversation()
     personas = load_personas("tune")
     streams = [(p, [r["text"] for r in rows]) for p, rows in personas.items()]
     # All personas in one memory, interleaved: a larger tree with many topics.
@@ -170,7 +173,7 @@ def _operation_streams(which: str) -> list[tuple[str, list[str]]]:
     changes = load(TUNE if which == "tune" else HELDOUT)
     streams += [(f"changes {p}", [e["text"] for e in part["events"]]) for p, part in changes.items()]
     if which == "tune":
-        streams += [s for s in _streams() if s[0] == "sample conversation"]
+        streams.append(("sample conversation", _sample_conversation()))
     return streams
 
 
