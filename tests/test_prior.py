@@ -134,3 +134,21 @@ def test_a_prior_for_another_embedder_is_not_used():
     with MembrainMemory(embeddings=WordEmbeddings(), background=False) as mem:
         ops = operation_questions(mem, ["I like green tea.", "Hello!"])
     assert ops["student"]["prior"] is None and ops["teacher_questions"] == 2
+
+
+def test_an_audited_operation_is_the_teachers_decision():
+    """With the prior trusted the student would decide alone; an audit still asks the
+    teacher, and the decision is reported as the teacher's even when both say ADD."""
+    from langchain_membrain.embeddings import MiniLMEmbeddings
+    from langchain_membrain.operations import OperationDecider, OperationStudent
+    from langchain_membrain.training import Policy
+
+    teacher = HeuristicTeacher()
+    student = OperationStudent(policy=Policy(confidence=0.9, audit_rate=1.0, warmup=48),
+                               prior=lambda: load_operation_prior(teacher))
+    decider = OperationDecider(teacher, student=student)
+    text = "I play five-a-side football on Thursdays."
+    op = decider.decide(OperationQuestion(text, MiniLMEmbeddings().embed_documents([text])[0], ()))
+    assert student.prior_used == "trusted" and student.gate_open()
+    assert decider.last == (op, "teacher") and op.kind == "ADD"
+    assert decider.counters.student_decided == 0 and decider.counters.asked == 1
