@@ -39,7 +39,7 @@ from .forest import Forest, RefreshCounts
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, as_timestamp, check_text, memory_value
 from .inputs import json_copy as _json_copy
-from .operations import OperationDecider, OperationStudent, execute as execute_operation
+from .operations import OperationDecider, OperationDecision, OperationStudent, execute as execute_operation
 from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
 from .prior import load_operation_prior, load_prior, teacher_identity
 from .records import MemoryRecord
@@ -607,6 +607,15 @@ class MembrainMemory:
             if key in tree and tree.node(key).kind == "fact":
                 out.append(self._record(ns, tree, key))
             return out
+
+    @property
+    def last_operation(self) -> OperationDecision | None:
+        """The memory operation decided for the latest ``add`` in this process (ADD, UPDATE,
+        DELETE or IGNORE, who decided it and the candidates shown), or None before the first.
+        Shared by every thread of this memory: read it right after your own ``add`` only when
+        no other thread adds meanwhile. An ``add`` that runs no operation (operations off, an
+        exact duplicate, ``put``) leaves it as it was."""
+        return self._operations.last
 
     def ignored(self, *, namespace: str | Sequence[str] | None = None, limit: int = 100) -> list[MemoryRecord]:
         """The namespace's log of items judged not to be memories (IGNORE, and retractions

@@ -340,6 +340,16 @@ class OperationCounters:
                 "last_failure": self.last_failure}
 
 
+@dataclass(frozen=True)
+class OperationDecision:
+    """One item's decided operation: ``by`` "student" (it decided alone) or "teacher";
+    ``candidates``: the keys of the candidates shown, nearest first."""
+
+    operation: Operation
+    by: Literal["student", "teacher"]
+    candidates: tuple[str, ...] = ()
+
+
 class OperationDecider:
     """Decides each item's operation: the student when its gate is open, else the teacher.
 
@@ -353,10 +363,7 @@ class OperationDecider:
         self.k = int(k)
         self.student = student
         self.counters = OperationCounters()
-        self.last: tuple[Operation, str] | None = None  # the latest decision and who took it
-        #: The keys of the candidates shown with the latest question, nearest first (what
-        #: ``bench updates`` checks the right old fact against).
-        self.last_candidates: tuple[str, ...] = ()
+        self.last: OperationDecision | None = None  # the latest decision (a new object each time)
         self._guard = threading.Lock()
 
     def decide(self, question: OperationQuestion) -> Operation:
@@ -384,8 +391,8 @@ class OperationDecider:
         with self._guard:
             c.decisions += 1
             c.by_kind[op.kind] += 1
-            self.last = (op, "student" if alone else "teacher")
-            self.last_candidates = tuple(c.key for c in question.candidates)
+            self.last = OperationDecision(op, "student" if alone else "teacher",
+                                          tuple(c.key for c in question.candidates))
         return op
 
     def stats(self) -> dict[str, Any]:

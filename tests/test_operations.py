@@ -230,6 +230,20 @@ def test_ignored_items_go_to_the_log_not_the_tree() -> None:
         assert mem.stats()["operations"]["by_kind"]["IGNORE"] == 2
 
 
+def test_last_operation_says_what_the_latest_add_became() -> None:
+    with memory() as mem:
+        assert mem.last_operation is None
+        violin = mem.add("My daughter is learning the violin.", namespace="u")
+        added = mem.last_operation
+        assert added is not None and added.operation.kind == "ADD" and added.by in ("student", "teacher")
+        mem.add("Hello!", namespace="u")
+        ignored = mem.last_operation
+        assert ignored is not None and ignored.operation.kind == "IGNORE"
+        assert violin in ignored.candidates  # the namespace's nearest facts were shown
+        mem.put("u", "k", {"content": "Our cat is called Miso."})  # put runs no operation
+        assert mem.last_operation is ignored
+
+
 def test_put_always_stores() -> None:
     with memory() as mem:
         mem.put("u", "k", {"content": "What instrument is my daughter learning?"})

@@ -150,5 +150,6 @@ def test_an_audited_operation_is_the_teachers_decision():
     text = "I play five-a-side football on Thursdays."
     op = decider.decide(OperationQuestion(text, MiniLMEmbeddings().embed_documents([text])[0], ()))
     assert student.prior_used == "trusted" and student.gate_open()
-    assert decider.last == (op, "teacher") and op.kind == "ADD"
+    assert decider.last is not None and (decider.last.operation, decider.last.by) == (op, "teacher")
+    assert op.kind == "ADD"
     assert decider.counters.student_decided == 0 and decider.counters.asked == 1

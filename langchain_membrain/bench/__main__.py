@@ -32,13 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"langchain_membrain.bench.{name}")
         p = sub.add_parser(name, help=help_text, description=module.__doc__)
         module.configure(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(run_bench=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    return int(args.run_bench(args) or 0)
 
 
 if __name__ == "__main__":

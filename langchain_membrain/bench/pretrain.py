@@ -212,7 +212,7 @@ def operation_report(student_state: bytes, questions) -> dict:
     alone = alone_right = 0
     for q, truth in questions:
         op = decider.decide(q)
-        if decider.last is not None and decider.last[1] == "student":
+        if decider.last is not None and decider.last.by == "student":
             alone += 1
             alone_right += int(op == truth)
     n = len(questions)

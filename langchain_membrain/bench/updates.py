@@ -116,15 +116,16 @@ def run_config(config: str, sets: list[tuple[str, dict]], embeddings: Any) -> di
                 ns = ("updates", set_name, persona)
                 key_of: dict[str, str] = {}
                 for ev in part["events"]:
-                    mem._operations.last = None
-                    mem._operations.last_candidates = ()
+                    before = mem.last_operation
                     # the right old fact's key before the add (an UPDATE reuses it)
                     old_key = key_of.get(ev.get("target", ""))
                     key = mem.add(ev["text"], namespace=ns, metadata=gt_value(ev))
                     key_of[ev["id"]] = key
-                    last = mem._operations.last
-                    shown = mem._operations.last_candidates
-                    op, by = last if last is not None else (ADD, "none")
+                    last = mem.last_operation
+                    if last is before:  # no operation ran for this add (e.g. an exact duplicate)
+                        last = None
+                    shown = last.candidates if last is not None else ()
+                    op, by = (last.operation, last.by) if last is not None else (ADD, "none")
                     right_target = None
                     if op.kind in ("UPDATE", "DELETE") and ev["op"] == op.kind:
                         hist = mem.history(op.target, namespace=ns)
