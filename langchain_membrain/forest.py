@@ -132,7 +132,9 @@ class Forest:
                     # it wrote: ``([], [], synced)`` when nothing changed.
                     asked = time.perf_counter()
                     changes = self.storage.changes_since(ns, state.synced)
-                    if changes is None or changes[2] != state.synced:
+                    if changes is None and self.storage.namespace_version(ns) == state.synced:
+                        pass  # the log cannot answer, but nothing changed: nothing to reload
+                    elif changes is None or changes[2] != state.synced:
                         state = self._catch_up(ns, changes, started=asked)
                 elif self.storage.namespace_version(ns) != (state.synced if state else 0):
                     state = self._catch_up(ns)
