@@ -18,7 +18,9 @@ knows about models or teachers.
 
 With storage, a namespace another process wrote is brought up to date when read (at most
 once per ``refresh_interval``) or written: from the storage's change log when it reaches
-back far enough (``refreshed_by_change``), else by a reload (``refresh_reloads``).
+back far enough (``refreshed_by_change``), else by a reload (``refresh_reloads``). For a
+namespace it holds, one query (``Storage.changes_since`` after the version it reflects)
+both tells whether another process wrote it and brings what that process wrote.
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ from .tree import HISTORY_KEY, MembrainTree
 
 Namespace = tuple[str, ...]
 T = TypeVar("T")
+#: What ``Storage.changes_since`` answers: (rows to upsert, ids removed, current version).
+Changes = tuple[list[dict[str, Any]], list[str], int]
+
+
+class _Unread:
+    """The change log was not read yet for this check (``changes_since`` not asked)."""
+
+
+_UNREAD = _Unread()
 
 
 @dataclass
@@ -116,7 +127,16 @@ class Forest:
             due = time.monotonic() - self._checked.get(ns, float("-inf")) >= self.refresh_interval
             if state is None or due:
                 self._checked[ns] = time.monotonic()
-                if self.storage.namespace_version(ns) != (state.synced if state else 0):
+                if state is not None and state.synced:
+                    # One query both tells whether another process wrote and brings what
+                    # it wrote: ``([], [], synced)`` when nothing changed.
+                    asked = time.perf_counter()
+                    changes = self.storage.changes_since(ns, state.synced)
+                    if changes is None and self.storage.namespace_version(ns) == state.synced:
+                        pass  # the log cannot answer, but nothing changed: nothing to reload
+                    elif changes is None or changes[2] != state.synced:
+                        state = self._catch_up(ns, changes, started=asked)
+                elif self.storage.namespace_version(ns) != (state.synced if state else 0):
                     state = self._catch_up(ns)
         if state is None and create:
             state = self._loaded[ns] = Loaded(MembrainTree("/".join(ns)))
@@ -168,12 +188,19 @@ class Forest:
                 return result
             try:
                 with self.storage.namespace_lock(ns):
-                    stored = self.storage.namespace_version(ns)
                     state = self._loaded.get(ns)
+                    changes: Changes | None | _Unread = _UNREAD
+                    asked = time.perf_counter()
+                    if state is not None and state.synced:
+                        # As in tree(): one query, under the lock, for the version and the
+                        # changes; the version alone when they cannot be had (None).
+                        changes = self.storage.changes_since(ns, state.synced)
+                    stored = (changes[2] if isinstance(changes, tuple)
+                              else self.storage.namespace_version(ns))
                     if state is None or stored != state.synced:
                         if not stored:
                             self.drop(ns)  # deleted by another process: start afresh, index too
-                        state = self._catch_up(ns) if stored else None
+                        state = self._catch_up(ns, changes, started=asked) if stored else None
                     if state is None:
                         state = self._loaded[ns] = Loaded(MembrainTree("/".join(ns)))
                     tree = state.tree
@@ -205,22 +232,28 @@ class Forest:
         state = self._catch_up(ns)
         return None if state is None else state.tree
 
-    def _catch_up(self, ns: Namespace) -> Loaded | None:
+    def _catch_up(self, ns: Namespace, changes: Changes | None | _Unread = _UNREAD, *,
+                  started: float | None = None) -> Loaded | None:
         """Apply the changes logged since the version our tree reflects to the tree and its
         search index (O(changes), counted as ``refreshed_by_change``), or reload it whole
-        when the log does not reach back or a change does not apply (``refresh_reloads``)."""
-        start = time.perf_counter()
+        when the log does not reach back or a change does not apply (``refresh_reloads``).
+
+        ``changes``: what ``storage.changes_since`` answered for that version already, when
+        the caller asked it to learn whether the namespace changed (one query, not two);
+        ``started``: when the caller asked it (``refresh_seconds`` counts the query too)."""
+        start = time.perf_counter() if started is None else started
         try:
-            return self._refresh(ns)
+            return self._refresh(ns, changes)
         finally:
             self.counts.refresh_seconds += time.perf_counter() - start
 
-    def _refresh(self, ns: Namespace) -> Loaded | None:
+    def _refresh(self, ns: Namespace, changes: Changes | None | _Unread) -> Loaded | None:
         assert self.storage is not None
         state = self._loaded.get(ns)
         if state is None or not state.synced:
             return self._load(ns)
-        changes = self.storage.changes_since(ns, state.synced)
+        if isinstance(changes, _Unread):
+            changes = self.storage.changes_since(ns, state.synced)
         if changes is not None:
             rows, removed, version = changes
             try:

@@ -83,6 +83,11 @@ except ImportError:  # pragma: no cover - exercised only where PyStemmer is miss
 # computes them from its rows: cheaper than a dim x dim matrix per small namespace).
 MOMENTS_MIN = 256
 
+#: Embeddings counted in or out of the running moments whose outer products wait, to be
+#: added to the dim x dim sum together (one matrix product) once this many wait: a single
+#: write then costs no O(dim^2) update, and a search adds the few waiting ones exactly.
+MOMENTS_PENDING_MAX = 32
+
 #: Embeddings indexed with ``defer_ann`` wait outside the HNSW graph (searched exactly,
 #: beside it) until the next write that is not deferred, or until this many wait.
 ANN_PENDING_MAX = 256
@@ -232,6 +237,9 @@ class FactIndex:
         self._has_emb = np.zeros(0, dtype=bool)
         self._m1: np.ndarray | None = None  # sum of embeddings (float64)
         self._m2: np.ndarray | None = None  # sum of outer products (float64)
+        # Embeddings (float64) and signs counted in ``_m1`` whose outer products are not in
+        # ``_m2`` yet (see MOMENTS_PENDING_MAX).
+        self._m2_pending: list[tuple[np.ndarray, int]] = []
         self._n_emb = 0
         self._hnsw: Any = None
         # Slots whose embedding is not in the HNSW graph yet (defer_ann): every search
@@ -685,7 +693,17 @@ class FactIndex:
         if self._m1 is not None and self._m2 is not None:  # set together, above
             v = vec.astype(np.float64)
             self._m1 += sign * v
-            self._m2 += sign * np.outer(v, v)
+            self._m2_pending.append((v, sign))
+            if len(self._m2_pending) >= MOMENTS_PENDING_MAX:
+                self._fold_m2()
+
+    def _fold_m2(self) -> None:
+        """Add the waiting outer products to ``_m2`` in one matrix product."""
+        assert self._m2 is not None
+        vecs = np.stack([v for v, _ in self._m2_pending])
+        signs = np.array([s for _, s in self._m2_pending], dtype=np.float64)
+        self._m2 += (vecs * signs[:, None]).T @ vecs
+        self._m2_pending = []
 
     def _pending_slots(self) -> np.ndarray:
         return np.fromiter(self._ann_pending, dtype=np.int64, count=len(self._ann_pending))
@@ -769,8 +787,12 @@ class FactIndex:
             every = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64) @ q
             mean, var = float(every.mean()), float(every.var())
         else:
+            second = float(q @ self._m2 @ q)
+            if self._m2_pending:  # outer products not folded in yet: (q . v)^2 each
+                proj = np.stack([v for v, _ in self._m2_pending]) @ q
+                second += float(np.array([s for _, s in self._m2_pending]) @ (proj * proj))
             mean = float(q @ self._m1) / self._n_emb
-            var = float(q @ self._m2 @ q) / self._n_emb - mean * mean
+            var = second / self._n_emb - mean * mean
         z = (cos - mean) / math.sqrt(var) if var > 1e-12 else cos - mean
         return np.where(self._has_emb[cand], z, 0.0)
 

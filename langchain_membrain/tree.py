@@ -630,6 +630,53 @@ class MembrainTree:
             incoming[node.id] = (node, row["parent"])
         if self.root_id in removed:
             raise InvariantError("the root cannot be removed")
+        if not removed and all(node.kind == "fact" and nid not in self.graph for nid, (node, _) in incoming.items()):
+            self._attach_new_facts(incoming)  # another process's adds: O(new facts x depth)
+        else:
+            self._apply_nodes(incoming, removed)
+        if root_row is not None:
+            root = self.node(self.root_id)
+            root.text = _check_text(root_row["text"], "subject")
+            root.created_at, root.updated_at = float(root_row["created_at"]), float(root_row["updated_at"])
+            root.metadata = dict(root_row["metadata"] or {})
+        if incoming:
+            self._seq = max(self._seq, max(node.seq for node, _ in incoming.values()))
+        self.version += 1
+
+    def _attach_new_facts(self, incoming: dict[str, tuple[Node, str]]) -> None:
+        """The part of :meth:`_apply_rows` for changes that only add facts new to this tree
+        (what another process's ``add()`` logs): each is attached to its parent, last among
+        its siblings unless its seq says otherwise, and counted on its ancestors (as
+        :meth:`add_fact` does), without recomputing any container from all its children."""
+        attach = sorted((node.seq, nid, parent) for nid, (node, parent) in incoming.items())
+        added: dict[str, int] = {}  # parent -> facts attached to it here
+        for _, nid, parent in attach:
+            if parent not in self.graph or self.node(parent).kind == "fact":
+                raise InvariantError(f"node {nid!r} is attached to {parent!r}, which is not a root or aspect")
+        for _, nid, parent in attach:
+            self.graph.add_node(nid, node=incoming[nid][0])
+            self.graph.add_edge(parent, nid)
+            added[parent] = added.get(parent, 0) + 1
+            self._add_to_ancestors(nid, +1)
+        for parent, k in added.items():
+            # The new facts came last and in seq order: the siblings stay in seq order
+            # when the last one before them has a lower seq (else sort them, as below).
+            kids = list(self.graph.successors(parent))
+            if len(kids) > k and self.node(kids[-k - 1]).seq > self.node(kids[-k]).seq:
+                self._sort_children(parent)
+
+    def _sort_children(self, parent: str) -> None:
+        """Put a container's children in ``seq`` order, as :meth:`from_rows` builds them."""
+        kids = list(self.graph.successors(parent))
+        seqs = [self.node(k).seq for k in kids]
+        if any(a > b for a, b in zip(seqs, seqs[1:])):
+            kids.sort(key=lambda k: self.node(k).seq)
+            self.graph.remove_edges_from([(parent, k) for k in kids])
+            self.graph.add_edges_from([(parent, k) for k in kids])
+
+    def _apply_nodes(self, incoming: dict[str, tuple[Node, str]], removed: list[str]) -> None:
+        """The general part of :meth:`_apply_rows`: nodes replaced, moved, added or removed,
+        and the counts and sums of every container they touch recomputed from its children."""
         # Containers whose counts and sums may change: the old ancestors of every node
         # that goes or moves (now), and the new ones (after the changes).
         stale: set[str] = set()
@@ -708,20 +755,7 @@ class MembrainTree:
         # already gives it when the writers caught up before writing (they do: under the
         # namespace lock); this pass keeps it for any other log, at O(siblings).
         for parent in reordered:
-            kids = list(self.graph.successors(parent))
-            seqs = [self.node(k).seq for k in kids]
-            if any(a > b for a, b in zip(seqs, seqs[1:])):
-                kids.sort(key=lambda k: self.node(k).seq)
-                self.graph.remove_edges_from([(parent, k) for k in kids])
-                self.graph.add_edges_from([(parent, k) for k in kids])
-        if root_row is not None:
-            root = self.node(self.root_id)
-            root.text = _check_text(root_row["text"], "subject")
-            root.created_at, root.updated_at = float(root_row["created_at"]), float(root_row["updated_at"])
-            root.metadata = dict(root_row["metadata"] or {})
-        if incoming:
-            self._seq = max(self._seq, max(node.seq for node, _ in incoming.values()))
-        self.version += 1
+            self._sort_children(parent)
 
     def _next_seq(self) -> int:
         self._seq += 1

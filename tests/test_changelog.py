@@ -196,3 +196,81 @@ def test_a_memory_further_behind_than_the_log_reloads(tmp_path) -> None:
         assert b.tree("n").to_dict() == a.tree("n").to_dict()
     finally:
         a.close(), b.close()
+
+
+def _count_calls(storage, name: str) -> list:
+    """Count the calls of one storage method (a list that grows by one per call)."""
+    calls: list = []
+    method = getattr(storage, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return method(*args, **kwargs)
+
+    setattr(storage, name, counted)
+    return calls
+
+
+def test_a_check_reads_the_version_and_the_changes_in_one_query(shared_storage) -> None:
+    """A memory holding a namespace learns whether another process wrote it, and what it
+    wrote, from one ``changes_since`` query, when reading and when writing (under the
+    namespace lock): no separate version lookup; nothing is applied when nothing changed."""
+    a = MembrainMemory(embeddings=WordEmbeddings(), storage=shared_storage(), refresh_interval=0.0)
+    b = MembrainMemory(embeddings=WordEmbeddings(), storage=shared_storage(), refresh_interval=0.0)
+    try:
+        a.add("my dog rex loves the park", namespace="team")
+        b.add("the cat sleeps on the sofa", namespace="team")  # b's first load: whole
+        before = b.stats()
+        versions = _count_calls(b._storage, "namespace_version")
+        reads = _count_calls(b._storage, "changes_since")
+        b.search("cat", namespace="team")  # nothing changed since b's write
+        assert len(reads) == 1 and not versions
+        assert b.refresh_counts.refreshed_by_change == before["refreshed_by_change"]
+        a.add("pasta with tomato sauce", namespace="team")
+        assert "pasta with tomato sauce" in [r.text for r in b.search("pasta", namespace="team")]
+        assert len(reads) == 2 and not versions
+        a.add("fresh bread from the bakery", namespace="team")
+        b.add("bob grows tomatoes", namespace="team")  # catches up under the lock, then writes
+        assert len(reads) >= 3 and not versions
+        after = b.stats()
+        assert after["refreshed_by_change"] == before["refreshed_by_change"] + 2
+        assert after["refresh_reloads"] == before["refresh_reloads"]
+        tree = b.tree("team")
+        tree.check_invariants()
+        reloaded, _ = b._storage.load_tree(("team",))
+        assert tree.to_dict() == reloaded.to_dict()
+        assert a.tree("team").to_dict() == reloaded.to_dict()
+    finally:
+        a.close(), b.close()
+
+
+def test_a_write_behind_a_compacted_log_or_a_deleted_namespace_reloads(tmp_path) -> None:
+    """A write by a memory further behind than the log reloads the namespace under the
+    lock, and one whose namespace another process deleted starts it afresh."""
+    db = str(tmp_path / "shared.db")
+    from langchain_membrain.storage import SQLiteStorage
+
+    a = MembrainMemory(embeddings=WordEmbeddings(), storage=SQLiteStorage(db, log_retention=2),
+                       refresh_interval=0.0)
+    b = MembrainMemory(embeddings=WordEmbeddings(), storage=SQLiteStorage(db, log_retention=2),
+                       refresh_interval=0.0)
+    try:
+        a.add("the first fact", namespace="n")
+        b.add("the cat sleeps on the sofa", namespace="n")
+        for i in range(4):
+            a.add(f"fact number {i} about bees", namespace="n")
+        counts = b.refresh_counts  # (not stats(): it would catch up first)
+        reloads, by_change = counts.refresh_reloads, counts.refreshed_by_change
+        b.add("bob grows tomatoes", namespace="n")
+        assert counts.refresh_reloads == reloads + 1
+        assert counts.refreshed_by_change == by_change
+        b.tree("n").check_invariants()
+        reloaded, _ = b._storage.load_tree(("n",))
+        assert b.tree("n").to_dict() == reloaded.to_dict() == a.tree("n").to_dict()
+        assert len(b.tree("n").facts()) == 7
+        assert a._storage.delete_namespace(("n",))
+        key = b.add("a fresh start", namespace="n")
+        assert b.tree("n").facts() == [key]
+        assert [r.key for r in a.search("fresh start bees", namespace="n", limit=10)] == [key]
+    finally:
+        a.close(), b.close()

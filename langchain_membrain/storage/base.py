@@ -17,7 +17,9 @@ Concurrency model (the same for every backend):
 - Outside a lock, each call is its own transaction (a write still takes the namespace
   lock for its own duration, so it serialises with lock holders).
 - :meth:`~Storage.namespace_version` is one indexed lookup: the cheap way for a process
-  to notice that another one wrote a namespace it holds in memory.
+  to notice that another one wrote a namespace. A process that holds the namespace asks
+  :meth:`~Storage.changes_since` instead: the same one round trip answers
+  ``([], [], version)`` when nothing changed, and the changes when something did.
 - Every write also records what it changed in the namespace's **change log**, in the same
   transaction, under the version it created. :meth:`~Storage.changes_since` returns the
   changes after a version, merged, so a process that is behind applies them to the tree it
