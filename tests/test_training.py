@@ -68,15 +68,16 @@ def small_config(**policy) -> LearnerConfig:
     return cfg
 
 
-def eval_decisions(n_tree: int = 60, n_eval: int = 40) -> list:
+def eval_decisions(n_tree: int = 120, n_eval: int = 40) -> list:
     """Stage-1 decisions of the teacher on a teacher-built tree: (features, label)."""
     teacher = HeuristicTeacher()
     tree = MembrainTree("s", dim=DIM)
     for nf in synthetic_facts(n_tree, seed=7):
         insert_with_teacher(tree, nf, teacher)
     out = []
-    # half the new facts are on known topics (mostly "descend"), half on unseen ones
-    # (mostly "attach here"): both kinds of decision are well represented
+    # half the new facts are on known topics, half on unseen ones; with 16-d topic directions
+    # both mostly descend, and a tree of 120 facts has aspects deep enough that some
+    # descents stop at an aspect ("attach here"), so both kinds of decision are represented
     new = synthetic_facts(n_eval // 2, seed=8) + synthetic_facts(n_eval // 2, seed=9, topics_seed=99)
     for nf in new:
         def choose(sub: Subtree, nf=nf) -> int:
