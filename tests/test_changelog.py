@@ -94,6 +94,24 @@ FollowerMachine.TestCase.settings = settings(
 TestFollowerMachine = FollowerMachine.TestCase
 
 
+
+def two_memories_with_a_short_log(tmp_path) -> tuple[MembrainMemory, MembrainMemory]:
+    """Two memories (two processes' worth) on one SQLite file whose change log keeps 2 versions."""
+    from langchain_membrain.storage import SQLiteStorage
+
+    db = str(tmp_path / "shared.db")
+    return tuple(MembrainMemory(embeddings=WordEmbeddings(), storage=SQLiteStorage(db, log_retention=2),
+                                refresh_interval=0.0) for _ in range(2))  # type: ignore[return-value]
+
+
+def assert_both_equal_a_reload(a: MembrainMemory, b: MembrainMemory, ns: str) -> None:
+    """Both memories' trees of ``ns`` hold the invariants and equal the stored tree."""
+    tree = b.tree(ns)
+    tree.check_invariants()
+    reloaded, _ = b._storage.load_tree((ns,))
+    assert tree.to_dict() == reloaded.to_dict()
+    assert a.tree(ns).to_dict() == reloaded.to_dict()
+
 def test_merge_needs_every_version_and_stops_at_a_reset() -> None:
     row = {"id": "f", "kind": "fact"}
     entries = [(2, "upsert", "f", row), (3, "remove", "f", None), (4, "upsert", "g", row)]
@@ -165,23 +183,13 @@ def test_a_memory_refreshes_by_change_after_another_ones_writes(shared_storage) 
         assert keys[2] in hits and kb in hits and keys[1] not in hits
         assert b.get(keys[1], namespace="team") is None
         assert b.get(keys[2], namespace="team").value["content"] == "pasta with pesto"
-        tree = b.tree("team")
-        tree.check_invariants()
-        reloaded, _ = b._storage.load_tree(("team",))
-        assert tree.to_dict() == reloaded.to_dict()
-        assert a.tree("team").to_dict() == reloaded.to_dict()
+        assert_both_equal_a_reload(a, b, "team")
     finally:
         a.close(), b.close()
 
 
 def test_a_memory_further_behind_than_the_log_reloads(tmp_path) -> None:
-    db = str(tmp_path / "shared.db")
-    from langchain_membrain.storage import SQLiteStorage
-
-    a = MembrainMemory(embeddings=WordEmbeddings(), storage=SQLiteStorage(db, log_retention=2),
-                       refresh_interval=0.0)
-    b = MembrainMemory(embeddings=WordEmbeddings(), storage=SQLiteStorage(db, log_retention=2),
-                       refresh_interval=0.0)
+    a, b = two_memories_with_a_short_log(tmp_path)
     try:
         a.add("the first fact", namespace="n")
         assert len(b.search("first", namespace="n")) == 1
@@ -235,11 +243,7 @@ def test_a_check_reads_the_version_and_the_changes_in_one_query(shared_storage) 
         after = b.stats()
         assert after["refreshed_by_change"] == before["refreshed_by_change"] + 2
         assert after["refresh_reloads"] == before["refresh_reloads"]
-        tree = b.tree("team")
-        tree.check_invariants()
-        reloaded, _ = b._storage.load_tree(("team",))
-        assert tree.to_dict() == reloaded.to_dict()
-        assert a.tree("team").to_dict() == reloaded.to_dict()
+        assert_both_equal_a_reload(a, b, "team")
     finally:
         a.close(), b.close()
 
@@ -247,13 +251,7 @@ def test_a_check_reads_the_version_and_the_changes_in_one_query(shared_storage) 
 def test_a_write_behind_a_compacted_log_or_a_deleted_namespace_reloads(tmp_path) -> None:
     """A write by a memory further behind than the log reloads the namespace under the
     lock, and one whose namespace another process deleted starts it afresh."""
-    db = str(tmp_path / "shared.db")
-    from langchain_membrain.storage import SQLiteStorage
-
-    a = MembrainMemory(embeddings=WordEmbeddings(), storage=SQLiteStorage(db, log_retention=2),
-                       refresh_interval=0.0)
-    b = MembrainMemory(embeddings=WordEmbeddings(), storage=SQLiteStorage(db, log_retention=2),
-                       refresh_interval=0.0)
+    a, b = two_memories_with_a_short_log(tmp_path)
     try:
         a.add("the first fact", namespace="n")
         b.add("the cat sleeps on the sofa", namespace="n")
