@@ -43,13 +43,6 @@ T = TypeVar("T")
 Changes = tuple[list[dict[str, Any]], list[str], int]
 
 
-class _Unread:
-    """The change log was not read yet for this check (``changes_since`` not asked)."""
-
-
-_UNREAD = _Unread()
-
-
 @dataclass
 class Loaded:
     """One namespace as this process holds it (read and written under its lock)."""
@@ -127,17 +120,10 @@ class Forest:
             due = time.monotonic() - self._checked.get(ns, float("-inf")) >= self.refresh_interval
             if state is None or due:
                 self._checked[ns] = time.monotonic()
-                if state is not None and state.synced:
-                    # One query both tells whether another process wrote and brings what
-                    # it wrote: ``([], [], synced)`` when nothing changed.
-                    asked = time.perf_counter()
-                    changes = self.storage.changes_since(ns, state.synced)
-                    if changes is None and self.storage.namespace_version(ns) == state.synced:
-                        pass  # the log cannot answer, but nothing changed: nothing to reload
-                    elif changes is None or changes[2] != state.synced:
-                        state = self._catch_up(ns, changes, started=asked)
-                elif self.storage.namespace_version(ns) != (state.synced if state else 0):
-                    state = self._catch_up(ns)
+                asked = time.perf_counter()
+                stored, changes = self._stored_version(ns, state)
+                if stored != (state.synced if state else 0):
+                    state = self._catch_up(ns, changes, started=asked)
         if state is None and create:
             state = self._loaded[ns] = Loaded(MembrainTree("/".join(ns)))
         if state is None:
@@ -189,14 +175,8 @@ class Forest:
             try:
                 with self.storage.namespace_lock(ns):
                     state = self._loaded.get(ns)
-                    changes: Changes | None | _Unread = _UNREAD
                     asked = time.perf_counter()
-                    if state is not None and state.synced:
-                        # As in tree(): one query, under the lock, for the version and the
-                        # changes; the version alone when they cannot be had (None).
-                        changes = self.storage.changes_since(ns, state.synced)
-                    stored = (changes[2] if isinstance(changes, tuple)
-                              else self.storage.namespace_version(ns))
+                    stored, changes = self._stored_version(ns, state)
                     if state is None or stored != state.synced:
                         if not stored:
                             self.drop(ns)  # deleted by another process: start afresh, index too
@@ -229,31 +209,38 @@ class Forest:
     def catch_up(self, ns: Namespace) -> MembrainTree | None:
         """Bring a namespace another process wrote up to date now (see :meth:`_catch_up`);
         its tree, or None when it is not stored. Call under its :meth:`lock`."""
-        state = self._catch_up(ns)
+        _, changes = self._stored_version(ns, self._loaded.get(ns))
+        state = self._catch_up(ns, changes)
         return None if state is None else state.tree
 
-    def _catch_up(self, ns: Namespace, changes: Changes | None | _Unread = _UNREAD, *,
-                  started: float | None = None) -> Loaded | None:
-        """Apply the changes logged since the version our tree reflects to the tree and its
-        search index (O(changes), counted as ``refreshed_by_change``), or reload it whole
-        when the log does not reach back or a change does not apply (``refresh_reloads``).
+    def _stored_version(self, ns: Namespace, state: Loaded | None) -> tuple[int, Changes | None]:
+        """The namespace's stored version and, when this process holds it, what changed since
+        the version it reflects, from one query (``([], [], version)`` when nothing did).
+        The changes are None when the namespace is not held, or when the log cannot answer
+        (the version then costs a second query)."""
+        assert self.storage is not None
+        if state is not None and state.synced:
+            changes = self.storage.changes_since(ns, state.synced)
+            if changes is not None:
+                return changes[2], changes
+        return self.storage.namespace_version(ns), None
 
-        ``changes``: what ``storage.changes_since`` answered for that version already, when
-        the caller asked it to learn whether the namespace changed (one query, not two);
-        ``started``: when the caller asked it (``refresh_seconds`` counts the query too)."""
+    def _catch_up(self, ns: Namespace, changes: Changes | None, *, started: float | None = None) -> Loaded | None:
+        """Apply ``changes`` (:meth:`_stored_version`'s) to the tree and its search index
+        (O(changes), counted as ``refreshed_by_change``), or reload it whole when there are
+        none to apply (the log does not reach back) or a change does not apply
+        (``refresh_reloads``). ``started``: when the caller's query was sent, so that
+        ``refresh_seconds`` counts it too."""
         start = time.perf_counter() if started is None else started
         try:
             return self._refresh(ns, changes)
         finally:
             self.counts.refresh_seconds += time.perf_counter() - start
 
-    def _refresh(self, ns: Namespace, changes: Changes | None | _Unread) -> Loaded | None:
-        assert self.storage is not None
+    def _refresh(self, ns: Namespace, changes: Changes | None) -> Loaded | None:
         state = self._loaded.get(ns)
         if state is None or not state.synced:
             return self._load(ns)
-        if isinstance(changes, _Unread):
-            changes = self.storage.changes_since(ns, state.synced)
         if changes is not None:
             rows, removed, version = changes
             try:

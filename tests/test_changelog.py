@@ -94,7 +94,6 @@ FollowerMachine.TestCase.settings = settings(
 TestFollowerMachine = FollowerMachine.TestCase
 
 
-
 def two_memories_with_a_short_log(tmp_path) -> tuple[MembrainMemory, MembrainMemory]:
     """Two memories (two processes' worth) on one SQLite file whose change log keeps 2 versions."""
     from langchain_membrain.storage import SQLiteStorage
@@ -111,6 +110,7 @@ def assert_both_equal_a_reload(a: MembrainMemory, b: MembrainMemory, ns: str) ->
     reloaded, _ = b._storage.load_tree((ns,))
     assert tree.to_dict() == reloaded.to_dict()
     assert a.tree(ns).to_dict() == reloaded.to_dict()
+
 
 def test_merge_needs_every_version_and_stops_at_a_reset() -> None:
     row = {"id": "f", "kind": "fact"}

@@ -120,6 +120,20 @@ def test_demote_into_the_closer_sibling_aspect():
     assert acts == [Demote(f, s)]
 
 
+def test_only_the_new_fact_moves_unless_siblings_are_tidied():
+    """By default stage 2 moves the new fact alone (a student can predict that); with
+    ``tidy_siblings`` it also moves a sibling fact that stage 1 would now place elsewhere."""
+    t = MembrainTree("s")
+    s = t.add_aspect(t.root_id, "S")
+    t.add_fact(s, "s1", embedding=axis(0))
+    t.add_fact(s, "s2", embedding=unit(1.0, 0.1))
+    t.add_fact(t.root_id, "r1", embedding=axis(4))
+    x = t.add_fact(t.root_id, "x", embedding=unit(1.0, 0.0, 0.3))  # placed before S fitted it
+    f = t.add_fact(t.root_id, "f", embedding=unit(0.0, 0.0, 0.0, 0.0, 0.2, 1.0))
+    assert HeuristicTeacher().choose_stage2(t, t.closure(f)) == []
+    assert Demote(x, s) in HeuristicTeacher(tidy_siblings=True).choose_stage2(t, t.closure(f))
+
+
 def test_group_tight_clusters_only_when_crowded():
     t = MembrainTree("s")
     tight = [t.add_fact(t.root_id, f"a{i}", embedding=unit(1.0, 0.05 * i)) for i in range(3)]
