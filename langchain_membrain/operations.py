@@ -444,10 +444,9 @@ class _StudentNet:
     def logits(self, batch: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]):
         """Logits (B, 2 + 3k), masked with -inf where a candidate is missing."""
         torch = self.torch
-        e = torch.tensor(np.stack([b[0] for b in batch]))
-        flags = torch.tensor(np.stack([b[1] for b in batch]))
-        cands = torch.tensor(np.stack([b[2] for b in batch]))  # (B, k, dim)
-        pairnum = torch.tensor(np.stack([b[3] for b in batch]))  # (B, k, N_PAIR); last col = present
+        # from_numpy wraps the stacked arrays without a second copy (the insert's hot path).
+        e, flags, cands, pairnum = (torch.from_numpy(np.stack([b[i] for b in batch]).astype(np.float32, copy=False))
+                                    for i in range(4))  # cands (B, k, dim); pairnum (B, k, N_PAIR), last col = present
         h = self.item(torch.cat([e, flags], dim=1))
         head = self.item_out(h)
         p = torch.relu(self.pair_in(cands * e[:, None, :]))
