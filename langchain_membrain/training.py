@@ -330,7 +330,7 @@ class OnlineTrainer:
         self.infer_lock = threading.RLock()
         self.infer1 = copy.deepcopy(self.stage1).eval()
         self.infer2 = copy.deepcopy(self.stage2).eval()
-        self._traced: dict[str, Any] = {}  # stage -> trace of infer1/infer2 sharing its parameters
+        self._traced: dict[str, Any] = {}  # stage -> trace of infer1/infer2 sharing its parameters (None: failed)
         # Labels a loaded prior was trained on, per stage, when the prior was taught by this
         # memory's own teacher: they count toward warm-up (not toward agreement or stats).
         self.prior_labels: dict[str, int] = {"stage1": 0, "stage2": 0}
@@ -365,7 +365,7 @@ class OnlineTrainer:
         thread; stage 2: about 35%; the insert's hot path). Shapes (tokens, facts, aspects)
         are traced symbolically, so one trace serves every closure. It shares the eager
         network's parameters, so the parameter copies of ``_publish`` reach it. Tracing is
-        lazy; a failure falls back to eager mode for good."""
+        lazy; a network that fails to trace runs eagerly from then on (held as None)."""
         net = self.infer1 if stage == "stage1" else self.infer2
         if self.config.trace_inference and stage not in self._traced:
             try:
@@ -375,8 +375,8 @@ class OnlineTrainer:
                     warnings.simplefilter("ignore")
                     self._traced[stage] = torch.jit.trace(net, (b,), strict=False, check_trace=False)
             except Exception:
-                self.config.trace_inference = False
-        fast = self._traced.get(stage) if self.config.trace_inference else None
+                self._traced[stage] = None
+        fast = self._traced.get(stage)
         return net(b) if fast is None else fast(b)
 
     def predict_stage2(self, feats: Stage2Features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
