@@ -368,10 +368,12 @@ class OperationDecider:
 
     def decide(self, question: OperationQuestion) -> Operation:
         c = self.counters
-        student_op, trusted = (None, False)
+        student_op, trusted, gate = (None, False, False)
         if self.student is not None:
+            gate = self.student.gate_open()
             student_op, trusted = self.student.propose(question)
-        alone = trusted and student_op is not None and not self.student.audit_due()
+        audit = trusted and student_op is not None and self.student.audit_due()
+        alone = trusted and student_op is not None and not audit
         if alone:
             op = student_op
             with self._guard:
@@ -387,7 +389,9 @@ class OperationDecider:
                     c.compared += 1
                     c.agreement_hits += int(student_op == op)
             if self.student is not None:
-                self.student.learn(question, op, student_op)
+                # Asked *because* the student was unsure (its gate open, its answer below
+                # the bar): a label it is not fairly measured on (see learn).
+                self.student.learn(question, op, student_op, unbiased=audit or not gate)
         with self._guard:
             c.decisions += 1
             c.by_kind[op.kind] += 1
@@ -575,7 +579,15 @@ class OperationStudent:
         return bool(self._rng.random() < self.policy.audit_rate)
 
     # -- learning
-    def learn(self, q: OperationQuestion, op: Operation, proposed: Operation | None) -> None:
+    def learn(self, q: OperationQuestion, op: Operation, proposed: Operation | None, *,
+              unbiased: bool = True) -> None:
+        """Learn the teacher's answer ``op`` to ``q`` (``proposed``: the student's own).
+        Every label trains the network; only an ``unbiased`` one (asked whatever the
+        student's confidence: warm-up, a closed gate, an audit, teacher forcing) joins the
+        agreement window and the calibration, as the stages' calibration does: the items
+        asked because the student was unsure are its hardest, and counting them would
+        measure its agreement on those alone and shut the gate on a student that decides
+        the rest well."""
         row = self.encode(q)
         label = self.label_index(q, op)
         if row is None or label is None:
@@ -584,9 +596,8 @@ class OperationStudent:
             self._ensure(row[0].size)
             self.labelled += 1
             self.agreed += int(proposed == op)
-            if proposed is not None:
+            if proposed is not None and unbiased:
                 self._recent.append(int(proposed == op))
-            if proposed is not None:
                 self.calibrator.add(self._last_logits, label)
                 self.calibrator.maybe_fit(16)
             self._pending.append((row, label))

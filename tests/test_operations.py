@@ -373,6 +373,36 @@ def test_the_student_learns_the_rule_and_opens_its_gate(one_torch_thread) -> Non
     assert student.stats()["recent_agreement"] >= 0.9
 
 
+def test_labels_asked_because_the_student_was_unsure_do_not_shut_its_gate(one_torch_thread) -> None:
+    """Only labels asked whatever the student's confidence (audits, a closed gate) measure
+    its agreement: a run of hard items it was unsure of, and got wrong, still trains it but
+    leaves its gate and calibration as they were; the same run as audits shuts the gate."""
+    rng = np.random.default_rng(0)
+    items = ["Hello!", "Thanks a lot!", "I like green tea.", "My sister lives in Rome.", "I play the piano."]
+    vecs = {t: rng.normal(size=16).astype(np.float32) for t in items}
+
+    def taught() -> OperationStudent:
+        student = OperationStudent(seed=0)
+        for i in range(200):
+            q = OperationQuestion(items[i % len(items)], vecs[items[i % len(items)]], ())
+            student.learn(q, conservative_operation(q), student.propose(q)[0])
+        assert student.gate_open()
+        return student
+
+    hard = [OperationQuestion(f"I might move to city number {i}.", rng.normal(size=16).astype(np.float32), ())
+            for i in range(40)]
+    for unbiased in (False, True):
+        student = taught()
+        temperature, labelled = student.calibrator.temperature, student.labelled
+        for q in hard:
+            proposed = student.propose(q)[0]
+            student.learn(q, IGNORE if proposed == ADD else ADD, proposed, unbiased=unbiased)
+        assert student.labelled == labelled + len(hard)  # every label trains
+        assert student.gate_open() is not unbiased
+        if not unbiased:
+            assert student.calibrator.temperature == temperature
+
+
 def test_the_student_is_saved_with_the_models(tmp_path, one_torch_thread) -> None:
     """The operation student's weights and counters are checkpointed beside the models and
     restored by the next process, which proposes the same operations."""
