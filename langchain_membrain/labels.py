@@ -121,7 +121,7 @@ _SPEAKER = re.compile(
     r"^\s*(?:\[[^\]]*\]\s*)?[^\W\d_][\w'’.\-]*(?:\s+[^\W\d_][\w'’.\-]*){0,2}\s*:\s+")
 _SEGMENT = re.compile(r"[.,;:!?()\[\]{}\"“”«»|/\\…–—]+|\s-\s|\n")
 _TOKEN = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
-_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s|k|km|am|pm|h|m)?")
+_NUMBER = re.compile(r"\d+(?:[.,:\-]\d+)*(?:st|nd|rd|th|s|k|km|am|pm|h|m)?")  # dates (2024-09-02) too
 
 FALLBACK_LABEL = "topic"
 

@@ -209,6 +209,9 @@ def test_candidates_exclude_numbers_only_and_respect_max_words():
     assert "12" not in cands and "2024" not in cands and "12 34" not in cands
     assert "km" in cands
     assert all(1 <= n_words(c) <= 2 for c in cands)
+    dated = label_candidates(["Memory clinic appointment on 2024-09-02.", "Checkup on 2024-09-02 at 9:30."])
+    assert "2024-09-02" not in dated and not any(c.endswith("2024-09-02") for c in dated)  # a date is a number
+    assert "Memory clinic" in dated
     assert all(n_words(c) == 1 for c in label_candidates(RUNNING, max_words=1))
     with pytest.raises(ValueError):
         label_candidates(RUNNING, max_words=0)
