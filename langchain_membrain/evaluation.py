@@ -36,6 +36,7 @@ __all__ = [
     "flat_tree",
     "load_labelled_facts",
     "path_class",
+    "ranking_auc",
     "tree_shape",
     "wordnet_subtree_facts",
     "write_labelled_facts",
@@ -112,6 +113,33 @@ def dendrogram_purity(tree: MembrainTree, fact_class: Mapping[str, Hashable]) ->
                 weighted += lca_pairs * n / n_leaves
         counts[nid], leaves[nid] = here, n_leaves
     return weighted / n_pairs
+
+
+def ranking_auc(scores: Sequence[float], positive: Sequence[bool]) -> float | None:
+    """Area under the ROC curve of ``scores`` for the labels ``positive``: the probability
+    that a positive, drawn at random, scores above a negative drawn at random (a tie counts
+    one half). 0.5 is chance, 1.0 a perfect ranking; None without both classes.
+
+    Computed from midranks (the Mann-Whitney U statistic): ``(R+ - n+(n+ + 1)/2) / (n+ n-)``
+    with ``R+`` the sum of the positives' ranks among all scores."""
+    x = np.asarray(scores, dtype=float)
+    y = np.asarray(positive, dtype=bool)
+    if x.shape != y.shape:
+        raise InvalidOperationError("scores and labels differ in length")
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    sorted_x = x[order]
+    i = 0
+    while i < len(x):  # midranks over runs of equal scores
+        j = i
+        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def path_class(path: Sequence[str] | None, depth: int = 2) -> tuple[str, ...] | None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from langchain_membrain.bench.oracle import GT_NODE, OracleTeacher, oracle_metadata
 from langchain_membrain.errors import InvalidOperationError, MembrainError, NodeNotFoundError
@@ -19,6 +21,7 @@ from langchain_membrain.evaluation import (
     flat_tree,
     load_labelled_facts,
     path_class,
+    ranking_auc,
     tree_shape,
     wordnet_subtree_facts,
     write_labelled_facts,
@@ -261,3 +264,31 @@ def test_hierarchy_bench_end_to_end(tmp_path):
     assert all(0.0 < m["dendrogram_purity"] <= 1.0 for m in methods.values())
     tree = MembrainTree.from_dict(json.loads(export.read_text()))
     assert tree.fact_count(tree.root_id) == 60
+
+
+# ---------------------------------------------------------------- ranking AUC
+def _pairwise_auc(scores, labels):
+    """The definition: P(a random positive scores above a random negative), ties one half."""
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = [s for s, y in zip(scores, labels) if not y]
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=2, max_size=40))
+def test_ranking_auc_is_the_probability_a_positive_outranks_a_negative(rows):
+    scores = [float(s) for s, _ in rows]  # few distinct values: many ties
+    labels = [y for _, y in rows]
+    got = ranking_auc(scores, labels)
+    if all(labels) or not any(labels):
+        assert got is None
+    else:
+        assert got == pytest.approx(_pairwise_auc(scores, labels))
+
+
+def test_ranking_auc_reads_perfect_reversed_and_uninformative_scores():
+    assert ranking_auc([0.1, 0.2, 0.8, 0.9], [False, False, True, True]) == 1.0
+    assert ranking_auc([0.1, 0.2, 0.8, 0.9], [True, True, False, False]) == 0.0
+    assert ranking_auc([0.5] * 6, [True, False] * 3) == 0.5
+    with pytest.raises(InvalidOperationError):
+        ranking_auc([0.1, 0.2], [True])

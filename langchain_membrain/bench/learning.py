@@ -20,7 +20,10 @@ Reported ("last200": over the last 200 decisions or inserts):
   descending alone on the same tree, would have attached the fact.
 - ``stage2_agreement_last200``: the decoded action series equals the teacher's (as sets;
   Group labels ignored); ``stage2_idle_baseline_last200``: the teacher's series is empty;
-  ``stage2_nonidle_recall_last200`` / ``_precision_``: over individual non-Idle actions.
+  ``stage2_nonidle_recall_last200`` / ``_precision_``: over individual non-Idle actions;
+  ``stage2_focal_action_auc_last200``: how well the network's probability that the new fact
+  is not left Idle ranks the decisions where the teacher does move it (ROC AUC,
+  ``evaluation.ranking_auc``; 0.5: it cannot tell them apart, whatever its gate does).
 - ``teacher_calls_per_insert_last200`` (every teacher question; naming a new aspect is
   counted apart in ``naming_calls_per_insert_last200``), ``insert_p50_ms`` /
   ``insert_p95_ms`` (wall clock of ``place``: descent, attach, stage 2, apply; over the
@@ -83,10 +86,23 @@ def _rate(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
+def _moved(action) -> tuple[str, ...]:
+    """The facts an action moves (a Group's members, else its one node)."""
+    return tuple(getattr(action, "node_ids", None) or (action.node_id,))
+
+
+def _acts_probability(type_logits: np.ndarray, mask: np.ndarray) -> float:
+    """The network's probability that a fact is not left Idle (softmax over its possible types)."""
+    z = np.where(mask, type_logits, -np.inf)
+    p = np.exp(z - z.max())
+    return float(1.0 - p[0] / p.sum())
+
+
 def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
     """The agreement metrics over the last ``window`` decisions/inserts of ``results``
     (InsertResults of a Learner that had a shadow teacher)."""
     from ..decoding import action_key
+    from ..evaluation import ranking_auc
 
     s1 = [s for r in results for s in r.record.steps if s.shadow_choice is not None][-window:]
     stops = [s for s in s1 if s.shadow_choice == 0]
@@ -94,6 +110,8 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
     s2 = [r.record.stage2 for r in results
           if r.record.stage2 is not None and r.record.stage2.shadow_actions is not None][-window:]
     agree2 = idle2 = hit = n_teacher = n_model = 0
+    acts_score: list[float] = []  # the model's P(not Idle) for the new fact ...
+    acts_label: list[bool] = []  # ... and whether the teacher acted on it
     by_type = {t: [0, 0, 0] for t in ("promote", "demote", "group")}  # hits, teacher, model
     for d in s2:
         mine = {action_key(a) for a in d.model_actions}
@@ -109,6 +127,9 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
             by_type[k[0]][1] += 1
         for k in mine:
             by_type[k[0]][2] += 1
+        if d.feats.fact_ids and d.feats.type_mask()[0, 1:].any():
+            acts_score.append(_acts_probability(d.type_logits[0], d.feats.type_mask()[0]))
+            acts_label.append(any(d.feats.focal_id in _moved(a) for a in d.shadow_actions))
     last = results[-window:]
     return {
         "stage1_agreement_last200": _rate(sum(s.model_choice == s.shadow_choice for s in s1), len(s1)),
@@ -120,6 +141,7 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
         "stage2_idle_baseline_last200": _rate(idle2, len(s2)),
         "stage2_nonidle_recall_last200": _rate(hit, n_teacher),
         "stage2_nonidle_precision_last200": _rate(hit, n_model),
+        "stage2_focal_action_auc_last200": ranking_auc(acts_score, acts_label),
         **{f"stage2_{t}_recall_last200": _rate(v[0], v[1]) for t, v in by_type.items()},
         **{f"stage2_{t}_precision_last200": _rate(v[0], v[2]) for t, v in by_type.items()},
         "teacher_calls_per_insert_last200": _rate(sum(r.teacher_calls for r in last), len(last)),
