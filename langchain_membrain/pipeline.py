@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -82,6 +82,7 @@ def insert_with_teacher(tree: MembrainTree, new_fact: NewFact, teacher: Teacher,
 # and stage 2, comes from that one answer.
 
 By = Literal["model", "teacher", "forced"]
+WAITING_TRACKED = 10_000  # parents whose waiting stage-2 decisions are counted (stage2_defer)
 QUESTION_KINDS = ("placement", "audit", "operation", "naming")
 
 
@@ -106,7 +107,15 @@ class LearnerConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     apply_corrections: bool = True
     allow_aspects: bool = False
+    # Ask about stage 2 at most once per this many unsure decisions under the same parent:
+    # the others wait, executed as Idle (README, Limitations: the oracle teacher). 1: ask at
+    # every unsure decision.
+    stage2_defer: int = 1
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stage2_defer, int) or self.stage2_defer < 1:
+            raise ValueError(f"stage2_defer must be an int >= 1, not {self.stage2_defer!r}")
 
 
 @dataclass
@@ -307,6 +316,9 @@ class Learner:
         self.shadow_seconds = 0.0  # time spent asking the shadow (left out of insert times)
         self._count_lock = threading.Lock()
         self.inserts = 0
+        # (subject, parent id) -> unsure stage-2 decisions that waited since the teacher was
+        # last asked about that parent (stage2_defer > 1); least recently seen dropped first.
+        self._waiting: OrderedDict[tuple[str, str], int] = OrderedDict()
 
     # ------------------------------------------------------------------ policies
     @property
@@ -611,7 +623,31 @@ class Learner:
             return False
         feats, logits, mine, conf = decided
         rec.stage2 = Stage2Decision(feats, logits, mine, conf, mine, "model", None, calibrate)
-        return not rec.asked and self._unsure(self.config.stage2, "stage2", conf)
+        if rec.asked or not self._unsure(self.config.stage2, "stage2", conf):
+            return False
+        if self._waits(tree, rec.fact_id):
+            rec.stage2.executed = []  # Idle until the parent's turn to ask comes
+            return False
+        return True
+
+    def _waits(self, tree: MembrainTree, fact_id: str) -> bool:
+        """Whether an unsure stage-2 decision waits instead of asking: fewer than
+        ``stage2_defer - 1`` decisions under the same parent have waited since the teacher
+        was last asked about it. A teacher whose stage 2 covers every fact child of the
+        parent (the oracle does; an LLM shown the closure can) tidies the waiting facts too,
+        with one question per ``stage2_defer`` unsure inserts there."""
+        defer = self.config.stage2_defer
+        if defer <= 1:
+            return False
+        key = (tree.node(tree.root_id).text, tree.parent(fact_id) or tree.root_id)
+        with self._count_lock:
+            waited = self._waiting.pop(key, 0)
+            if waited + 1 >= defer:
+                return False
+            self._waiting[key] = waited + 1
+            while len(self._waiting) > WAITING_TRACKED:
+                self._waiting.popitem(last=False)
+        return True
 
     def teacher_stage2(self, tree: MembrainTree, rec: PlaceRecord) -> None:
         """Ask the joint question now, about the tree without the new fact; its stage-2

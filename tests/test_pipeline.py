@@ -171,3 +171,38 @@ def test_dimension_mismatch_is_a_typed_error():
     with pytest.raises(DimensionError):
         learner.insert(tree, NewFact("x", np.ones(DIM + 1, np.float32)))
     assert tree.facts() == []
+
+
+@pytest.mark.parametrize("defer", [1, 3])
+def test_stage2_defer_asks_once_per_k_unsure_decisions_under_a_parent(defer):
+    """Stage 1 decided by the model, stage 2 always unsure (warm-up never reached): with
+    stage2_defer=K the teacher is asked about a parent's stage 2 at the K-th unsure decision
+    there; the ones before wait as Idle, and no fact is lost."""
+    cfg = config()
+    cfg.stage1 = Policy(execute="model", audit_rate=0.0)  # no audits: every question is stage 2's
+    cfg.stage2 = Policy(execute="auto", query="uncertain", warmup=10**6)
+    cfg.stage2_defer = defer
+    learner = Learner(HeuristicTeacher(), cfg)
+    tree = MembrainTree("s", dim=DIM)
+    waited: dict[str, int] = {}
+    ids = []
+    for nf in facts(40):
+        res = learner.insert(tree, nf)
+        ids.append(res.fact_id)
+        if res.stage2_by == "forced" or res.record.stage2 is None:
+            continue  # nothing to decide (a lone fact): never asked, never counted
+        parent = res.record.placed_under
+        if res.teacher_calls:
+            assert waited.pop(parent, 0) == defer - 1
+        else:
+            assert res.actions == []  # a waiting decision executes nothing
+            waited[parent] = waited.get(parent, 0) + 1
+            assert waited[parent] < defer
+    assert sorted(ids) == sorted(tree.facts())
+    tree.check_invariants()
+    assert learner.questions["placement"] > 0
+
+
+def test_stage2_defer_must_be_a_positive_int():
+    with pytest.raises(ValueError):
+        LearnerConfig(stage2_defer=0)

@@ -66,6 +66,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confidence2", type=float, default=0.9,
                         help="stage-2 gate: calibrated probability that the whole action series agrees")
     parser.add_argument("--audit-rate", type=float, default=0.02)
+    parser.add_argument("--stage2-defer", type=int, default=1,
+                        help="LearnerConfig.stage2_defer: ask about stage 2 at most once per this many unsure "
+                             "decisions under one parent (default 1: every time)")
     parser.add_argument("--idle-margin", type=float, default=0.0,
                         help="decoder: nats by which a stage-2 action must beat Idle")
 
@@ -192,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
     shadow = _make_teacher(args.teacher)
     cfg = LearnerConfig(seed=args.seed)
     cfg.decode.idle_margin = args.idle_margin
+    cfg.stage2_defer = args.stage2_defer
     cfg.model.dim = dim
     cfg.training.seed = args.seed
     cfg.stage1 = Policy(execute="teacher", query="always")
@@ -258,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
         "confidence_gates": [args.confidence, args.confidence2],
         "audit_rate": args.audit_rate,
         "idle_margin": args.idle_margin,
+        "stage2_defer": args.stage2_defer,
         "embed_s": embed_s,
         "ingest_s": total_s,
         "device": str(learner.trainer.device),
