@@ -37,6 +37,7 @@ in; grids of cuts and one-hot depths let a linear read learn the teacher's thres
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -105,7 +106,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 def _count(n: float) -> float:
-    return float(np.log1p(n) / COUNT_SCALE)
+    return math.log1p(n) / COUNT_SCALE  # math, not numpy: called per token, on scalars
 
 
 def _vec(v: np.ndarray | None, dim: int) -> np.ndarray:
@@ -294,13 +295,13 @@ def _cophenetic_similarity(unit_vecs: np.ndarray) -> np.ndarray:
     sims = np.clip(unit_vecs @ unit_vecs.T, -1.0, 1.0)
     dist = np.maximum(1.0 - sims[np.triu_indices(n, 1)], 0.0).astype(np.float64)
     z = linkage(dist, method="average")
-    members: list[list[int]] = [[i] for i in range(n)]
+    members = [np.array([i]) for i in range(n)]
     for a, b, height, _ in z:
         left, right = members[int(a)], members[int(b)]
         sim = 1.0 - height
-        out[np.ix_(left, right)] = sim
-        out[np.ix_(right, left)] = sim
-        members.append(left + right)
+        out[left[:, None], right] = sim
+        out[right[:, None], left] = sim
+        members.append(np.concatenate((left, right)))
     return out
 
 
@@ -424,8 +425,7 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
         has = np.linalg.norm(f_label, axis=1) > 0
         aff_p, cos_p = np.where(has, aff_p, 0.0), np.where(has, cos_p, 0.0)
     aff_g = f_unit @ g_out if g_out is not None else np.zeros(n_all)
-    _, a_mean = _node_vectors(tree, all_aspects, dim)
-    a_label, _ = _node_vectors(tree, all_aspects, dim)
+    a_label, a_mean = _node_vectors(tree, all_aspects, dim)
     a_aff = f_unit @ a_mean.T  # (F, A)
     a_lcos = f_unit @ _unit(a_label).T
     other = fsims - np.eye(n_all) * 3.0  # exclude self from "best other"
