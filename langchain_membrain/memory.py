@@ -888,7 +888,7 @@ class MembrainMemory:
                 self._last_naming = self._counts["supervised"]
                 label = self._learner.name_aspect(texts)
                 if label.casefold() in {x.casefold() for x in avoid}:
-                    label = None  # a parent's, sibling's or child's label: not a name for this one
+                    label = None  # an ancestor's, sibling's or child's label: not a name for this one
             names[a] = label or self._label_aspect(texts, avoid, mean)
         vecs = dict(zip(names, self._embed(list(names.values()))))
 

@@ -254,16 +254,16 @@ def fallback_label(texts: list[str], avoid: list[str] | tuple[str, ...] = (), me
 
 
 def nearby_labels(tree: MembrainTree, parent_id: str) -> list[str]:
-    """The labels a new aspect under ``parent_id`` must differ from: the parent's (unless it
-    is the root) and those of the parent's child aspects."""
+    """The labels a new aspect under ``parent_id`` must differ from: those of the parent's
+    child aspects and of every aspect on the path from the root to the parent, so that no
+    path reads "encouragement › heartwarming › encouragement"."""
     out = [tree.node(a).text for a in tree.child_aspects(parent_id)]
-    if tree.node(parent_id).kind == "aspect":
-        out.append(tree.node(parent_id).text)
+    out += [tree.node(a).text for a in tree.path(parent_id) if tree.node(a).kind == "aspect"]
     return out
 
 
 def relabel_avoid(tree: MembrainTree, aspect_id: str) -> list[str]:
-    """The labels a renamed aspect must differ from: its parent's and siblings' (its own
+    """The labels a renamed aspect must differ from: its ancestors' and siblings' (its own
     current label aside) and its child aspects'."""
     own = tree.node(aspect_id).text
     return ([t for t in nearby_labels(tree, tree.parent(aspect_id)) if t != own]
@@ -418,7 +418,7 @@ class Learner:
 
     def _labelled(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
         """``actions`` with every Group named: its own label when it has one that differs
-        (casefolded) from its parent's and its future siblings' (``nearby_labels``), else
+        (casefolded) from its ancestors' and its future siblings' (``nearby_labels``), else
         one by ``label_aspect`` that does."""
         out: list[Action] = []
         made: dict[str, list[str]] = {}

@@ -206,3 +206,31 @@ def test_stage2_defer_asks_once_per_k_unsure_decisions_under_a_parent(defer):
 def test_stage2_defer_must_be_a_positive_int():
     with pytest.raises(ValueError):
         LearnerConfig(stage2_defer=0)
+
+
+class RepeatingTeacher(BaseTeacher):
+    """Descends into the deepest aspect, groups every fact of the parent, and names every
+    group after the top-level aspect ("knee"): a label its grandparent already holds."""
+
+    def choose_stage1(self, new_fact, subtree):
+        return 1 if len(subtree.candidates) > 1 else 0
+
+    def choose_stage2(self, tree, closure):
+        facts = tuple(tree.child_facts(closure.parent_id))
+        return [Group(facts, label="knee")] if len(facts) >= 2 else []
+
+    def name_aspect(self, fact_texts):
+        return "knee"
+
+
+def test_a_new_aspect_never_repeats_an_ancestors_label():
+    tree = MembrainTree("s", dim=DIM)
+    knee = tree.add_aspect(tree.root_id, "knee")
+    physio = tree.add_aspect(knee, "physio")
+    learner = Learner(RepeatingTeacher(), config())
+    for nf in facts(3):
+        learner.insert(tree, nf)
+    groups = tree.child_aspects(physio)
+    assert groups, "the teacher's Group was applied under physio"
+    for g in groups:
+        assert tree.node(g).text.casefold() not in {"knee", "physio"}
