@@ -122,6 +122,8 @@ def ranking_auc(scores: Sequence[float], positive: Sequence[bool]) -> float | No
 
     Computed from midranks (the Mann-Whitney U statistic): ``(R+ - n+(n+ + 1)/2) / (n+ n-)``
     with ``R+`` the sum of the positives' ranks among all scores."""
+    from scipy.stats import rankdata
+
     x = np.asarray(scores, dtype=float)
     y = np.asarray(positive, dtype=bool)
     if x.shape != y.shape:
@@ -129,16 +131,7 @@ def ranking_auc(scores: Sequence[float], positive: Sequence[bool]) -> float | No
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos == 0 or n_neg == 0:
         return None
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x))
-    sorted_x = x[order]
-    i = 0
-    while i < len(x):  # midranks over runs of equal scores
-        j = i
-        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
+    ranks = rankdata(x)  # ties share their mean rank
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 

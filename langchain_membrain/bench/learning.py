@@ -89,11 +89,6 @@ def _rate(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
-def _moved(action) -> tuple[str, ...]:
-    """The facts an action moves (a Group's members, else its one node)."""
-    return tuple(getattr(action, "node_ids", None) or (action.node_id,))
-
-
 def _acts_probability(type_logits: np.ndarray, mask: np.ndarray) -> float:
     """The network's probability that a fact is not left Idle (softmax over its possible types)."""
     z = np.where(mask, type_logits, -np.inf)
@@ -104,7 +99,8 @@ def _acts_probability(type_logits: np.ndarray, mask: np.ndarray) -> float:
 def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
     """The agreement metrics over the last ``window`` decisions/inserts of ``results``
     (InsertResults of a Learner that had a shadow teacher)."""
-    from ..decoding import action_key
+    from ..actions import IDLE
+    from ..decoding import action_key, encode_actions
     from ..evaluation import ranking_auc
 
     s1 = [s for r in results for s in r.record.steps if s.shadow_choice is not None][-window:]
@@ -132,7 +128,7 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
             by_type[k[0]][2] += 1
         if d.feats.fact_ids and d.feats.type_mask()[0, 1:].any():
             acts_score.append(_acts_probability(d.type_logits[0], d.feats.type_mask()[0]))
-            acts_label.append(any(d.feats.focal_id in _moved(a) for a in d.shadow_actions))
+            acts_label.append(bool(encode_actions(d.feats, d.shadow_actions).types[0] != IDLE))
     last = results[-window:]
     return {
         "stage1_agreement_last200": _rate(sum(s.model_choice == s.shadow_choice for s in s1), len(s1)),
