@@ -63,14 +63,20 @@ def validate_action(tree: MembrainTree, action: Action, *, allow_aspects: bool =
             raise InvalidOperationError(f"demote target {action.target_id!r} is not an aspect")
         if tree.parent(action.target_id) != tree.parent(action.node_id):
             raise InvalidOperationError(f"demote target {action.target_id!r} is not a sibling")
+        if kind == "aspect" and not tree.has_room(action.target_id, tree.levels_below(action.node_id)):
+            raise InvalidOperationError(f"demoting {action.node_id!r} would pass max_height")
     elif isinstance(action, Group):
         ids = action.node_ids
         if len(ids) < 2 or len(set(ids)) != len(ids):
             raise InvalidOperationError("a group needs at least two distinct facts")
         if any(tree.node(i).kind != "fact" for i in ids):
             raise InvalidOperationError("only facts can be grouped")
-        if len({tree.parent(i) for i in ids}) != 1:
+        parents = {tree.parent(i) for i in ids}
+        parent = parents.pop() if len(parents) == 1 else None
+        if parent is None:  # a fact always has a parent: None here means several
             raise InvalidOperationError("grouped facts must share one parent")
+        if not tree.has_room(parent, 2):
+            raise InvalidOperationError("a new aspect there would pass max_height")
     else:
         raise InvalidOperationError(f"unknown action {action!r}")
 

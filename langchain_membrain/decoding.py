@@ -173,6 +173,14 @@ def encode_actions(feats: Stage2Features, actions: list[Action]) -> Stage2Labels
             together[np.ix_(idx, idx)] = 1.0
         else:
             ignored += 1
+    # An action the features rule out (a Group where the tree has no room left) is not a
+    # label the network can learn: it trains as Idle and is counted as ignored.
+    impossible = ~feats.type_mask()[np.arange(n), types]
+    if impossible.any():
+        types[impossible], targets[impossible] = IDLE, -1
+        together[impossible, :] = 0.0
+        together[:, impossible] = 0.0
+        ignored += int(impossible.sum())
     np.fill_diagonal(together, 0.0)
     return Stage2Labels(types, targets, together, ignored)
 

@@ -261,6 +261,7 @@ class Stage2Features:
     focal_id: str
     parent_id: str
     grandparent_id: str | None
+    can_group: bool = True  # the tree has room for a new aspect under the parent (max_height)
 
     @property
     def fact_ids(self) -> list[str]:
@@ -280,7 +281,7 @@ class Stage2Features:
         mask = np.ones((n, 4), bool)
         mask[:, 1] = self.can_promote
         mask[:, 2] = len(self.aspect_tok) > 0
-        mask[:, 3] = n >= 2
+        mask[:, 3] = n >= 2 and self.can_group
         return mask
 
 
@@ -496,4 +497,4 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
         group[..., 5] = coherence
 
     return Stage2Features(label, mean, kind, role, num, ids, fact_tok, aspect_tok, demote, group,
-                          focal, parent, gp)
+                          focal, parent, gp, tree.has_room(parent, 2))

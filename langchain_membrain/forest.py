@@ -35,7 +35,7 @@ from typing import Any, Callable, TypeVar
 from .errors import InvariantError
 from .retrieval import FactIndex
 from .storage import Storage
-from .tree import HISTORY_KEY, MembrainTree
+from .tree import HISTORY_KEY, MembrainTree, check_max_height
 
 Namespace = tuple[str, ...]
 T = TypeVar("T")
@@ -80,11 +80,13 @@ class Forest:
             writes, when it is read.
         max_loaded: with storage, namespaces kept loaded at once; the least recently used
             past it are unloaded, and reloaded from storage when next used.
+        max_height: the height bound of every namespace's tree (``MembrainTree.max_height``).
     """
 
     def __init__(self, storage: Storage | None, *, new_index: Callable[[], FactIndex],
-                 refresh_interval: float = 1.0, max_loaded: int = 1000):
+                 refresh_interval: float = 1.0, max_loaded: int = 1000, max_height: int | None = None):
         self.storage = storage
+        self.max_height = check_max_height(max_height)
         self.new_index = new_index
         self.refresh_interval = float(refresh_interval)
         self.max_loaded = int(max_loaded)
@@ -125,7 +127,7 @@ class Forest:
                 if stored != (state.synced if state else 0):
                     state = self._catch_up(ns, changes, started=asked)
         if state is None and create:
-            state = self._loaded[ns] = Loaded(MembrainTree("/".join(ns)))
+            state = self._loaded[ns] = Loaded(self._new_tree(ns))
         if state is None:
             return None
         self._touch(ns)
@@ -182,7 +184,7 @@ class Forest:
                             self.drop(ns)  # deleted by another process: start afresh, index too
                         state = self._catch_up(ns, changes, started=asked) if stored else None
                     if state is None:
-                        state = self._loaded[ns] = Loaded(MembrainTree("/".join(ns)))
+                        state = self._loaded[ns] = Loaded(self._new_tree(ns))
                     tree = state.tree
                     result = write(tree)
                     rows, removed = tree.drain_changes()
@@ -267,11 +269,15 @@ class Forest:
             self.drop(ns)
             return None
         tree, version = found
+        tree.max_height = self.max_height
         state = self._loaded[ns] = Loaded(tree, synced=version)
         facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
         self._sync_index(ns, [tree.node_row(f) for f in facts], [])
         self._touch(ns)
         return state
+
+    def _new_tree(self, ns: Namespace) -> MembrainTree:
+        return MembrainTree("/".join(ns), max_height=self.max_height)
 
     def _touch(self, ns: Namespace) -> None:
         """Mark a namespace as just used; with storage, unload the least recently used

@@ -48,7 +48,7 @@ from .retrieval import FactIndex, RetrievalConfig
 from .storage import Storage, open_storage
 from .stats import Counters, ForestStats, LearningStats, MemoryStats, read_stored
 from .teachers.base import Teacher
-from .tree import HISTORY_KEY, MembrainTree, Node
+from .tree import HISTORY_KEY, MembrainTree, Node, check_max_height
 
 logger = logging.getLogger("langchain_membrain")
 
@@ -183,6 +183,7 @@ class MembrainMemory:
         max_training_lag: int = 4,
         operations: bool | str = True,
         shadow_teacher: Any = None,
+        max_height: int | None = 4,
     ):
         """
         Args:
@@ -238,7 +239,13 @@ class MembrainMemory:
                 on or executed. ``stats()["shadow_agreement"]`` then says how often it
                 agreed (stage 1 per level, stage 2 per whole action series). It costs one
                 teacher call per decision: with an LLM, that is the price of the check.
+            max_height: how many levels below the subject a fact may lie: 4 (the default)
+                allows three levels of aspects, which keeps a long chat browsable; no
+                aspect is created or moved deeper, by the student or the teacher (its
+                action is dropped, the fact stays where it is). None: no bound, for
+                content that is deeply hierarchical (a taxonomy).
         """
+        max_height = check_max_height(max_height)
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
         self.teacher = resolve_teacher(teacher, teacher_model, embed=self._embed)
@@ -270,7 +277,7 @@ class MembrainMemory:
         self.search_mode = search_mode
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
         self._forest = Forest(self._storage, new_index=self._new_index, refresh_interval=refresh_interval,
-                              max_loaded=max_loaded_namespaces)
+                              max_loaded=max_loaded_namespaces, max_height=max_height)
         self._closed = False
         self._learner: Learner | None = None
         self._learner_lock = threading.RLock()
@@ -319,6 +326,11 @@ class MembrainMemory:
     @refresh_interval.setter
     def refresh_interval(self, seconds: float) -> None:
         self._forest.refresh_interval = float(seconds)
+
+    @property
+    def max_height(self) -> int | None:
+        """How many levels below the subject a fact may lie (None: unbounded)."""
+        return self._forest.max_height
 
     @property
     def max_loaded_namespaces(self) -> int:

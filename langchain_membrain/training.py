@@ -290,7 +290,8 @@ def _compact1(f: Stage1Features) -> Stage1Features:
 
 def _compact2(f: Stage2Features) -> Stage2Features:
     return Stage2Features(_half(f.label), _half(f.mean), f.kind, f.role, f.num, f.node_ids, f.fact_tok,
-                          f.aspect_tok, f.demote_pair, f.group_pair, f.focal_id, f.parent_id, f.grandparent_id)
+                          f.aspect_tok, f.demote_pair, f.group_pair, f.focal_id, f.parent_id, f.grandparent_id,
+                          f.can_group)
 
 
 def resolve_device(device: str | None) -> torch.device:

@@ -16,6 +16,11 @@ Definitions (README, Concepts):
   ``history``/``ignored`` whose parent is the root, written in the same transaction as the
   tree change that produced them.
 
+A tree may carry a **height bound**, ``max_height``: no write creates an aspect, or moves
+one, where facts would then lie more than ``max_height`` levels below the root. It bounds
+growth and is not an invariant: branches already deeper (a tree written under another bound)
+are kept as they are.
+
 Every write checks its preconditions first and raises a :class:`~.errors.MembrainError`
 subclass before touching anything, so a failed write leaves the tree exactly as it was.
 Each node keeps the sum and count of the embeddings of the facts below it, updated along
@@ -128,6 +133,15 @@ def _as_vector(embedding: Any, dim: int | None) -> np.ndarray | None:
     return vec.copy()
 
 
+def check_max_height(max_height: Any) -> int | None:
+    """``max_height`` as given, or InvalidOperationError unless it is None or an int >= 1."""
+    if max_height is None:
+        return None
+    if isinstance(max_height, bool) or not isinstance(max_height, int) or max_height < 1:
+        raise InvalidOperationError(f"max_height must be None or an int >= 1, not {max_height!r}")
+    return max_height
+
+
 def _check_text(text: Any, what: str) -> str:
     if not isinstance(text, str):
         raise InvalidOperationError(f"{what} must be a str, got {type(text).__name__}")
@@ -140,10 +154,12 @@ class MembrainTree:
     Edges go parent -> child; children keep the order in which they were attached.
     """
 
-    def __init__(self, subject: str = "", *, root_id: str = ROOT_ID, dim: int | None = None):
+    def __init__(self, subject: str = "", *, root_id: str = ROOT_ID, dim: int | None = None,
+                 max_height: int | None = None):
         self.graph: nx.DiGraph = nx.DiGraph()
         self.root_id = root_id
         self.dim = dim
+        self.max_height = check_max_height(max_height)
         self.version = 0  # bumped by every successful write
         self._seq = 0
         # Change journal for storage backends: ids written or removed since the last drain.
@@ -202,6 +218,20 @@ class MembrainTree:
         lengths = nx.single_source_shortest_path_length(self.graph, self.root_id)
         return max(lengths.values())
 
+    def has_room(self, parent_id: str, levels: int) -> bool:
+        """Whether ``levels`` more levels may hang below ``parent_id`` under ``max_height``:
+        ``depth(parent_id) + levels <= max_height`` (always, without a bound). A new aspect
+        needs two (itself and its facts)."""
+        return self.max_height is None or self.depth(parent_id) + levels <= self.max_height
+
+    def levels_below(self, node_id: str) -> int:
+        """The levels that ``node_id`` with its subtree takes under a new parent: 1 for a
+        fact; for an aspect, counting every aspect inside as needing a level of facts below
+        it (empty or not), ``1 + max(d(n) + [n is an aspect])`` over the nodes ``n`` of its
+        subtree, ``d`` their depth below ``node_id``."""
+        lengths = nx.single_source_shortest_path_length(self.graph, node_id)
+        return 1 + max(d + (self.node(n).kind == "aspect") for n, d in lengths.items())
+
     def facts(self) -> list[str]:
         return [n for n, d in self.graph.nodes(data="node") if d.kind == "fact"]
 
@@ -251,8 +281,10 @@ class MembrainTree:
         embedding: Any = None,
         metadata: dict[str, Any] | None = None,
     ) -> str:
-        """Add an (empty) aspect under a root or aspect; its ``embedding`` is its label's."""
+        """Add an (empty) aspect under a root or aspect; its ``embedding`` is its label's.
+        Refused where its facts would be deeper than ``max_height``."""
         self._require_container(parent_id)
+        self._require_room(parent_id, 2)
         label = _check_text(label, "aspect label")
         vec = _as_vector(embedding, self.dim)
         node_id = self._new_id(node_id, "a")
@@ -313,6 +345,8 @@ class MembrainTree:
             raise InvalidOperationError(f"demote target {aspect_id!r} is a {target.kind}, not an aspect")
         if aspect_id == node_id or self.parent(aspect_id) != self.parent(node_id):
             raise InvalidOperationError(f"demote target {aspect_id!r} is not a sibling of {node_id!r}")
+        if node.kind == "aspect":
+            self._require_room(aspect_id, self.levels_below(node_id))
         self._move(node_id, aspect_id)
 
     def group(
@@ -336,6 +370,7 @@ class MembrainTree:
             raise InvalidOperationError("grouped facts must share one parent")
         parent = parents.pop()
         assert parent is not None  # facts always have a parent
+        self._require_room(parent, 2)
         label = _check_text(label, "aspect label")
         vec = _as_vector(embedding, self.dim)
         if node_id is not None and node_id in self.graph:
@@ -354,6 +389,8 @@ class MembrainTree:
         self._require_container(parent_id)
         if parent_id == node_id or node_id in self.path(parent_id):
             raise InvalidOperationError(f"cannot move {node_id!r} under itself")
+        if node.kind == "aspect":
+            self._require_room(parent_id, self.levels_below(node_id))
         if self.parent(node_id) != parent_id:
             self._move(node_id, parent_id)
 
@@ -774,6 +811,12 @@ class MembrainTree:
         if vec is not None and self.dim is None:
             self.dim = int(vec.size)
 
+    def _require_room(self, parent_id: str, levels: int) -> None:
+        if not self.has_room(parent_id, levels):
+            raise InvalidOperationError(
+                f"{levels} more level(s) below {parent_id!r} (depth {self.depth(parent_id)}) would make the "
+                f"tree deeper than max_height={self.max_height}")
+
     def _require_container(self, node_id: str) -> None:
         if self.node(node_id).kind == "fact":
             raise InvalidOperationError(f"{node_id!r} is a fact; facts are always leaves")
@@ -840,6 +883,7 @@ class MembrainTree:
     def _copy(self) -> "MembrainTree":
         out = MembrainTree.__new__(MembrainTree)
         out.root_id, out.dim, out.version, out._seq = self.root_id, self.dim, self.version, self._seq
+        out.max_height = self.max_height
         out._dirty, out._removed = set(), set()
         out.archive = {k: _node_copy(n) for k, n in self.archive.items()}
         # The graph's adjacency is built as networkx's DiGraph lays it out (_node, _succ is

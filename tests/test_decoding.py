@@ -130,6 +130,19 @@ def test_encode_actions_is_the_inverse_of_decode():
     assert {action_key(a) for a in out} == {action_key(a) for a in series[:2]}
 
 
+def test_no_group_where_the_tree_has_no_room():
+    """Under a height bound that leaves no room below p, Group is masked for the student,
+    dropped from a decoded series, and a teacher's Group there trains as Idle."""
+    tree, ids = _two_cluster_tree()
+    tree.max_height = 2  # p is at depth 1: a new aspect under it would hold facts at depth 3
+    feats = stage2_features(tree, tree.closure(ids["x1"]))
+    assert not feats.type_mask()[:, 3].any() and feats.type_mask()[:, 2].all()
+    t = np.array([[0, -5, -5, 9], [0, -5, -5, 9], [0, -5, -5, 9]], float)
+    assert decode(tree, feats, t, np.zeros((3, 1)), np.full((3, 3), 9.0)) == []
+    lab = encode_actions(feats, [Group((ids["x1"], ids["x2"])), Demote(ids["y"], ids["t"])])
+    assert lab.types.tolist() == [0, 0, 2] and lab.ignored == 2 and not lab.together.any()
+
+
 def test_agglomerate_merges_by_mean_affinity():
     w = np.array([[0, 5, -1, -9], [5, 0, 1, -9], [-1, 1, 0, -9], [-9, -9, -9, 0]], float)
     clusters = sorted(sorted(c) for c in agglomerate(w, [0, 1, 2, 3], 0.0))

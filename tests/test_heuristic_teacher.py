@@ -144,6 +144,33 @@ def test_group_tight_clusters_only_when_crowded():
     assert HeuristicTeacher(crowd=6).choose_stage2(t, t.closure(f)) == []
 
 
+def test_never_groups_past_the_trees_height_bound():
+    t = MembrainTree("s", max_height=1)  # facts at the root only: no aspect fits
+    tight = [t.add_fact(t.root_id, f"a{i}", embedding=unit(1.0, 0.05 * i)) for i in range(3)]
+    t.add_fact(t.root_id, "lone1", embedding=axis(5))
+    f = t.add_fact(t.root_id, "lone2", embedding=axis(6))
+    assert HeuristicTeacher(crowd=4).choose_stage2(t, t.closure(f)) == []
+    t.max_height = 2
+    assert HeuristicTeacher(crowd=4).choose_stage2(t, t.closure(f)) == [Group(tuple(tight))]
+
+
+def test_without_room_a_crowded_aspect_is_split_sideways():
+    """Under max_height 2 no aspect fits below a top-level aspect: its tight cluster is
+    promoted beside it (to be grouped there) instead of grouped one level deeper."""
+    t = MembrainTree("s", max_height=2)
+    p = t.add_aspect(t.root_id, "p")
+    tight = [t.add_fact(p, f"a{i}", embedding=unit(1.0, 0.05 * i)) for i in range(3)]
+    t.add_fact(p, "lone1", embedding=axis(5))
+    f = t.add_fact(p, "lone2", embedding=axis(6))
+    t.add_fact(t.root_id, "elsewhere", embedding=axis(7))
+    acts = HeuristicTeacher(crowd=4, split_min=0, overfull=1.0).choose_stage2(t, t.closure(f))
+    assert not any(isinstance(a, Group) for a in acts)
+    assert {a.node_id for a in acts if isinstance(a, Promote)} >= set(tight)
+    t.max_height = 3
+    acts = HeuristicTeacher(crowd=4, split_min=0, overfull=1.0).choose_stage2(t, t.closure(f))
+    assert Group(tuple(tight)) in acts
+
+
 def test_never_groups_all_of_the_parents_children():
     t = MembrainTree("s")
     ids = [t.add_fact(t.root_id, f"a{i}", embedding=unit(1.0, 0.05 * i)) for i in range(5)]

@@ -474,3 +474,26 @@ def test_search_without_a_namespace_spans_every_namespace():
         assert {r.namespace for r in mem.search("keeps", namespace="users/alice")} == {("users", "alice")}
         with pytest.raises(InvalidOperationError, match="needs the namespace"):
             mem.search("keeps", exact_namespace=True)
+
+
+@pytest.mark.parametrize("max_height", [1, 2])
+def test_the_tree_never_grows_past_max_height(tmp_path, max_height):
+    """Whoever decides (the student from its prior or the teacher), no add makes a fact lie
+    deeper than ``max_height``; every fact is kept; a reopened memory applies the bound to
+    the trees it loads."""
+    facts = all_facts() * 3  # repeats are merged (dedupe); vary them so all are stored
+    facts = [f"{t} ({i})" for i, t in enumerate(facts)]
+    with memory(storage=tmp_path / "m.db", max_height=max_height, background=False) as mem:
+        mem.add_many(facts, namespace="me")
+        tree = mem.tree("me")
+        assert tree.height() <= max_height and len(tree.facts()) == len(facts)
+        assert (len(tree.aspects()) > 0) == (max_height > 1)
+    with memory(storage=tmp_path / "m.db", max_height=max_height) as mem:
+        assert mem.tree("me").max_height == max_height
+
+
+def test_max_height_is_checked():
+    with pytest.raises(InvalidOperationError):
+        memory(max_height=0)
+    with memory() as mem:
+        assert mem.max_height == 4

@@ -221,3 +221,31 @@ def test_change_journal(tree):
     assert [r["id"] for r in rows] == ["parrot"] and rows[0]["parent"] == "pets"
     assert removed == ["birds"]
     assert tree.drain_changes() == ([], [])
+
+
+def test_height_bound_refuses_writes_that_pass_it(tree):
+    """With max_height 3 (the fixture's height), no new aspect may hold facts at depth 4:
+    grouping under "birds" or "pets" or adding an aspect under "birds" is refused and
+    changes nothing; grouping at the root, or moving facts, still works."""
+    tree.max_height = 3
+    tree.add_fact("birds", "owl", embedding=vec(0, 0, 1), node_id="owl")
+    before = snapshot(tree)
+    for write in (lambda: tree.group(["parrot", "owl"], "x"),  # facts at depth 4
+                  lambda: tree.add_aspect("birds", "x"),
+                  lambda: tree.demote("pets", "food"),  # parrot would be at depth 4
+                  lambda: tree.move("pets", "food")):
+        with pytest.raises(InvalidOperationError, match="max_height"):
+            write()
+        assert snapshot(tree) == before
+    tree.group(["dog", "cat"], "mammals", node_id="mammals")  # facts at depth 3: allowed
+    assert tree.height() == 3 and tree.copy().max_height == 3
+    tree.max_height = 2  # a lower bound later: deeper branches stay, nothing new goes deeper
+    with pytest.raises(InvalidOperationError):
+        tree.group(["dog", "cat"], "y")
+    assert tree.height() == 3
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "4", True])
+def test_height_bound_must_be_a_positive_int(bad):
+    with pytest.raises(InvalidOperationError):
+        MembrainTree("x", max_height=bad)

@@ -177,3 +177,23 @@ TreeMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestTreeMachine = TreeMachine.TestCase
+
+
+class BoundedTreeMachine(TreeMachine):
+    """The same writes on a tree with a height bound: a tree grown from empty never passes
+    it, whichever write is tried, and a copy keeps the bound."""
+
+    MAX_HEIGHT = 3
+
+    def __init__(self):
+        super().__init__()
+        self.tree = MembrainTree("subject", dim=DIM, max_height=self.MAX_HEIGHT)
+
+    @invariant()
+    def never_deeper_than_the_bound(self):
+        assert self.tree.height() <= self.MAX_HEIGHT
+        assert self.tree.copy().max_height == self.MAX_HEIGHT
+
+
+BoundedTreeMachine.TestCase.settings = TreeMachine.TestCase.settings
+TestBoundedTreeMachine = BoundedTreeMachine.TestCase

@@ -232,6 +232,12 @@ class _AttachedView:
     def parent(self, node_id: str) -> str | None:
         return self._parent if node_id == NEW_FACT else self.tree.parent(node_id)
 
+    def has_room(self, parent_id: str, levels: int) -> bool:
+        return self.tree.has_room(parent_id, levels)
+
+    def levels_below(self, node_id: str) -> int:
+        return 1 if node_id == NEW_FACT else self.tree.levels_below(node_id)
+
 
 # ------------------------------------------------------------------ validation
 def clean_label(text: Any) -> str:
@@ -259,7 +265,9 @@ def resolve_actions(specs: list[prompts.ActionSpec], ids: list[str], view: Any, 
     ``ids[k]`` is the node numbered ``k`` ("" for none); ``view`` is the tree (or an
     :class:`_AttachedView`) the actions will be applied to; ``allowed`` limits the nodes an
     action may touch (the closure). Raises TeacherCallError("invalid", ...) on the first
-    problem, naming the action.
+    problem, naming the action. A group the tree has no room for (its ``max_height``) is
+    left out, not an error: the teacher is not told the bound, and the rest of its answer
+    stands.
     """
     def node(num: Any, what: str, k: int) -> str:
         if not isinstance(num, int) or not 0 <= num < len(ids) or not ids[num]:
@@ -293,6 +301,9 @@ def resolve_actions(specs: list[prompts.ActionSpec], ids: list[str], view: Any, 
                         label = None  # named later by name_aspect
                 action = Group(tuple(node(m, "member", k) for m in members), label)
                 moved = list(action.node_ids)
+                if all(view.parent(m) == view.parent(action.node_ids[0]) for m in action.node_ids) \
+                        and not view.has_room(view.parent(action.node_ids[0]), 2):
+                    continue  # the tree's height bound: this group is dropped, the rest of the answer stands
             validate_action(view, action, allow_aspects=allow_aspects)
         except TeacherCallError:
             raise

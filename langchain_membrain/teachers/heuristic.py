@@ -73,6 +73,8 @@ of P's children) becomes a Group, unless ``P`` is **over-full**, holding more th
 ``overfull`` of G's facts: then the cluster's facts are promoted instead (but not a cluster
 that holds the new fact, which stage 1 has just placed in P), so that an over-full aspect is
 split sideways, into new groups beside it under G, rather than growing one level deeper.
+A P with no room for a new aspect below it (the tree's ``max_height``) is split sideways
+in the same way; at a root without room, nothing is grouped.
 
 With ``aspect_actions=True`` whole aspects move too (each with its subtree); for an aspect
 ``A`` among the children of a container ``C`` (P's child aspects, and P itself among its
@@ -371,8 +373,10 @@ class HeuristicTeacher(BaseTeacher):
         facts = [c for c in neighbourhood if c not in moved and tree.node(c).embedding is not None]
         p_facts = tree.fact_count(parent)
         young = p_facts < cfg.split_min  # the root only: a young aspect is not split at all
-        if len(facts) >= cfg.crowd and (grand is None or not young):
-            overfull = grand is not None and p_facts > cfg.overfull * tree.fact_count(grand)
+        room = tree.has_room(parent, 2)  # for a new aspect under P (the tree's max_height)
+        if len(facts) >= cfg.crowd and (grand is None or not young) and (room or grand is not None):
+            # Without room below P, P is split sideways as if it were over-full.
+            overfull = grand is not None and (p_facts > cfg.overfull * tree.fact_count(grand) or not room)
             n_children = len([c for c in tree.children(parent) if c not in moved])
             floor = cfg.young_threshold if young else -1.0
             for members in self._clusters(tree, facts, tree.depth(parent), floor):

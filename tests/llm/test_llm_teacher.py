@@ -44,6 +44,18 @@ def test_fake_model_stage1_stage2_and_name(fake_model_factory, small_tree, fallb
     assert fallback.calls == []
 
 
+def test_a_group_past_the_height_bound_is_left_out_not_retried(fake_model_factory, small_tree, fallback):
+    """Under max_height 2 there is no room for an aspect under "laptops": the model's Group
+    there is dropped, not treated as a bad answer (no second call, no fallback)."""
+    spec = {"actions": [{"type": "group", "node": None, "target": None, "members": [0, 1], "label": "old"}]}
+    model = fake_model_factory(lambda m, t: tool_answer(t, spec))
+    teacher = LLMTeacher(model, mode="per_decision", fallback=fallback)
+    assert teacher.choose_stage2(small_tree, small_tree.closure("f-first")) == [Group(("f-first", "f-keys"), "old")]
+    small_tree.max_height = 2
+    assert teacher.choose_stage2(small_tree, small_tree.closure("f-first")) == []
+    assert len(model.seen) == 2 and fallback.calls == []
+
+
 def test_fake_model_promote_in_deep_closure(fake_model_factory, small_tree, fallback):
     closure = small_tree.closure("f-batt")  # self, batteries, laptops(f-first, f-keys, ...), grandparent laptops
     assert closure.node_ids[:3] == ["f-batt", "a-batteries", "f-first"]
