@@ -301,8 +301,9 @@ def resolve_actions(specs: list[prompts.ActionSpec], ids: list[str], view: Any, 
                         label = None  # named later by name_aspect
                 action = Group(tuple(node(m, "member", k) for m in members), label)
                 moved = list(action.node_ids)
-                if all(view.parent(m) == view.parent(action.node_ids[0]) for m in action.node_ids) \
-                        and not view.has_room(view.parent(action.node_ids[0]), 2):
+                parent = view.parent(action.node_ids[0])
+                if parent is not None and {view.parent(m) for m in action.node_ids} == {parent} \
+                        and not view.has_room(parent, 2):
                     continue  # the tree's height bound: this group is dropped, the rest of the answer stands
             validate_action(view, action, allow_aspects=allow_aspects)
         except TeacherCallError:
