@@ -18,7 +18,9 @@ into a user's graph as a subgraph) or walked directly by :meth:`InsertPipeline.r
 which ``MembrainMemory.add`` uses because a compiled graph costs about 0.2 ms per step.
 The descent loops inside ``stage1_descend`` (one graph step for many tree levels).
 
-State in: ``text``, and optionally ``namespace``, ``metadata``, ``key``. State out:
+State in: ``text``, and optionally ``namespace``, ``metadata``, ``key`` (and, from the memory
+operation that ran first, ``audit``: its audit draw, shared by the placement, and ``shared``:
+its question answered the placement too, so this insert's audit is not counted again). State out:
 ``key``, ``parent_path`` (aspect labels from the root to the new fact's parent),
 ``teacher_calls``. The record of an insert in flight lives in the pipeline, keyed by
 ``token``, so the graph state stays JSON-serialisable for users' checkpointers.
@@ -74,6 +76,8 @@ class InsertState(TypedDict, total=False):
     key: str | None
     value: dict[str, Any] | None  # the stored value, when it is not {"content": text, **metadata}
     embedding: list[float] | None  # the text's embedding, when the caller has it already
+    audit: bool | None  # the caller's audit draw for this insert (Learner.draw_audit); None: drawn here
+    shared: bool  # the teacher already answered this insert's placement with its memory operation
     token: str
     route: str
     parent_path: list[str]
@@ -163,7 +167,7 @@ class InsertPipeline:
         ns, rec, key = self._get(state)
         with self._session(ns) as (tree, learner):
             if isinstance(rec, NewFact):
-                rec = learner.begin(tree, rec)
+                rec = learner.begin(tree, rec, audit=state.get("audit"), shared=bool(state.get("shared")))
                 self._set(state["token"], (ns, rec, key))
             asks = learner.descend_model(tree, rec)
         return {"route": "teacher" if asks else "attach"}

@@ -430,10 +430,11 @@ class MembrainMemory:
         return out
 
     def _place(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
-               key: str | None = None) -> str:
-        """Place one embedded memory through the insert pipeline; returns its key."""
+               key: str | None = None, *, audit: bool | None = None, shared: bool = False) -> str:
+        """Place one embedded memory through the insert pipeline; returns its key. ``audit``
+        and ``shared``: see ``InsertState``."""
         return self._pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
-                                   "embedding": vec})["key"]
+                                   "embedding": vec, "audit": audit, "shared": shared})["key"]
 
     def _insert(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str,
                 vec: np.ndarray, *, merge: bool = False, operate: bool = False) -> str:
@@ -465,13 +466,24 @@ class MembrainMemory:
             # placement in one request, so an operation question counts only when the
             # placement asked none (the offline rule, a stand-in for such an LLM, is counted
             # the same way); in "per_decision" mode they are two requests, counted apart.
+            # One audit draw for the item's operation and its placement: an audited item is
+            # then one request (in one-call mode, the operation's question answers the
+            # placement too, and its deferred audit is not counted again).
             joint = getattr(self.teacher, "mode", "one_call") == "one_call"
+            with self._learner_lock:
+                audit = self._learner_for(int(vec.size)).draw_audit()
             asked = self._operations.counters.asked
-            done = execute_operation(self._forest, self._operations, ns, value, text, vec, place=self._place)
+
+            def place(ns_: Namespace, value_: dict[str, Any], text_: str, vec_: np.ndarray) -> str:
+                shared = joint and self._operations.counters.asked > asked
+                return self._place(ns_, value_, text_, vec_, audit=audit, shared=shared)
+
+            done = execute_operation(self._forest, self._operations, ns, value, text, vec, place=place,
+                                     audit=audit)
             op_asked = self._operations.counters.asked > asked
             placed = self._placement_questions()
             if done is None:
-                done = self._place(ns, value, text, vec)
+                done = place(ns, value, text, vec)
             if op_asked and (not joint or self._placement_questions() == placed):
                 with self._learner_lock:
                     self._learner_for(int(vec.size)).count_question("operation")
@@ -950,6 +962,7 @@ class MembrainMemory:
         out["questions"] = {k: self._learner.questions[k] for k in QUESTION_KINDS}
         out["teacher_failures"] = sum(self._learner.failures.values())  # invalid or failed answers
         out["asked_when_unsure"] = dict(self._learner.unsure)  # placement questions, by the unsure stage
+        out["audits_shared"] = self._learner.shared_answers  # answered by an operation question, not counted
         if self._shadow is not None:
             out["shadow_agreement"] = {k: {"agreed": a, "decisions": n, "rate": a / n if n else None}
                                        for k, (a, n) in self._learner.shadow_agreement.items()}

@@ -268,12 +268,13 @@ def candidates_for(tree: MembrainTree, nearest: Sequence[tuple[str, float]]) -> 
 
 # ------------------------------------------------------------------ applying
 def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], value: dict[str, Any],
-            text: str, vec: np.ndarray, *, place: Callable[[tuple[str, ...], dict[str, Any], str, np.ndarray], str]
-            ) -> str | None:
+            text: str, vec: np.ndarray, *, place: Callable[[tuple[str, ...], dict[str, Any], str, np.ndarray], str],
+            audit: bool | None = None) -> str | None:
     """Decide and apply the operation for one item added without a key; returns the key it
     now has, or None for ADD (the caller then places it as always). Call holding the
     namespace's insert lock. ``place`` places an item through the insert graph (a DELETE
-    that keeps its item places it) and returns its key.
+    that keeps its item places it) and returns its key. ``audit``: the caller's audit draw
+    for this item (see :meth:`OperationDecider.decide`).
 
     Crash safety: every change is one committed write (``forest.mutate``). An UPDATE
     archives the old version and writes the new one in the same transaction. A DELETE whose
@@ -289,7 +290,7 @@ def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], valu
         if not getattr(decider.teacher, "fast", False):  # O(n), beside an LLM's latency
             snapshot = tree.copy() if tree is not None else MembrainTree("/".join(ns))
     question = OperationQuestion(text, vec, cands, ns, value, snapshot)
-    op = decider.decide(question)
+    op = decider.decide(question, audit=audit)
     meta = {"value": value, "indexed": True}
     if op.kind == "ADD":
         return None
@@ -366,13 +367,18 @@ class OperationDecider:
         self.last: OperationDecision | None = None  # the latest decision (a new object each time)
         self._guard = threading.Lock()
 
-    def decide(self, question: OperationQuestion) -> Operation:
+    def decide(self, question: OperationQuestion, *, audit: bool | None = None) -> Operation:
+        """The item's operation. ``audit``: whether this item is an audit (the teacher is
+        asked whatever the student's confidence), when the caller draws it (the memory
+        draws one per insert for the operation and the placement together); None: the
+        student draws its own at its ``audit_rate``."""
         c = self.counters
         student_op, trusted, gate = (None, False, False)
         if self.student is not None:
             gate = self.student.gate_open()
             student_op, trusted = self.student.propose(question)
-        audit = trusted and student_op is not None and self.student.audit_due()
+        can_audit = trusted and student_op is not None
+        audit = can_audit and (self.student.audit_due() if audit is None else audit)
         alone = trusted and student_op is not None and not audit
         if alone:
             op = student_op

@@ -177,6 +177,8 @@ class PlaceRecord:
     ``asked``: the joint question was asked during the insert (``plan`` holds a valid
     answer). ``drawn``: this insert is an audit; when the model decided it alone, the
     teacher is asked later on ``snapshot``, a copy of the tree before the attach.
+    ``shared``: the teacher was already asked about this item (its memory operation, in one
+    request that also answers the placement), so that audit is not counted again.
     """
 
     fact_id: str
@@ -195,6 +197,7 @@ class PlaceRecord:
     descended: bool = False  # the descent ended (attach at ``cursor``)
     drawn: bool = False
     asked: bool = False
+    shared: bool = False  # the memory operation's one-call question answered the placement too
     plan: Placement | None = None
     move_to: str | None = None  # the teacher's parent, when it differs from the model's
     labels1: list[Stage1Label] = field(default_factory=list)
@@ -310,6 +313,7 @@ class Learner:
         self.questions: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self.unsure: Counter[str] = Counter()  # placement questions by the stage that was unsure
+        self.shared_answers = 0  # audits answered by the memory operation's one-call question
         # With a shadow: of the decisions the student took alone, how many the shadow would
         # have taken too (stage 1 per level, the whole stage-2 series), as (agreed, total).
         self.shadow_agreement: dict[str, list[int]] = {"stage1": [0, 0], "stage2": [0, 0]}
@@ -372,12 +376,23 @@ class Learner:
                 or not self._warm(policy, stage))
 
     # ------------------------------------------------------------------ the teacher
+    def draw_audit(self) -> bool:
+        """One audit draw (stage 1's ``audit_rate``), for a caller that shares it between this
+        insert's placement (``begin(audit=...)``) and its memory operation."""
+        return bool(self.rng.random() < self.config.stage1.audit_rate)
+
     def count_question(self, kind: str) -> None:
         """Count a question asked outside the learner (the memory operation's, operations.py)."""
         self._count(kind, None)
 
-    def _count(self, kind: str, rec: PlaceRecord | SupervisionResult | None, *, failed: bool = False) -> None:
+    def _count(self, kind: str, rec: PlaceRecord | SupervisionResult | None, *, failed: bool = False,
+               shared: bool = False) -> None:
+        """Count one question of ``kind``; a ``shared`` one (answered by a request counted
+        already) only as ``shared_answers``."""
         with self._count_lock:
+            if shared:
+                self.shared_answers += 1
+                return
             self.questions[kind] += 1
             self.failures[kind] += failed
         if rec is not None:
@@ -385,7 +400,7 @@ class Learner:
             rec.teacher_failures += failed
 
     def _ask(self, tree: MembrainTree, new_fact: NewFact, kind: str,
-             rec: PlaceRecord | SupervisionResult) -> Placement | None:
+             rec: PlaceRecord | SupervisionResult, *, shared: bool = False) -> Placement | None:
         """The joint question on ``tree`` (which must not hold the new fact): a placement
         whose parent is a container of ``tree`` on a path from its root and whose actions
         act on distinct nodes; else None (a counted failure)."""
@@ -401,9 +416,9 @@ class Learner:
                 raise InvalidOperationError("a node is acted on twice")
             plan.path = tree.path(parent)
         except Exception:  # an untrusted teacher: any exception is a failed answer
-            self._count(kind, rec, failed=True)
+            self._count(kind, rec, failed=True, shared=shared)
             return None
-        self._count(kind, rec)
+        self._count(kind, rec, shared=shared)
         return plan
 
     def name_aspect(self, texts: list[str]) -> str:
@@ -504,14 +519,16 @@ class Learner:
 
     # The steps of place(), in order. Each takes the tree as it is when it runs (a graph
     # may run them under separate locks), so each re-validates the ids it reads.
-    def begin(self, tree: MembrainTree, new_fact: NewFact) -> PlaceRecord:
+    def begin(self, tree: MembrainTree, new_fact: NewFact, *, audit: bool | None = None,
+              shared: bool = False) -> PlaceRecord:
         """Start an insert at the root and draw whether it is an audit (every insert under
         query="always"). One draw per insert, whatever the model's confidence, so audited
-        inserts are an unbiased sample."""
+        inserts are an unbiased sample; ``audit``: the caller's draw (:meth:`draw_audit`)
+        instead. ``shared``: see :class:`PlaceRecord`."""
         self._check_fact(tree, new_fact)
-        rec = PlaceRecord("", new_fact, tree.root_id, [], None, [], cursor=tree.root_id)
+        rec = PlaceRecord("", new_fact, tree.root_id, [], None, [], cursor=tree.root_id, shared=shared)
         pol = self.config.stage1
-        draw = bool(self.rng.random() < pol.audit_rate)
+        draw = self.draw_audit() if audit is None else bool(audit)
         rec.drawn = pol.query == "always" or (pol.query == "uncertain" and draw)
         rec.clock = (time.perf_counter(), time.process_time(), 0.0)
         return rec
@@ -738,7 +755,7 @@ class Learner:
         view, record.snapshot = record.snapshot, None
         # An insert asked already, or with nothing decided, has nothing to audit.
         if view is not None and not record.asked and (record.steps or record.stage2 is not None):
-            plan = self._ask(view, record.new_fact, "audit", res)
+            plan = self._ask(view, record.new_fact, "audit", res, shared=record.shared)
             if plan is not None:
                 record.plan = plan
                 record.labels1 = self._plan_labels(view, record.new_fact, plan, True)

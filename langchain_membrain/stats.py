@@ -90,6 +90,7 @@ class LearningStats:
     questions: dict[str, int] = field(default_factory=dict)  # by kind (placement, naming, operation...)
     teacher_failures: int = 0  # invalid or failed answers
     asked_when_unsure: dict[str, int] | None = None  # placement questions, by the unsure stage
+    audits_shared: int = 0  # audits answered by an item's operation question (one request), not counted
     shadow_agreement: dict[str, Any] | None = None  # with a shadow teacher (``shadow_teacher``)
     shadow_seconds: float | None = None
 
@@ -110,13 +111,14 @@ class LearningStats:
                    questions={k: int(v) for k, v in (counts.get("questions") or {}).items()},
                    teacher_failures=int(counts.get("teacher_failures") or 0),
                    asked_when_unsure=counts.get("asked_when_unsure"),
+                   audits_shared=int(counts.get("audits_shared") or 0),
                    shadow_agreement=counts.get("shadow_agreement"), shadow_seconds=counts.get("shadow_seconds"))
 
     def as_dict(self) -> dict[str, Any]:
         """The flat form a checkpoint saves and ``stats()[...]`` reads."""
         out: dict[str, Any] = {s: stage.as_dict() for s, stage in self.stages.items()}
         out.update(teacher_calls=self.teacher_calls, naming_calls=self.naming_calls, questions=dict(self.questions),
-                   teacher_failures=self.teacher_failures)
+                   teacher_failures=self.teacher_failures, audits_shared=self.audits_shared)
         if self.asked_when_unsure is not None:
             out["asked_when_unsure"] = dict(self.asked_when_unsure)
         if self.shadow_agreement is not None:

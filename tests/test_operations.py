@@ -431,3 +431,25 @@ def test_an_unreadable_student_checkpoint_starts_afresh(tmp_path) -> None:
         assert mem._operations.student.labelled == 0
         assert "operation-student" in mem.stats()["checkpoint_error"]
         mem.add("I like green tea.", namespace="u")
+
+
+def test_an_audited_item_is_one_question() -> None:
+    """One audit draw per item serves its memory operation and its placement: with every
+    item drawn (audit_rate 1), each costs exactly one question, the operation's (in one-call
+    mode it answers the placement too); the placement's deferred audits are counted as
+    shared, not again."""
+    from langchain_membrain.embeddings import MiniLMEmbeddings
+    from langchain_membrain.pipeline import LearnerConfig
+    from langchain_membrain.training import Policy
+
+    texts = [f"My {thing} is {colour}." for thing in ("car", "bike", "door", "kettle", "scarf")
+             for colour in ("red", "blue", "green", "yellow")]
+    learner = LearnerConfig(stage1=Policy(audit_rate=1.0), stage2=Policy(audit_rate=1.0))
+    with MembrainMemory(embeddings=MiniLMEmbeddings(), background=False, relabel=False, dedupe=False,
+                        learner=learner) as mem:
+        for t in texts:
+            mem.add(t, namespace="u")
+        s = mem.stats()
+        assert s["operations"]["student"]["prior"] == "trusted"
+        assert s["teacher_calls"] == len(texts) == s["operations"]["teacher_questions"]
+        assert s["audits_shared"] > 0 and s["questions"]["audit"] == 0
