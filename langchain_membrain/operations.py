@@ -379,7 +379,7 @@ class OperationDecider:
             student_op, trusted = self.student.propose(question)
         can_audit = trusted and student_op is not None
         audit = can_audit and (self.student.audit_due() if audit is None else audit)
-        alone = trusted and student_op is not None and not audit
+        alone = can_audit and not audit
         if alone:
             op = student_op
             with self._guard:

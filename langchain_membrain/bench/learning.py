@@ -126,8 +126,9 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
             by_type[k[0]][1] += 1
         for k in mine:
             by_type[k[0]][2] += 1
-        if d.feats.fact_ids and d.feats.type_mask()[0, 1:].any():
-            acts_score.append(_acts_probability(d.type_logits[0], d.feats.type_mask()[0]))
+        mask = d.feats.type_mask()
+        if len(mask) and mask[0, 1:].any():
+            acts_score.append(_acts_probability(d.type_logits[0], mask[0]))
             acts_label.append(bool(encode_actions(d.feats, d.shadow_actions).types[0] != IDLE))
     last = results[-window:]
     return {
