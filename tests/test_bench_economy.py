@@ -39,7 +39,7 @@ def test_economy_bench_end_to_end(tmp_path):
     data.write_text("\n".join(json.dumps(r) for r in _stream()) + "\n")
     out_csv, out_png, out_json = tmp_path / "eco.csv", tmp_path / "eco.png", tmp_path / "eco.json"
     assert main(["economy", "--data", str(data), "--window", "10", "--csv", str(out_csv),
-                 "--png", str(out_png), "--json", str(out_json)]) == 0
+                 "--png", str(out_png), "--json", str(out_json), "--seed", "3"]) == 0
 
     with out_csv.open() as fh:
         reader = csv.DictReader(fh)
@@ -62,6 +62,10 @@ def test_economy_bench_end_to_end(tmp_path):
             assert 0.0 <= float(r["largest_top_aspect_share"]) <= 1.0
 
     res = json.loads(out_json.read_text())
+    assert res["seeds"] == [3]  # which items were audits: a run is reproducible by its seed
+    for ns in ("alice", "bob"):
+        final = res["runs"]["product"]["final_shapes"][ns]
+        assert final["height"] >= 1 and 0.0 <= final["largest_top_aspect_share"] <= 1.0
     for run in ("product", "baseline"):
         stats = res["runs"][run]["final_stats"]
         total = int(stats.get("teacher_calls") or 0) + int(stats.get("naming_calls") or 0)
@@ -86,6 +90,30 @@ def test_economy_bench_end_to_end(tmp_path):
     for v in shadow.values():
         assert 0 <= v["agreed"] <= v["decisions"]
     assert "shadow_agreement" not in res["runs"]["baseline"]["final_stats"]  # the teacher alone needs none
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_several_seeds_run_the_product_once_each(tmp_path, capsys):
+    """--seed 0,1: one product run per seed on the same stream, every run in the JSON and
+    the CSV, and a table of the seeds with their mean."""
+    from langchain_membrain.bench.__main__ import main
+
+    data = tmp_path / "turns.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in _stream()[:12]) + "\n")
+    out_csv, out_json = tmp_path / "eco.csv", tmp_path / "eco.json"
+    assert main(["economy", "--data", str(data), "--window", "6", "--no-baseline", "--no-shadow",
+                 "--seed", "0,1", "--csv", str(out_csv), "--json", str(out_json)]) == 0
+    res = json.loads(out_json.read_text())
+    assert res["seeds"] == [0, 1] and set(res["runs"]) == {"product", "product, seed 1"}
+    for run in res["runs"].values():
+        assert run["final_stats"]["inserts"] == 12
+        assert run["final_shapes"]["alice"]["facts"] >= 1
+    with out_csv.open() as fh:
+        assert {r["run"] for r in csv.DictReader(fh)} == {"product", "product, seed 1"}
+    out = capsys.readouterr().out
+    assert "one product run per seed" in out and "mean (range)" in out and "teacher alone:" not in out
+    with pytest.raises(SystemExit):
+        main(["economy", "--data", str(data), "--seed", "0,0"])
 
 
 class CountingTeacher(HeuristicTeacher):

@@ -40,6 +40,29 @@ def test_the_shipped_prior_was_taught_by_the_default_teacher_from_the_files_it_n
     assert not any("locomo" in s["file"].lower() or "wordnet" in s["file"].lower() for s in manifest["sources"])
 
 
+def test_the_long_chats_are_well_formed_and_the_held_out_one_is_apart():
+    """data/CHATS.md: conversations in order, the held-out chat with people of its own and
+    not among the prior's sources."""
+    import json
+
+    root = resources.files("langchain_membrain")
+    speakers = {}
+    for name in ("data/chats.jsonl", "data/chats_heldout.jsonl"):
+        rows = [json.loads(line) for line in root.joinpath(name).read_text("utf-8").splitlines() if line.strip()]
+        by_chat: dict[str, list[dict]] = {}
+        for r in rows:
+            assert set(r) == {"conversation", "session", "date", "speaker", "text"} and r["text"].strip()
+            by_chat.setdefault(r["conversation"], []).append(r)
+        for chat in by_chat.values():
+            assert len(chat) >= 250 and len({r["speaker"] for r in chat}) == 2
+            assert [(r["session"], r["date"]) for r in chat] == sorted((r["session"], r["date"]) for r in chat)
+        speakers[name] = {r["speaker"] for r in rows}
+    assert not speakers["data/chats.jsonl"] & speakers["data/chats_heldout.jsonl"]
+    _, manifest = load_prior()
+    assert "data/chats.jsonl" in {s["file"] for s in manifest["sources"]}
+    assert not any("heldout" in s["file"] for s in manifest["sources"])
+
+
 def questions_per_insert(mem: MembrainMemory, texts: list[str]) -> float:
     """Placement questions (and audits) per insert: what the prior's two networks decide.
     The operation student's prior is checked apart (its questions are counted apart)."""

@@ -9,7 +9,7 @@ kind -> cumulative count, when the product reports one) breaks it down by kind
 
     python -m langchain_membrain.bench economy [--data FILE] [--samples N|ID,ID] \\
         [--window 100] [--pause 0] [--csv OUT.csv] [--png OUT.png] [--json OUT.json] [--no-baseline] \\
-        [--no-operations]
+        [--no-operations] [--seed N[,N...]]
 
 Memory operations (ADD/UPDATE/DELETE/IGNORE, operations.py) run as in the product: on by
 default; ``--no-operations`` stores every turn, to compare. Their questions are counted
@@ -42,6 +42,12 @@ the whole process's) around each ``mem.add``, with every text embedded beforehan
 batch: the memory's embedder serves the precomputed vectors (the same MiniLM vectors the
 default embedder computes; labels of new aspects are still embedded inside ``add``). Each is
 reported for adds during which questions were counted and for the others (the model path).
+
+Seeds (``--seed 0,1,2``): the learner's seed decides which items are drawn as audits, and
+with them a run's figures (a conversation's questions per turn move by a few hundredths).
+With several seeds the product runs once per seed, on the same stream, one after the other;
+the tables above are the first seed's, and a table per namespace gives each seed's headline
+figures and their mean and range. The CSV and the JSON hold every run; the PNG the first.
 
 Tree shape at each window's end (``mem.tree(namespace)``): height, top-level aspects,
 aspects, the largest top-level aspect's share of the namespace's facts, the share of facts
@@ -444,7 +450,7 @@ def print_overall_table(console: Any, product: dict[str, dict], baseline: dict[s
 
 def plot(rows: list[dict], path: str | Path, window: int) -> None:
     """Questions per insert per window: one line per namespace, the whole stream (total),
-    the teacher alone (dashed), reference lines at 0.2 and 0.5."""
+    the teacher alone (dashed), reference lines at 0.2 and 0.5; the first seed's run only."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -464,7 +470,7 @@ def plot(rows: list[dict], path: str | Path, window: int) -> None:
                 ax.plot(x, y, "k-", lw=2.2, marker="o", ms=3, label="total (product)")
             else:
                 ax.plot(x, y, lw=1, alpha=0.8, label=ns)
-        elif ns == total_ns:
+        elif run == "baseline" and ns == total_ns:
             ax.plot(x, y, "k--", lw=1.5, label="teacher alone (baseline)")
     for ref in REFERENCE_LINES:
         ax.axhline(ref, color="grey", lw=0.8, ls=":")
@@ -504,6 +510,66 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pause", type=float, default=0.0,
                         help="seconds to wait after each add, untimed (a chat's time between turns, in "
                              "which the background trainer catches up; default 0: back to back)")
+    parser.add_argument("--seed", type=_seeds, default=[0],
+                        help="the learner's seed (LearnerConfig.seed: which items are drawn as audits), or "
+                             "several, comma-separated (0,1,2): one product run per seed and a table of the "
+                             "seeds; a run is one sample (default 0)")
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed takes integers separated by commas, not {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seed takes distinct integers separated by commas, not {text!r}")
+    return seeds
+
+
+def final_shapes_of(res: StreamResult) -> dict[str, dict]:
+    """Each namespace's tree shape at the end of the run (its last window's)."""
+    last: dict[str, tuple[int, dict]] = {}
+    for (ns, w), sh in res.shapes.items():
+        if ns not in last or w >= last[ns][0]:
+            last[ns] = (w, sh)
+    return {ns: sh for ns, (_, sh) in last.items()}
+
+
+def seed_row(res: StreamResult, summary: dict[str, dict], shape: dict[str, Any]) -> dict[str, Any]:
+    """One run's headline figures for a namespace: the seeds table's row."""
+    agreement = res.final_stats.get("shadow_agreement") or {}
+    return {"questions_per_insert": summary["all"].get("questions_per_insert"),
+            f"last_{LAST}": summary["last"].get("questions_per_insert"),
+            **{f"shadow_{k}": (agreement.get(k) or {}).get("rate") for k in ("stage1", "stage2")},
+            "height": shape.get("height"), "largest_top_aspect_share": shape.get("largest_top_aspect_share"),
+            "quiet_cpu_p50_ms": summary["all"].get("quiet_cpu_p50_ms")}
+
+
+def print_seeds_table(console: Any, ns: str, rows: dict[int, dict[str, Any]]) -> None:
+    """Per seed, and their mean (min to max): how much one run of a conversation says."""
+    from rich.table import Table
+
+    cols = ["questions_per_insert", f"last_{LAST}", "shadow_stage1", "shadow_stage2", "height",
+            "largest_top_aspect_share", "quiet_cpu_p50_ms"]
+    t = Table(title=f"economy: {ns}, one product run per seed")
+    t.add_column("seed")
+    for c in ("product", f"last {LAST}", "shadow s1", "shadow s2", "height", "largest top", "cpu ms, no q"):
+        t.add_column(c, justify="right")
+    def digits(c: str) -> int:
+        return 1 if c.endswith("_ms") or c == "height" else 2
+
+    for seed, r in rows.items():
+        t.add_row(str(seed), *[_f(r.get(c), digits(c)) if c != "height" else _f(r.get(c)) for c in cols])
+
+    def spread(c: str) -> str:
+        vals = [float(r[c]) for r in rows.values() if r.get(c) is not None]
+        if not vals:
+            return "-"
+        d = digits(c)
+        return f"{np.mean(vals):.{d}f} ({min(vals):.{d}f} to {max(vals):.{d}f})"
+
+    t.add_row("mean (range)", *[spread(c) for c in cols], style="bold")
+    console.print(t)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -531,7 +597,7 @@ def run(args: argparse.Namespace) -> int:
     pass_embedding = "embedding" in inspect.signature(MembrainMemory.add).parameters
     namespaces = list(dict.fromkeys(it.namespace for it in items))
     console.print(f"economy: {len(items)} inserts in {len(namespaces)} namespace(s), "
-                  f"teacher={args.teacher}, pause {args.pause:g}s between adds, embedded in {embed_s:.1f}s beforehand "
+                  f"teacher={args.teacher}, seed {','.join(map(str, args.seed))}, pause {args.pause:g}s between adds, embedded in {embed_s:.1f}s beforehand "
                   f"({'passed as embedding=' if pass_embedding else 'served by the embedder'})")
 
     def shadow() -> Any:
@@ -539,17 +605,20 @@ def run(args: argparse.Namespace) -> int:
 
         return HeuristicTeacher() if args.shadow else None
 
-    def product() -> Any:
-        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), operations=args.operations,
-                              shadow_teacher=shadow())
+    def product(seed: int) -> Callable[[], Any]:
+        return lambda: MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), operations=args.operations,
+                                      shadow_teacher=shadow(), learner=LearnerConfig(seed=seed))
 
     def teacher_alone() -> Any:
-        cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
+        cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"), seed=args.seed[0])
         return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), learner=cfg,
                               operations=args.operations)
 
-    results = [run_stream(items, product, vecs, window=args.window, run="product",
-                          pass_embedding=pass_embedding, pause=args.pause, log=console.print)]
+    # The first seed's run is "product" (the tables below); any further seeds run after it.
+    names = {seed: "product" if i == 0 else f"product, seed {seed}" for i, seed in enumerate(args.seed)}
+    results = [run_stream(items, product(seed), vecs, window=args.window, run=name,
+                          pass_embedding=pass_embedding, pause=args.pause, log=console.print)
+               for seed, name in names.items()]
     if args.baseline:
         results.append(run_stream(items, teacher_alone, vecs, window=args.window, run="baseline",
                                   pass_embedding=pass_embedding, pause=args.pause, log=console.print))
@@ -566,10 +635,8 @@ def run(args: argparse.Namespace) -> int:
                 for ns, recs in groups.items()}
 
     summaries = {res.run: per_namespace(res) for res in results}
-    final_shapes: dict[str, dict] = {}
-    for (ns, w), sh in results[0].shapes.items():
-        if ns not in final_shapes or w >= final_shapes[ns]["_w"]:
-            final_shapes[ns] = {**sh, "_w": w}
+    shapes = {res.run: final_shapes_of(res) for res in results}
+    final_shapes = shapes["product"]
 
     for ns in [*namespaces, *([ALL] if len(namespaces) > 1 else [])]:
         prod_rows = [r for r in rows if r["run"] == "product" and r["namespace"] == ns]
@@ -580,6 +647,11 @@ def run(args: argparse.Namespace) -> int:
             labels[f"alone, last {LAST}"] = summaries["baseline"][ns]["last"]
         print_namespace_table(console, ns, prod_rows, labels, kinds, args.window)
     print_overall_table(console, summaries["product"], summaries.get("baseline"), final_shapes)
+    if len(args.seed) > 1:
+        by_run = {res.run: res for res in results}
+        for ns in namespaces:
+            print_seeds_table(console, ns, {seed: seed_row(by_run[name], summaries[name][ns], shapes[name].get(ns, {}))
+                                            for seed, name in names.items()})
 
     prod = results[0]
     t, nm, kd = read_counts(prod.final_stats)
@@ -587,10 +659,11 @@ def run(args: argparse.Namespace) -> int:
                   + (f"; by kind {kd}" if kd else "; (stats() has no 'questions' breakdown)")
                   + f"; {prod.final_stats.get('inserts')} inserts, {prod.final_stats.get('merged', 0)} merged"
                   + f"; {prod.seconds:.1f}s; labels embedded inside add: {prod.embed_misses}")
-    if len(results) > 1:
-        bt, bn, bk = read_counts(results[1].final_stats)
+    alone = next((res for res in results if res.run == "baseline"), None)
+    if alone is not None:
+        bt, bn, bk = read_counts(alone.final_stats)
         console.print(f"teacher alone: {bt + bn} questions = {bt} teacher_calls + {bn} naming_calls"
-                      + (f"; by kind {bk}" if bk else "") + f"; {results[1].seconds:.1f}s")
+                      + (f"; by kind {bk}" if bk else "") + f"; {alone.seconds:.1f}s")
     console.print("questions are attributed to the window in which they were counted (training and "
                   "deferred questions run in a background thread; flush() once at the end of each "
                   "namespace; 'pending': inserts the trainer had not supervised yet at the window's end). "
@@ -619,9 +692,10 @@ def run(args: argparse.Namespace) -> int:
         payload = {
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                         "description": machine_description(), "torch_device": prod.device},
-            "window": args.window, "teacher": args.teacher, "kinds": kinds,
+            "window": args.window, "teacher": args.teacher, "seeds": args.seed, "kinds": kinds,
             "runs": {res.run: {"summaries": summaries[res.run], "seconds": res.seconds,
-                               "final_stats": _jsonable(res.final_stats)} for res in results},
+                               "final_stats": _jsonable(res.final_stats),
+                               "final_shapes": shapes[res.run]} for res in results},
         }
         Path(args.json).write_text(json.dumps(payload, indent=2))
         console.print(f"wrote {args.json}")

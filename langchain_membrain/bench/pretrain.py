@@ -5,10 +5,14 @@ manifest ``prior.json`` (by default into the package's own data folder, where
 :mod:`langchain_membrain.prior` reads them).
 
 Data: only what the package ships under its own licence: the personas written for the
-project (``data/personas.jsonl``, the tune set) and the bundled sample conversation. Each
-persona is a stream of its own, and all of them together form one more, larger stream; the
-held-out personas (``data/personas_heldout.jsonl``) are read only to report how the prior
-does on people it has not seen. LoCoMo (CC BY-NC) and the WordNet evaluation files are
+project (``data/personas.jsonl``, the tune set), the bundled sample conversation and the
+long chats written for the project (``data/chats.jsonl``: two friends over months, one
+``"Speaker: text"`` insert per turn, as ``bench economy`` feeds a LoCoMo conversation). Each
+persona and each chat is a stream of its own, and all personas together form one more,
+larger stream; the
+held-out personas (``data/personas_heldout.jsonl``) and the held-out chat
+(``data/chats_heldout.jsonl``) are read only to report how the prior does on people and a
+conversation it has not seen. LoCoMo (CC BY-NC) and the WordNet evaluation files are
 never read.
 
 Training, the learner's own loop over these streams:
@@ -32,7 +36,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-SOURCES = ("data/personas.jsonl", "data/sample_conversation.jsonl")
+SOURCES = ("data/personas.jsonl", "data/sample_conversation.jsonl", "data/chats.jsonl")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +54,18 @@ def _sample_conversation() -> list[str]:
     return [json.loads(line)["text"] for line in text.splitlines() if line.strip()]
 
 
+def _chats(path: str = "data/chats.jsonl") -> list[tuple[str, list[str]]]:
+    """Long chats, one stream per conversation, each turn as ``"Speaker: text"``
+    (``data/chats_heldout.jsonl``: the one only reported on)."""
+    text = resources.files("langchain_membrain").joinpath(path).read_text(encoding="utf-8")
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out.setdefault(row["conversation"], []).append(f"{row['speaker']}: {row['text']}")
+    return list(out.items())
+
+
 def _streams() -> list[tuple[str, list[str]]]:
     from ..personas import load_personas
 
@@ -59,7 +75,7 @@ def _streams() -> list[tuple[str, list[str]]]:
     # All personas in one memory, interleaved: a larger tree with many topics.
     rows = list(personas.values())
     mixed = [r[i]["text"] for i in range(max(map(len, rows))) for r in rows if i < len(r)]
-    return [*streams, ("sample conversation", sample), ("all personas", mixed)]
+    return [*streams, ("sample conversation", sample), ("all personas", mixed), *_chats()]
 
 
 def _sha256(path: str) -> str:
@@ -76,10 +92,10 @@ def _run_streams(learner, streams, vectors) -> None:
             learner.insert(tree, NewFact(text, vectors[text]))
 
 
-def heldout_report(state, teacher_id: str, vectors) -> dict:
-    """A fresh learner with the default policies, started from ``state``, over the held-out
-    personas: the share of inserts that asked the teacher and the agreement."""
-    from ..personas import load_personas
+def heldout_report(state, teacher_id: str, vectors, streams) -> dict:
+    """A fresh learner with the default policies, started from ``state``, over held-out
+    ``streams`` (the held-out personas, the held-out chat): the share of inserts that asked
+    the teacher and the agreement."""
     from ..pipeline import Learner, LearnerConfig
     from ..prior import teacher_identity
     from ..teachers.heuristic import HeuristicTeacher
@@ -87,7 +103,6 @@ def heldout_report(state, teacher_id: str, vectors) -> dict:
     teacher = HeuristicTeacher()
     learner = Learner(teacher, LearnerConfig())
     learner.trainer.load_prior(state, trusted=teacher_identity(teacher) == teacher_id)
-    streams = [(p, [r["text"] for r in rows]) for p, rows in load_personas("heldout").items()]
     n = sum(len(t) for _, t in streams)
     _run_streams(learner, streams, vectors)
     c1, c2 = learner.counters["stage1"], learner.counters["stage2"]
@@ -111,8 +126,9 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
     say = console.print if console is not None else print
     torch.manual_seed(seed)
     streams = _streams()
-    heldout = [r["text"] for rows in load_personas("heldout").values() for r in rows]
-    texts = sorted({t for _, ts in streams for t in ts} | set(heldout))
+    heldout_personas = [(p, [r["text"] for r in rows]) for p, rows in load_personas("heldout").items()]
+    heldout_chat = _chats("data/chats_heldout.jsonl")
+    texts = sorted({t for _, ts in [*streams, *heldout_personas, *heldout_chat] for t in ts})
     embedder = MiniLMEmbeddings()
     vectors = dict(zip(texts, embed_texts(embedder, texts)))
     def embed(batch: list[str]):
@@ -151,14 +167,15 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
         "labels": state["labelled"],
         "train_seconds": round(time.perf_counter() - t0, 1),
         "machine": f"{platform.machine()}, {platform.system()}, torch {torch.__version__}",
-        "heldout_personas": heldout_report(state, ident, vectors),
+        "heldout_personas": heldout_report(state, ident, vectors, heldout_personas),
+        "heldout_chat": heldout_report(state, ident, vectors, heldout_chat),
     }
     (out / "prior.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
 
 
 # ------------------------------------------------------------------ the operation student
-OPERATION_SOURCES = (*SOURCES, "data/updates.jsonl")
+OPERATION_SOURCES = (*SOURCES[:2], "data/updates.jsonl")
 
 
 def _operation_streams(which: str) -> list[tuple[str, list[str]]]:

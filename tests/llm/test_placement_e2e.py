@@ -423,3 +423,32 @@ def test_membrain_memory_follows_the_llm_teacher(server, client):
         assert ops["by_kind"]["ADD"] == len(FACTS) and ops["teacher_failures"] == 0
         assert len(server.requests) <= (len(FACTS) + stats["naming_calls"] + stats["teacher"]["total"]["retries"])
         assert {schema_name(r) for r in server.requests} <= {"OperationPlaceAnswer", "AspectName"}
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_an_audit_answered_by_the_one_call_question_sends_no_second_request(server, background):
+    """The student executes its own placements and every insert is audited afterwards
+    (query="always"); the memory operation's one-call question already answered each
+    placement, so the deferred audit takes that answer from the guard: the server sees one
+    request per insert (plus naming and retries), and the audits count as shared."""
+    from langchain_membrain import LearnerConfig, MembrainMemory, Policy
+
+    server.responder = keyword_llm
+    teacher = ChatOpenAI(model="test-model", base_url=server.base_url, api_key="x", max_retries=0, timeout=2)
+    audited = LearnerConfig(stage1=Policy(execute="model", query="always"),
+                            stage2=Policy(execute="model", query="always"))
+    with MembrainMemory(teacher=teacher, embeddings=EMB, learner=audited, background=background,
+                        relabel=False, dedupe=False) as mem:
+        mem.add_many(FACTS, namespace="computer")
+        mem.flush()
+        stats = mem.stats()
+        names = [schema_name(r) for r in server.requests]
+        assert names.count("OperationPlaceAnswer") == len(FACTS)
+        assert set(names) <= {"OperationPlaceAnswer", "AspectName"}
+        # every insert but the first (an empty tree: nothing to decide, nothing to audit)
+        assert stats["audits_shared"] == len(FACTS) - 1 and stats["questions"]["audit"] == 0
+        assert len(server.requests) == len(FACTS) + stats["naming_calls"] + stats["teacher"]["total"]["retries"]
+        assert stats["teacher_calls"] == len(FACTS)
+        tree = mem.tree("computer")
+        tree.check_invariants()
+        assert sorted(tree.node(f).text for f in tree.facts()) == sorted(FACTS)
