@@ -555,17 +555,15 @@ def print_seeds_table(console: Any, ns: str, rows: dict[int, dict[str, Any]]) ->
     t.add_column("seed")
     for c in ("product", f"last {LAST}", "shadow s1", "shadow s2", "height", "largest top", "cpu ms, no q"):
         t.add_column(c, justify="right")
-    def digits(c: str) -> int:
-        return 1 if c.endswith("_ms") or c == "height" else 2
-
+    digits = {c: 1 if c.endswith("_ms") or c == "height" else 2 for c in cols}
     for seed, r in rows.items():
-        t.add_row(str(seed), *[_f(r.get(c), digits(c)) if c != "height" else _f(r.get(c)) for c in cols])
+        t.add_row(str(seed), *[_f(r.get(c), digits[c]) for c in cols])  # a height (int) prints as is
 
     def spread(c: str) -> str:
         vals = [float(r[c]) for r in rows.values() if r.get(c) is not None]
         if not vals:
             return "-"
-        d = digits(c)
+        d = digits[c]
         return f"{np.mean(vals):.{d}f} ({min(vals):.{d}f} to {max(vals):.{d}f})"
 
     t.add_row("mean (range)", *[spread(c) for c in cols], style="bold")
