@@ -36,7 +36,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-SOURCES = ("data/personas.jsonl", "data/sample_conversation.jsonl", "data/chats.jsonl")
+PERSONAS, SAMPLE, CHATS = "data/personas.jsonl", "data/sample_conversation.jsonl", "data/chats.jsonl"
+HELDOUT_CHAT = "data/chats_heldout.jsonl"  # reported on, never trained on
+SOURCES = (PERSONAS, SAMPLE, CHATS)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,20 +51,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=4, help="passes over the items for the operation student")
 
 
-def _sample_conversation() -> list[str]:
-    text = resources.files("langchain_membrain").joinpath(SOURCES[1]).read_text(encoding="utf-8")
-    return [json.loads(line)["text"] for line in text.splitlines() if line.strip()]
-
-
-def _chats(path: str = "data/chats.jsonl") -> list[tuple[str, list[str]]]:
-    """Long chats, one stream per conversation, each turn as ``"Speaker: text"``
-    (``data/chats_heldout.jsonl``: the one only reported on)."""
+def _rows(path: str) -> list[dict[str, Any]]:
+    """The JSON lines of one of the package's data files."""
     text = resources.files("langchain_membrain").joinpath(path).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _sample_conversation() -> list[str]:
+    return [row["text"] for row in _rows(SAMPLE)]
+
+
+def _chats(path: str = CHATS) -> list[tuple[str, list[str]]]:
+    """Long chats (``CHATS``, or ``HELDOUT_CHAT``), one stream per conversation, each turn as
+    ``"Speaker: text"``."""
     out: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if line.strip():
-            row = json.loads(line)
-            out.setdefault(row["conversation"], []).append(f"{row['speaker']}: {row['text']}")
+    for row in _rows(path):
+        out.setdefault(row["conversation"], []).append(f"{row['speaker']}: {row['text']}")
     return list(out.items())
 
 
@@ -127,7 +131,7 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
     torch.manual_seed(seed)
     streams = _streams()
     heldout_personas = [(p, [r["text"] for r in rows]) for p, rows in load_personas("heldout").items()]
-    heldout_chat = _chats("data/chats_heldout.jsonl")
+    heldout_chat = _chats(HELDOUT_CHAT)
     texts = sorted({t for _, ts in [*streams, *heldout_personas, *heldout_chat] for t in ts})
     embedder = MiniLMEmbeddings()
     vectors = dict(zip(texts, embed_texts(embedder, texts)))
@@ -175,7 +179,7 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
 
 
 # ------------------------------------------------------------------ the operation student
-OPERATION_SOURCES = (*SOURCES[:2], "data/updates.jsonl")
+OPERATION_SOURCES = (PERSONAS, SAMPLE, "data/updates.jsonl")  # the operation prior was not rebuilt with the chats
 
 
 def _operation_streams(which: str) -> list[tuple[str, list[str]]]:
