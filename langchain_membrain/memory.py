@@ -502,8 +502,9 @@ class MembrainMemory:
         if tree is None or index is None:
             return None
         fields = {k: v for k, v in value.items() if k != "content"}
+        wanted = _normalised(text)
         for fid, _ in index.nearest(vec, k=8):
-            if fid in tree and _normalised(tree.node(fid).text) == _normalised(text):
+            if fid in tree and _normalised(tree.node(fid).text) == wanted:
                 old = tree.node(fid).metadata.get("value", {})
                 if {k: v for k, v in old.items() if k != "content"} == fields:
                     return fid

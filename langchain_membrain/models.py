@@ -1,12 +1,13 @@
-"""The two small networks, nanoGPT-style: read it top to bottom.
+"""The small networks, nanoGPT-style: read it top to bottom.
 
-Both networks turn node tokens (features.py) into hidden vectors with a small
+The two placement networks turn node tokens (features.py) into hidden vectors with a small
 transformer encoder (pre-norm blocks, no positional encoding: a subtree or closure is a
 set, and the role/kind ids say what each token is), then read logits off them:
 
 - :class:`Stage1Net`: one logit per candidate (the current node, then its child aspects).
 - :class:`Stage2Net`: per actable fact, logits over {idle, promote, demote, group}; per
   (fact, sibling aspect) a demote-target logit; per (fact, fact) a group-together logit.
+- :class:`OperationNet` (no encoder): the memory operation of a new item (operations.py).
 
 Every head also sees the token's numeric features directly (a skip path around the
 encoder): the features carry the quantities a teacher compares, so a near-linear read of
@@ -206,6 +207,36 @@ class Stage2Net(nn.Module):
         return type_logits, demote_logits, group_logits
 
 
+class OperationNet(nn.Module):
+    """New item + its ``k`` candidate facts -> memory-operation logits (operations.py):
+    ``[ADD, IGNORE, UPDATE_1..k, DELETE-keep_1..k, DELETE-drop_1..k]``.
+
+    An item encoder (embedding and flags) gives the ADD and IGNORE logits; a pair scorer
+    reads the item's hidden vector, the elementwise product of the item and a candidate
+    (projected small) and the candidate's numeric features (the last one: 1 where the
+    candidate is present), and gives its three logits. A missing candidate's are -inf.
+    """
+
+    def __init__(self, dim: int, k: int, n_flags: int, n_pair: int, hidden: int = 64):
+        super().__init__()
+        self.k = k
+        self.item = nn.Sequential(nn.Linear(dim + n_flags, hidden), nn.ReLU())
+        self.item_out = nn.Linear(hidden, 2)
+        self.pair_in = nn.Linear(dim, 32)
+        self.pair = nn.Sequential(nn.Linear(hidden + 32 + n_pair, hidden), nn.ReLU(), nn.Linear(hidden, 3))
+
+    def forward(self, e: torch.Tensor, flags: torch.Tensor, cands: torch.Tensor,
+                pairnum: torch.Tensor) -> torch.Tensor:
+        """e (B, dim), flags (B, n_flags), cands (B, k, dim), pairnum (B, k, n_pair) ->
+        logits (B, 2 + 3k)."""
+        h = self.item(torch.cat([e, flags], dim=1))
+        head = self.item_out(h)
+        p = torch.relu(self.pair_in(cands * e[:, None, :]))
+        z = self.pair(torch.cat([h[:, None, :].expand(-1, self.k, -1), p, pairnum], dim=2))  # (B, k, 3)
+        z = z.masked_fill(pairnum[..., -1:] < 0.5, float("-inf"))
+        return torch.cat([head, z[..., 0], z[..., 1], z[..., 2]], dim=1)
+
+
 # ----------------------------------------------------------------------------- batching
 def _pad(arrays: list, fill=0, dtype=torch.float32) -> torch.Tensor:
     """Stack numpy arrays of equal trailing shape, padding the first axis (and the second
@@ -299,5 +330,5 @@ def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-__all__ = ["ModelConfig", "Stage1Net", "Stage2Net", "collate_stage1", "collate_stage2", "NEG",
+__all__ = ["ModelConfig", "Stage1Net", "Stage2Net", "OperationNet", "collate_stage1", "collate_stage2", "NEG",
            "count_parameters"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
@@ -433,36 +434,48 @@ N_PAIR = 5  # per candidate: cosine, gap to the nearest, margin over the best ot
 
 
 class _StudentNet:
-    """Built lazily (torch is imported on first use): an item encoder giving the ADD and
-    IGNORE logits, and a pair scorer giving, for each candidate, the UPDATE, DELETE-keep and
-    DELETE-drop logits. Output layout: ``[ADD, IGNORE, U_1..U_k, DK_1..DK_k, DD_1..DD_k]``."""
+    """The operation network (models.OperationNet), built lazily (torch is imported on
+    first use), with a TorchScript trace for single items: the trace shares the network's
+    parameters, so training reaches it, and it cuts the Python overhead of the insert's
+    hot path (as the stages' inference does, training.OnlineTrainer._inference)."""
 
     def __init__(self, dim: int, k: int, hidden: int = 64, seed: int = 0):
         import torch
 
+        from .models import OperationNet
+
         torch.manual_seed(seed)
-        nn = torch.nn
         self.torch, self.k, self.dim = torch, k, dim
-        self.item = nn.Sequential(nn.Linear(dim + N_FLAGS, hidden), nn.ReLU())
-        self.item_out = nn.Linear(hidden, 2)
-        self.pair_in = nn.Linear(dim, 32)
-        self.pair = nn.Sequential(nn.Linear(hidden + 32 + N_PAIR, hidden), nn.ReLU(), nn.Linear(hidden, 3))
-        self.modules = nn.ModuleDict({"item": self.item, "item_out": self.item_out, "pair_in": self.pair_in,
-                                      "pair": self.pair})
-        self.params = list(self.modules.parameters())
+        self.network = OperationNet(dim, k, N_FLAGS, N_PAIR, hidden)
+        self.params = list(self.network.parameters())
+        self._traced: Any = None  # None: not yet traced; False: failed, run eagerly
+
+    @staticmethod
+    def _tensors(batch: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> list:
+        # from_numpy wraps the stacked arrays without a second copy (the insert's hot path).
+        import torch
+
+        return [torch.from_numpy(np.stack([b[i] for b in batch]).astype(np.float32, copy=False))
+                for i in range(4)]
 
     def logits(self, batch: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]):
-        """Logits (B, 2 + 3k), masked with -inf where a candidate is missing."""
+        """Logits (B, 2 + 3k), masked with -inf where a candidate is missing (training)."""
+        return self.network(*self._tensors(batch))
+
+    def infer(self, row: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        """One item's logits, without autograd, through the trace where it could be made."""
         torch = self.torch
-        # from_numpy wraps the stacked arrays without a second copy (the insert's hot path).
-        e, flags, cands, pairnum = (torch.from_numpy(np.stack([b[i] for b in batch]).astype(np.float32, copy=False))
-                                    for i in range(4))  # cands (B, k, dim); pairnum (B, k, N_PAIR), last col = present
-        h = self.item(torch.cat([e, flags], dim=1))
-        head = self.item_out(h)
-        p = torch.relu(self.pair_in(cands * e[:, None, :]))
-        z = self.pair(torch.cat([h[:, None, :].expand(-1, self.k, -1), p, pairnum], dim=2))  # (B, k, 3)
-        z = z.masked_fill(pairnum[..., -1:] < 0.5, float("-inf"))
-        return torch.cat([head, z[..., 0], z[..., 1], z[..., 2]], dim=1)
+        args = self._tensors([row])
+        with torch.inference_mode():
+            if self._traced is None:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        self._traced = torch.jit.trace(self.network, tuple(args), check_trace=False)
+                except Exception:  # noqa: BLE001 - the eager network is the same computation
+                    self._traced = False
+            out = (self.network if self._traced is False else self._traced)(*args)
+        return out[0].numpy().astype(np.float64)
 
 
 class OperationStudent:
@@ -565,8 +578,7 @@ class OperationStudent:
             return None, False
         with self._lock:
             net = self._ensure(row[0].size)
-            with net.torch.no_grad():
-                logits = net.logits([row])[0].numpy().astype(np.float64)
+            logits = net.infer(row)
             self._last_logits = logits
             probs = self.calibrator.probs(logits)
             best = int(np.argmax(probs))
@@ -644,7 +656,7 @@ class OperationStudent:
             import io
 
             state = {"format": self.STATE_FORMAT, "dim": self.net.dim, "k": self.k,
-                     "modules": self.net.modules.state_dict(), "temperature": self.calibrator.temperature,
+                     "modules": self.net.network.state_dict(), "temperature": self.calibrator.temperature,
                      "labelled": self.labelled, "agreed": self.agreed, "recent": list(self._recent),
                      "steps": self.optimiser_steps}
             if optimiser:
@@ -669,7 +681,7 @@ class OperationStudent:
             if not isinstance(state, dict) or state.get("format") != self.STATE_FORMAT or state.get("k") != self.k:
                 raise CheckpointError("not an operation-student checkpoint of this shape")
             net = _StudentNet(int(state["dim"]), self.k, seed=self.seed)
-            net.modules.load_state_dict(state["modules"])
+            net.network.load_state_dict(state["modules"])
             opt = torch.optim.Adam(net.params, lr=self.lr, weight_decay=1e-4)
             if "optimiser" in state:
                 opt.load_state_dict(state["optimiser"])

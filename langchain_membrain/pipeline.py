@@ -179,6 +179,7 @@ class PlaceRecord:
     teacher is asked later on ``snapshot``, a copy of the tree before the attach.
     ``shared``: the teacher was already asked about this item (its memory operation, in one
     request that also answers the placement), so that audit is not counted again.
+    ``unsure``: the stage whose doubt asked the joint question during the insert.
     """
 
     fact_id: str
@@ -198,6 +199,7 @@ class PlaceRecord:
     drawn: bool = False
     asked: bool = False
     shared: bool = False  # the memory operation's one-call question answered the placement too
+    unsure: str | None = None  # "stage1" or "stage2": whose doubt asked the question
     plan: Placement | None = None
     move_to: str | None = None  # the teacher's parent, when it differs from the model's
     labels1: list[Stage1Label] = field(default_factory=list)
@@ -304,6 +306,9 @@ class Learner:
         self.teacher = teacher
         self.config = config or LearnerConfig()
         self.trainer = OnlineTrainer(self.config.model, self.config.training)
+        # Both stages' calibrations are fitted for their gates (training.Calibrator).
+        self.trainer.calib["stage1"].gate = self.config.stage1.confidence
+        self.trainer.decision_calib.gate = self.config.stage2.confidence
         self.embed_label = embed_label
         self.label_aspect = label_aspect or fallback_label
         self.shadow = shadow
@@ -371,9 +376,15 @@ class Learner:
     def _unbiased(self, rec: PlaceRecord, policy: Policy, stage: str) -> bool:
         """Whether a label of this insert may calibrate ``stage``: the question was not asked
         *because* the model was unsure (an audit draw, teacher forcing, warm-up, or
-        query="always")."""
+        query="always"), or, for stage 1, stage 2 asked it: stage 1 was then sure at every
+        level, so its labels are a sample of what its gate let through. They keep stage 1's
+        window fresh after warm-up, where 2% audits alone barely renew it (a new teacher's
+        gate stayed fitted to the warm-up's mistakes; README, Limitations). Stage 2 is not
+        calibrated on stage 1's questions: its gate never sees those inserts, and they are
+        harder for it than the ones it does (measured: a new teacher's stage 2 then asked
+        224 times on conv-42 instead of 176)."""
         return (rec.drawn or policy.execute == "teacher" or policy.query == "always"
-                or not self._warm(policy, stage))
+                or not self._warm(policy, stage) or (stage == "stage1" and rec.unsure == "stage2"))
 
     # ------------------------------------------------------------------ the teacher
     def draw_audit(self) -> bool:
@@ -580,7 +591,7 @@ class Learner:
         model descends on its own from where it stopped."""
         if rec.descended:
             return
-        rec.asked = True
+        rec.asked, rec.unsure = True, "stage1"
         self.unsure["stage1"] += 1
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id
@@ -672,7 +683,7 @@ class Learner:
         carried out by :meth:`apply_stage2`)."""
         if rec.asked or rec.fact_id not in tree:
             return
-        rec.asked, rec.snapshot = True, None  # asked now: an audit has nothing left to ask
+        rec.asked, rec.snapshot, rec.unsure = True, None, "stage2"  # asked now: an audit has nothing left to ask
         self.unsure["stage2"] += 1
         view = tree.copy()
         view.remove(rec.fact_id)

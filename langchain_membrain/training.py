@@ -142,14 +142,39 @@ class StageCounters:
         return self.agreed / self.labelled if self.labelled else 0.0
 
 
+WILSON_Z = 1.645  # one-sided 95%
+
+
+def agrees_at(right: np.ndarray, rate: float) -> bool:
+    """Whether decisions with these outcomes (True: agreed with the teacher) agree at
+    ``rate`` or more, by Wilson's one-sided 95% lower bound on their agreement (False for
+    none): what a gate's calibration may let through (Calibrator, PlattCalibrator)."""
+    n = len(right)
+    if n == 0:
+        return False
+    p, z = float(np.mean(right)), WILSON_Z
+    low = (p + z * z / (2 * n) - z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n)
+    return low >= rate
+
+
 class Calibrator:
-    """Temperature scaling on a window of (logits, label) rows."""
+    """Temperature scaling on a window of (logits, label) rows.
+
+    ``gate``: the confidence a decision needs to be taken without the teacher. With it, the
+    fitted temperature is lowered from the NLL fit as far as the rows the gate would then
+    pass still agree with the teacher at that rate, by a one-sided 95% lower bound (Wilson's)
+    on their agreement. Why: NLL weighs a few confident errors heavily (a new teacher that
+    the student already matches on 97% of its decisions got temperatures of 2 to 3, which
+    keep nearly every decision under a gate of 0.9, README: A new teacher starts
+    expensive), while the gate needs only that what it lets through is right at its rate.
+    The temperature is never raised above the NLL fit."""
 
     GRID = np.exp(np.linspace(math.log(0.2), math.log(10.0), 49))
 
-    def __init__(self, window: int):
+    def __init__(self, window: int, gate: float | None = None):
         self.rows: deque[tuple[np.ndarray, int]] = deque(maxlen=window)
         self.temperature = 1.0
+        self.gate = gate
         self._since_fit = 0
 
     def add(self, logits: np.ndarray, label: int) -> None:
@@ -163,8 +188,10 @@ class Calibrator:
             self.fit()
 
     def fit(self) -> float:
-        """Set ``temperature`` to the grid value with the lowest mean NLL (vectorised: rows
-        of different widths are padded with -inf, which adds nothing to the softmax)."""
+        """Set ``temperature``: the grid value with the lowest mean NLL, then (with a
+        ``gate``) the lowest grid value below it down to which every temperature passes
+        :func:`agrees_at` (vectorised: rows of different widths are padded with -inf, which
+        adds nothing to the softmax)."""
         self._since_fit = 0
         width = max(len(r) for r, _ in self.rows)
         logits = np.full((len(self.rows), width), -np.inf)
@@ -175,7 +202,13 @@ class Calibrator:
         zmax = z.max(axis=2, keepdims=True)
         lse = np.log(np.exp(z - zmax).sum(axis=2)) + zmax[..., 0]
         nll = (lse - z[:, np.arange(len(labels)), labels]).mean(axis=1)
-        self.temperature = float(self.GRID[int(np.argmin(nll))])
+        best = int(np.argmin(nll))
+        if self.gate is not None:
+            confidence = np.exp(zmax[..., 0] - lse)  # (grid, rows): the argmax's probability
+            right = np.argmax(logits, axis=1) == labels
+            while best > 0 and agrees_at(right[confidence[best - 1] >= self.gate], self.gate):
+                best -= 1
+        self.temperature = float(self.GRID[best])
         return self.temperature
 
     def probs(self, logits: np.ndarray) -> np.ndarray:
@@ -203,14 +236,21 @@ class PlattCalibrator:
     teacher in only 73 to 86% of LoCoMo turns (README, Results). Trained on decisions of at
     most 12 facts and tested on larger ones (teacher-forced LoCoMo), the gate at 0.9 let
     through 75% of them at 0.89 agreement with the score alone, 54% at 0.98 with the size.
-    Fitted once the window holds MIN_ROWS rows; before, ``(a, c, b) = (1, 0, 0)``."""
+    Fitted once the window holds MIN_ROWS rows; before, ``(a, c, b) = (1, 0, 0)``.
+
+    ``gate``: as for :class:`Calibrator`, the likelihood fit's intercept ``b`` is then raised
+    (in steps of :attr:`SHIFT_STEP`) as far as the rows the gate would pass still agree at
+    the gate's rate (:func:`agrees_at`); it is never lowered. The likelihood fits every
+    probability; the gate needs only that what it lets through is right at its rate."""
 
     MIN_ROWS = 64
     BOUND = 50.0
+    SHIFT_STEP = 0.25
 
-    def __init__(self, window: int):
+    def __init__(self, window: int, gate: float | None = None):
         self.rows: deque[tuple[float, float, int]] = deque(maxlen=window)
         self.w = (1.0, 0.0, 0.0)  # (a, c, b)
+        self.gate = gate
         self._since_fit = 0
 
     def add(self, score: float, n: float, right: bool) -> None:
@@ -249,6 +289,10 @@ class PlattCalibrator:
             w = new
             if done:
                 break
+        if self.gate is not None and 0.0 < self.gate < 1.0:  # a gate of 1 or more passes nothing
+            z, bar = X @ w, math.log(self.gate / (1.0 - self.gate))  # p >= gate <=> z >= bar
+            while w[2] + self.SHIFT_STEP <= self.BOUND and agrees_at(right[z + self.SHIFT_STEP >= bar], self.gate):
+                z, w[2] = z + self.SHIFT_STEP, w[2] + self.SHIFT_STEP
         self.w = (float(w[0]), float(w[1]), float(w[2]))
         return self.w
 

@@ -116,6 +116,26 @@ def test_several_seeds_run_the_product_once_each(tmp_path, capsys):
         main(["economy", "--data", str(data), "--seed", "0,0"])
 
 
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_new_teacher_starts_from_the_prior_weights_only(tmp_path):
+    """--teacher new: the product with a teacher the shipped prior was not taught by, so
+    the prior's calibration is not trusted (as under an LLM teacher); the default
+    teacher's is."""
+    from langchain_membrain.bench.__main__ import main
+
+    data = tmp_path / "turns.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in _stream()[:8]) + "\n")
+    prior = {}
+    for teacher in ("heuristic", "new"):
+        out_json = tmp_path / f"{teacher}.json"
+        assert main(["economy", "--data", str(data), "--no-baseline", "--no-shadow", "--teacher", teacher,
+                     "--json", str(out_json)]) == 0
+        res = json.loads(out_json.read_text())
+        assert res["teacher"] == teacher
+        prior[teacher] = res["runs"]["product"]["final_stats"]["prior"]
+    assert prior == {"heuristic": "trusted", "new": "weights only"}
+
 class CountingTeacher(HeuristicTeacher):
     """The offline teacher, counting the questions put to it (here: as a shadow)."""
 

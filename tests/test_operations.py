@@ -371,6 +371,10 @@ def test_the_student_learns_the_rule_and_opens_its_gate(one_torch_thread) -> Non
         op, trusted = student.propose(OperationQuestion(text, vecs[text], ()))
         assert op == conservative_operation(OperationQuestion(text, None, ()))
     assert student.stats()["recent_agreement"] >= 0.9
+    # Decisions run through a trace made before any training: it reads the trained weights.
+    row = student.encode(OperationQuestion(items[3], vecs[items[3]], ()))
+    assert student.net._traced is not None
+    np.testing.assert_allclose(student.net.infer(row), student.net.logits([row]).detach().numpy()[0], rtol=1e-5)
 
 
 def test_labels_asked_because_the_student_was_unsure_do_not_shut_its_gate(one_torch_thread) -> None:

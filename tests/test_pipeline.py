@@ -203,6 +203,36 @@ def test_stage2_defer_asks_once_per_k_unsure_decisions_under_a_parent(defer):
     assert learner.questions["placement"] > 0
 
 
+
+def test_stage2_questions_calibrate_stage1_but_not_the_reverse():
+    """A question asked because stage 2 was unsure finds stage 1 sure at every level: its
+    stage-1 labels are a sample of what stage 1's gate let through, and join its
+    calibration window. A question asked because stage 1 was unsure never reached stage
+    2's gate: its stage-2 decision does not join stage 2's window. (Warm-up is over from
+    the start; a confidence bar above 1 keeps a stage unsure.)"""
+    sure = Policy(execute="auto", confidence=0.0, warmup=0, audit_rate=0.0)
+    unsure = Policy(execute="auto", confidence=1.01, warmup=0, audit_rate=0.0)
+
+    def run(stage1: Policy, stage2: Policy) -> Learner:
+        cfg = config()
+        cfg.stage1, cfg.stage2 = stage1, stage2
+        learner = Learner(HeuristicTeacher(), cfg)
+        tree = MembrainTree("s", dim=DIM)
+        for nf in facts(40):
+            learner.insert(tree, nf)
+        assert tree.fact_count(tree.root_id) == 40
+        return learner
+
+    learner = run(sure, unsure)
+    assert learner.unsure["stage2"] > 0 and learner.unsure["stage1"] == 0
+    assert len(learner.trainer.calib["stage1"].rows) > 0
+    assert len(learner.trainer.decision_calib.rows) == 0
+
+    learner = run(unsure, sure)
+    assert learner.unsure["stage1"] > 0 and learner.unsure["stage2"] == 0
+    assert len(learner.trainer.calib["stage1"].rows) == 0
+    assert len(learner.trainer.decision_calib.rows) == 0
+
 def test_stage2_defer_must_be_a_positive_int():
     with pytest.raises(ValueError):
         LearnerConfig(stage2_defer=0)

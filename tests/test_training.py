@@ -191,6 +191,81 @@ def test_calibrator_temperature():
     assert over.probs(np.array([20.0, 0.0, 0.0])).max() < 0.9
 
 
+
+def _gated_rows(rng, n: int, wrong: int):
+    """Rows of a student that is right except for ``wrong`` very confident errors (a new
+    teacher the student nearly matches), confidences spread over margins 1 to 8."""
+    rows = []
+    for i in range(n):
+        y = int(rng.integers(3))
+        if i % (n // wrong) == 0:
+            rows.append((np.eye(3)[(y + 1) % 3] * 12.0, y))
+        else:
+            rows.append((np.eye(3)[y] * float(rng.uniform(1.0, 8.0)), y))
+    return rows
+
+
+def test_gate_fit_lowers_the_temperature_while_what_passes_stays_right():
+    """A few confident errors push the NLL temperature up until the gate passes almost
+    nothing; fitted for the gate, it comes down as far as the decisions passing at 0.9
+    still agree at 0.9 (lower bound), and never above the NLL fit."""
+    from langchain_membrain.training import agrees_at
+
+    rng = np.random.default_rng(1)
+    rows = _gated_rows(rng, 128, 2)
+    nll, gated = Calibrator(128), Calibrator(128, gate=0.9)
+    for logits, y in rows:
+        nll.add(logits, y)
+        gated.add(logits, y)
+    t_nll, t_gate = nll.fit(), gated.fit()
+    assert t_gate < t_nll
+
+    def passing(cal):
+        return np.array([int(np.argmax(z)) == y for z, y in rows if cal.probs(z).max() >= 0.9])
+
+    assert len(passing(nll)) < len(passing(gated)) == len(rows)
+    assert agrees_at(passing(gated), 0.9)
+
+    poor = Calibrator(128, gate=0.9)  # right 70% of the time: nothing to let through
+    base = Calibrator(128)
+    for logits, y in _gated_rows(rng, 128, 40):
+        poor.add(logits, y)
+        base.add(logits, y)
+    assert poor.fit() == base.fit()
+
+
+def test_platt_gate_fit_raises_the_intercept_only_as_far_as_agreement_holds():
+    from langchain_membrain.training import PlattCalibrator, agrees_at
+
+    rng = np.random.default_rng(2)
+    data = []
+    for _ in range(128):
+        score, n = float(-rng.exponential(2.0)), float(rng.integers(1, 20))
+        data.append((score, n, rng.random() < 0.97))  # right nearly always, whatever the score
+    plain, gated = PlattCalibrator(128), PlattCalibrator(128, gate=0.9)
+    for row in data:
+        plain.add(*row)
+        gated.add(*row)
+    (a, c, b), (a2, c2, b2) = plain.fit(), gated.fit()
+    assert (a2, c2) == (a, c) and b2 >= b
+    passed = np.array([right for score, n, right in data if gated.prob(score, n) >= 0.9])
+    assert len(passed) > sum(plain.prob(s, n) >= 0.9 for s, n, _ in data)
+    assert agrees_at(passed, 0.9)
+
+    shut = PlattCalibrator(128, gate=1.0)  # a gate nothing passes (Policy(confidence=1.0))
+    for row in data:
+        shut.add(*row)
+    assert shut.fit() == (a, c, b)
+
+    coin = PlattCalibrator(128, gate=0.9)  # right half of the time: the fit stays the likelihood's
+    ref = PlattCalibrator(128)
+    for score, n, _ in data:
+        right = rng.random() < 0.5
+        coin.add(score, n, right)
+        ref.add(score, n, right)
+    assert coin.fit() == ref.fit()
+
+
 def _run(learner: Learner, n: int = 40, seed: int = 3):
     tree = MembrainTree("s", dim=DIM)
     results = [learner.insert(tree, nf) for nf in synthetic_facts(n, seed=seed)]

@@ -61,6 +61,11 @@ takes alone and never counted, trained on or executed; the share it would have t
 alone and wrongly saves questions by silence. The shadow's time is left out of the insert
 times.
 
+A new teacher (``--teacher new``): the offline rule with ``crowd=7`` instead of 6, so the
+shipped prior (taught by the default rule) is not trusted: the student starts from its
+weights with fresh calibration and shut gates, as it does under an LLM teacher, while the
+teacher stays offline and fast. The shadow is a copy of the same teacher.
+
 Baseline (``--baseline``, default on), measured in the same run on the same stream: a memory
 whose student never decides (``LearnerConfig(stage1=Policy(execute="teacher"),
 stage2=Policy(execute="teacher"))``): the teacher alone, and its questions per insert.
@@ -87,6 +92,7 @@ from langchain_core.embeddings import Embeddings
 from . import machine_description
 
 LAST = 200
+NEW_TEACHER_CROWD = 7  # --teacher new: HeuristicConfig.crowd other than the default (6) that taught the prior
 REFERENCE_LINES = (0.2, 0.5)
 FIXED_COLUMNS = [
     "run", "namespace", "window", "first_insert", "last_insert", "inserts",
@@ -492,9 +498,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", default=None,
                         help="LoCoMo: N (the first N samples) or comma-separated sample ids (default: all)")
     parser.add_argument("--window", type=int, default=100, help="inserts per window (default 100)")
-    parser.add_argument("--teacher", choices=("heuristic",), default="heuristic",
-                        help="the product's default offline teacher (the oracle teacher reads WordNet "
-                             "ground truth, which chat turns do not have)")
+    parser.add_argument("--teacher", choices=("heuristic", "new"), default="heuristic",
+                        help="heuristic: the product's default offline teacher, which taught the shipped "
+                             "prior (trusted); new: the offline rule with other settings (crowd=7), a teacher "
+                             "the prior did not learn from, so its calibration starts afresh and its gates "
+                             "shut, as with an LLM (the oracle teacher reads WordNet ground truth, which chat "
+                             "turns do not have)")
     parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the teacher alone on the same stream (default on)")
     parser.add_argument("--shadow", action=argparse.BooleanOptionalAction, default=True,
@@ -598,18 +607,28 @@ def run(args: argparse.Namespace) -> int:
                   f"teacher={args.teacher}, seed {','.join(map(str, args.seed))}, pause {args.pause:g}s between adds, embedded in {embed_s:.1f}s beforehand "
                   f"({'passed as embedding=' if pass_embedding else 'served by the embedder'})")
 
+    def teacher() -> Any:
+        """None: the memory's default teacher (the offline rule, naming with its embedder)."""
+        from ..teachers.heuristic import HeuristicConfig, HeuristicTeacher
+
+        if args.teacher != "new":
+            return None
+        served = PrecomputedEmbeddings(base, known)
+        return HeuristicTeacher(HeuristicConfig(crowd=NEW_TEACHER_CROWD), embed=lambda texts: embed_texts(served, texts))
+
     def shadow() -> Any:
         from ..teachers.heuristic import HeuristicTeacher
 
-        return HeuristicTeacher() if args.shadow else None
+        return (teacher() or HeuristicTeacher()) if args.shadow else None
 
     def product(seed: int) -> Callable[[], Any]:
         return lambda: MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), operations=args.operations,
-                                      shadow_teacher=shadow(), learner=LearnerConfig(seed=seed))
+                                      teacher=teacher(), shadow_teacher=shadow(),
+                                      learner=LearnerConfig(seed=seed))
 
     def teacher_alone() -> Any:
         cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"), seed=args.seed[0])
-        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), learner=cfg,
+        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), learner=cfg, teacher=teacher(),
                               operations=args.operations)
 
     # The first seed's run is "product" (the tables below); any further seeds run after it.
