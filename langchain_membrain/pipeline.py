@@ -306,9 +306,8 @@ class Learner:
         self.teacher = teacher
         self.config = config or LearnerConfig()
         self.trainer = OnlineTrainer(self.config.model, self.config.training)
-        # Both stages' calibrations are fitted for their gates (training.Calibrator).
+        # Stage 1's temperature is fitted for its gate (training.Calibrator).
         self.trainer.calib["stage1"].gate = self.config.stage1.confidence
-        self.trainer.decision_calib.gate = self.config.stage2.confidence
         self.embed_label = embed_label
         self.label_aspect = label_aspect or fallback_label
         self.shadow = shadow

@@ -148,7 +148,7 @@ WILSON_Z = 1.645  # one-sided 95%
 def agrees_at(right: np.ndarray, rate: float) -> bool:
     """Whether decisions with these outcomes (True: agreed with the teacher) agree at
     ``rate`` or more, by Wilson's one-sided 95% lower bound on their agreement (False for
-    none): what a gate's calibration may let through (Calibrator, PlattCalibrator)."""
+    none): what a gate's calibration may let through (Calibrator)."""
     n = len(right)
     if n == 0:
         return False
@@ -238,19 +238,16 @@ class PlattCalibrator:
     through 75% of them at 0.89 agreement with the score alone, 54% at 0.98 with the size.
     Fitted once the window holds MIN_ROWS rows; before, ``(a, c, b) = (1, 0, 0)``.
 
-    ``gate``: as for :class:`Calibrator`, the likelihood fit's intercept ``b`` is then raised
-    (in steps of :attr:`SHIFT_STEP`) as far as the rows the gate would pass still agree at
-    the gate's rate (:func:`agrees_at`); it is never lowered. The likelihood fits every
-    probability; the gate needs only that what it lets through is right at its rate."""
+    Not fitted for its gate as :class:`Calibrator` is: raising ``b`` as far as the window's
+    passing decisions agreed at 0.9 let a student trained from scratch go silent once its
+    own decisions shaped the tree (README, Limitations: A new teacher starts expensive)."""
 
     MIN_ROWS = 64
     BOUND = 50.0
-    SHIFT_STEP = 0.25
 
-    def __init__(self, window: int, gate: float | None = None):
+    def __init__(self, window: int):
         self.rows: deque[tuple[float, float, int]] = deque(maxlen=window)
         self.w = (1.0, 0.0, 0.0)  # (a, c, b)
-        self.gate = gate
         self._since_fit = 0
 
     def add(self, score: float, n: float, right: bool) -> None:
@@ -289,10 +286,6 @@ class PlattCalibrator:
             w = new
             if done:
                 break
-        if self.gate is not None and 0.0 < self.gate < 1.0:  # a gate of 1 or more passes nothing
-            z, bar = X @ w, math.log(self.gate / (1.0 - self.gate))  # p >= gate <=> z >= bar
-            while w[2] + self.SHIFT_STEP <= self.BOUND and agrees_at(right[z + self.SHIFT_STEP >= bar], self.gate):
-                z, w[2] = z + self.SHIFT_STEP, w[2] + self.SHIFT_STEP
         self.w = (float(w[0]), float(w[1]), float(w[2]))
         return self.w
 

@@ -234,38 +234,6 @@ def test_gate_fit_lowers_the_temperature_while_what_passes_stays_right():
     assert poor.fit() == base.fit()
 
 
-def test_platt_gate_fit_raises_the_intercept_only_as_far_as_agreement_holds():
-    from langchain_membrain.training import PlattCalibrator, agrees_at
-
-    rng = np.random.default_rng(2)
-    data = []
-    for _ in range(128):
-        score, n = float(-rng.exponential(2.0)), float(rng.integers(1, 20))
-        data.append((score, n, rng.random() < 0.97))  # right nearly always, whatever the score
-    plain, gated = PlattCalibrator(128), PlattCalibrator(128, gate=0.9)
-    for row in data:
-        plain.add(*row)
-        gated.add(*row)
-    (a, c, b), (a2, c2, b2) = plain.fit(), gated.fit()
-    assert (a2, c2) == (a, c) and b2 >= b
-    passed = np.array([right for score, n, right in data if gated.prob(score, n) >= 0.9])
-    assert len(passed) > sum(plain.prob(s, n) >= 0.9 for s, n, _ in data)
-    assert agrees_at(passed, 0.9)
-
-    shut = PlattCalibrator(128, gate=1.0)  # a gate nothing passes (Policy(confidence=1.0))
-    for row in data:
-        shut.add(*row)
-    assert shut.fit() == (a, c, b)
-
-    coin = PlattCalibrator(128, gate=0.9)  # right half of the time: the fit stays the likelihood's
-    ref = PlattCalibrator(128)
-    for score, n, _ in data:
-        right = rng.random() < 0.5
-        coin.add(score, n, right)
-        ref.add(score, n, right)
-    assert coin.fit() == ref.fit()
-
-
 def _run(learner: Learner, n: int = 40, seed: int = 3):
     tree = MembrainTree("s", dim=DIM)
     results = [learner.insert(tree, nf) for nf in synthetic_facts(n, seed=seed)]
