@@ -450,12 +450,9 @@ class _StudentNet:
         self.params = list(self.network.parameters())
         self._traced: Any = None  # None: not yet traced; False: failed, run eagerly
 
-    @staticmethod
-    def _tensors(batch: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> list:
+    def _tensors(self, batch: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> list:
         # from_numpy wraps the stacked arrays without a second copy (the insert's hot path).
-        import torch
-
-        return [torch.from_numpy(np.stack([b[i] for b in batch]).astype(np.float32, copy=False))
+        return [self.torch.from_numpy(np.stack([b[i] for b in batch]).astype(np.float32, copy=False))
                 for i in range(4)]
 
     def logits(self, batch: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]):

@@ -179,7 +179,6 @@ class PlaceRecord:
     teacher is asked later on ``snapshot``, a copy of the tree before the attach.
     ``shared``: the teacher was already asked about this item (its memory operation, in one
     request that also answers the placement), so that audit is not counted again.
-    ``unsure``: the stage whose doubt asked the joint question during the insert.
     """
 
     fact_id: str
@@ -199,7 +198,6 @@ class PlaceRecord:
     drawn: bool = False
     asked: bool = False
     shared: bool = False  # the memory operation's one-call question answered the placement too
-    unsure: str | None = None  # "stage1" or "stage2": whose doubt asked the question
     plan: Placement | None = None
     move_to: str | None = None  # the teacher's parent, when it differs from the model's
     labels1: list[Stage1Label] = field(default_factory=list)
@@ -375,15 +373,10 @@ class Learner:
     def _unbiased(self, rec: PlaceRecord, policy: Policy, stage: str) -> bool:
         """Whether a label of this insert may calibrate ``stage``: the question was not asked
         *because* the model was unsure (an audit draw, teacher forcing, warm-up, or
-        query="always"), or, for stage 1, stage 2 asked it: stage 1 was then sure at every
-        level, so its labels are a sample of what its gate let through. They keep stage 1's
-        window fresh after warm-up, where 2% audits alone barely renew it (a new teacher's
-        gate stayed fitted to the warm-up's mistakes; README, Limitations). Stage 2 is not
-        calibrated on stage 1's questions: its gate never sees those inserts, and they are
-        harder for it than the ones it does (measured: a new teacher's stage 2 then asked
-        224 times on conv-42 instead of 176)."""
+        query="always"). A question stage 2 asked calibrates stage 1 whatever this says
+        (:meth:`teacher_stage2`)."""
         return (rec.drawn or policy.execute == "teacher" or policy.query == "always"
-                or not self._warm(policy, stage) or (stage == "stage1" and rec.unsure == "stage2"))
+                or not self._warm(policy, stage))
 
     # ------------------------------------------------------------------ the teacher
     def draw_audit(self) -> bool:
@@ -590,7 +583,7 @@ class Learner:
         model descends on its own from where it stopped."""
         if rec.descended:
             return
-        rec.asked, rec.unsure = True, "stage1"
+        rec.asked = True
         self.unsure["stage1"] += 1
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id
@@ -682,7 +675,7 @@ class Learner:
         carried out by :meth:`apply_stage2`)."""
         if rec.asked or rec.fact_id not in tree:
             return
-        rec.asked, rec.snapshot, rec.unsure = True, None, "stage2"  # asked now: an audit has nothing left to ask
+        rec.asked, rec.snapshot = True, None  # asked now: an audit has nothing left to ask
         self.unsure["stage2"] += 1
         view = tree.copy()
         view.remove(rec.fact_id)
@@ -690,7 +683,14 @@ class Learner:
         if plan is None:
             return
         rec.plan = plan
-        rec.labels1 = self._plan_labels(view, rec.new_fact, plan, self._unbiased(rec, self.config.stage1, "stage1"))
+        # Stage 1 was sure at every level (it would have asked otherwise): its labels here are
+        # a sample of what its gate let through, so they calibrate it. They keep its window
+        # fresh after warm-up, where 2% audits alone barely renew it (a new teacher's gate
+        # stayed fitted to the warm-up's mistakes; README, Limitations). Stage 2 is not
+        # calibrated on stage 1's questions the other way round: its gate never sees those
+        # inserts, and they are harder for it (a new teacher's stage 2 then asked 224 times
+        # on conv-42 instead of 176).
+        rec.labels1 = self._plan_labels(view, rec.new_fact, plan, True)
         if plan.parent_id != tree.parent(rec.fact_id):
             rec.move_to = plan.parent_id
         elif rec.stage2 is not None:
