@@ -233,6 +233,11 @@ def test_gate_fit_lowers_the_temperature_while_what_passes_stays_right():
         base.add(logits, y)
     assert poor.fit() == base.fit()
 
+    shut = Calibrator(128, gate=1.0)  # a gate nothing passes (Policy(confidence=1.0)): the NLL fit
+    for logits, y in rows:
+        shut.add(logits, y)
+    assert shut.fit() == t_nll
+
 
 def _run(learner: Learner, n: int = 40, seed: int = 3):
     tree = MembrainTree("s", dim=DIM)
