@@ -32,7 +32,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import get_text_at_path, tokenize_path
 
-from .embeddings import MiniLMEmbeddings, embed_texts
+from .embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
 from .errors import CheckpointError, DimensionError, InvalidOperationError
 from .filters import check_filter, matches
 from .forest import Forest, RefreshCounts
@@ -248,9 +248,12 @@ class MembrainMemory:
         max_height = check_max_height(max_height)
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
-        self.teacher = resolve_teacher(teacher, teacher_model, embed=self._embed)
+        # Labels (aspect names and their n-gram candidates) are embedded through a cache:
+        # naming and renaming embed the same short phrases again and again.
+        self._embed_label = EmbeddingCache(self._embed)
+        self.teacher = resolve_teacher(teacher, teacher_model, embed=self._embed_label)
         self._shadow = None if shadow_teacher is None else resolve_teacher(shadow_teacher, teacher_model,
-                                                                            embed=self._embed)
+                                                                            embed=self._embed_label)
         self.background = bool(background)
         self.checkpoint_every = int(checkpoint_every)
         self.dedupe = bool(dedupe)
@@ -786,7 +789,7 @@ class MembrainMemory:
         if self._learner is None:
             cfg = self._learner_config
             cfg.model.dim = int(dim)
-            learner = Learner(self.teacher, cfg, embed_label=lambda label: self._embed([label])[0],
+            learner = Learner(self.teacher, cfg, embed_label=lambda label: self._embed_label([label])[0],
                               label_aspect=self._label_aspect, shadow=self._shadow)
             restored = False
             if self._storage is not None:
@@ -889,7 +892,7 @@ class MembrainMemory:
         """The offline labeller (labels.py): the phrase of ``texts`` nearest their mean
         embedding, different from ``avoid``. Names the aspects the models create, and
         renamed aspects between the teacher's naming questions."""
-        return offline_label(texts, self._embed, mean=mean, avoid=avoid, max_candidates=32)
+        return offline_label(texts, self._embed_label, mean=mean, avoid=avoid, max_candidates=32)
 
     def _relabel(self, ns: Namespace, fact_id: str) -> None:
         """Rename the aspects above ``fact_id`` that have grown fourfold since they were
@@ -915,7 +918,7 @@ class MembrainMemory:
                 if label.casefold() in {x.casefold() for x in avoid}:
                     label = None  # an ancestor's, sibling's or child's label: not a name for this one
             names[a] = label or self._label_aspect(texts, avoid, mean)
-        vecs = dict(zip(names, self._embed(list(names.values()))))
+        vecs = dict(zip(names, self._embed_label(list(names.values()))))
 
         def write(t: MembrainTree) -> int:
             renamed = 0

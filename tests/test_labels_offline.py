@@ -262,3 +262,52 @@ def test_a_label_for_an_aspect_of_a_tree():
                           mean=tree.mean_embedding(sport), avoid=[tree.node(sport).text])
     assert label.casefold() != "sport" and 1 <= n_words(label) <= 4
     assert {w.casefold() for w in re.findall(r"\w+", label)} <= words_of(RUNNING)
+
+
+def test_the_label_cache_embeds_each_phrase_once_and_keeps_order(embed):
+    from langchain_membrain.embeddings import EmbeddingCache
+
+    seen: list[str] = []
+
+    def counting(texts):
+        seen.extend(texts)
+        return embed(texts)
+
+    cache = EmbeddingCache(counting, maxsize=3)
+    got = cache(["knee", "run", "knee"])
+    np.testing.assert_allclose(got, embed(["knee", "run", "knee"]), atol=1e-6)
+    assert seen == ["knee", "run"]  # a repeat within one call is embedded once
+    cache(["run", "knee", "café"])
+    assert seen == ["knee", "run", "café"]
+    cache(["pastel"])  # a fourth phrase: the least recently used ("run") goes
+    cache(["run"])
+    assert seen == ["knee", "run", "café", "pastel", "run"]
+    assert cache([]).shape[0] == 0
+    assert (cache.hits, cache.misses) == (3, 5)
+
+
+def test_a_memory_embeds_each_label_phrase_once(one_torch_thread):
+    """Naming and renaming embed the same n-gram candidates again and again (most of a
+    long chat's CPU time went there): through the memory, each phrase is embedded once."""
+    from collections import Counter
+
+    from langchain_membrain.embeddings import MiniLMEmbeddings
+    from langchain_membrain.memory import MembrainMemory
+    from langchain_membrain.personas import load_personas
+
+    class Counting(MiniLMEmbeddings):
+        texts: Counter[str] = Counter()
+
+        def embed_array(self, texts):
+            self.texts.update(texts)
+            return super().embed_array(texts)
+
+    persona, rows = sorted(load_personas("heldout").items())[0]
+    emb = Counting()
+    with MembrainMemory(embeddings=emb, background=False) as mem:
+        for r in rows:
+            mem.add(r["text"], namespace=persona)
+        named = [mem.tree(persona).node(a).text for a in mem.tree(persona).aspects()]
+    assert named, "the memory named no aspect: the test checks nothing"
+    facts = {r["text"] for r in rows}
+    assert max(n for t, n in emb.texts.items() if t not in facts) == 1
