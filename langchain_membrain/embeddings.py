@@ -108,22 +108,20 @@ class EmbeddingCache:
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         texts = list(texts)
+        if not texts:
+            return np.asarray(self.embed([]), dtype=np.float32)
         with self._lock:
             known = {t: self._vectors[t] for t in texts if t in self._vectors}
             for t in known:
                 self._vectors.move_to_end(t)
-        todo = list(dict.fromkeys(t for t in texts if t not in known))
-        if todo:
-            fresh = np.asarray(self.embed(todo), dtype=np.float32)
-            with self._lock:
-                for t, v in zip(todo, fresh):
-                    self._vectors[t] = v
-                while len(self._vectors) > self.maxsize:
-                    self._vectors.popitem(last=False)
-            known.update(zip(todo, fresh))
-        with self._lock:
+            todo = list(dict.fromkeys(t for t in texts if t not in known))
             self.hits += len(texts) - len(todo)
             self.misses += len(todo)
-        if not texts:
-            return np.asarray(self.embed([]), dtype=np.float32)
+        if todo:
+            fresh = np.asarray(self.embed(todo), dtype=np.float32)
+            known.update(zip(todo, fresh))
+            with self._lock:
+                self._vectors.update(zip(todo, fresh))
+                while len(self._vectors) > self.maxsize:
+                    self._vectors.popitem(last=False)
         return np.stack([known[t] for t in texts])

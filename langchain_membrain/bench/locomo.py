@@ -123,7 +123,7 @@ def load_locomo(path: str | Path, conversations: int | None = None) -> list[Conv
     return out
 
 
-class EmbeddingCache:
+class DiskEmbeddingCache:
     """Embeds lists of texts in one batch and keeps them in ``cache_dir`` (one ``.npy`` per
     list, named by a hash of the embedder name and the texts), so reruns do not embed."""
 
@@ -228,9 +228,9 @@ def _turn_metadata(turn: Turn) -> dict[str, Any]:
 
 
 class CachedEmbeddings(Embeddings):
-    """A LangChain embedder over an :class:`EmbeddingCache` (reruns do not embed)."""
+    """A LangChain embedder over a :class:`DiskEmbeddingCache` (reruns do not embed)."""
 
-    def __init__(self, cache: EmbeddingCache):
+    def __init__(self, cache: DiskEmbeddingCache):
         self.cache = cache
 
     def embed_array(self, texts: list[str]) -> np.ndarray:
@@ -320,7 +320,7 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         from ..embeddings import MiniLMEmbeddings
 
         embedder = MiniLMEmbeddings()
-    cache = EmbeddingCache(embedder, cache_dir or Path(tempfile.gettempdir()) / "membrain-locomo-cache")
+    cache = DiskEmbeddingCache(embedder, cache_dir or Path(tempfile.gettempdir()) / "membrain-locomo-cache")
     kmax = max(ks)
     memories: dict[str, Any] = {}  # one MembrainMemory per method (one pair of models) across conversations
     ops_of = {"membrain": operations, "membrain_no_ops": False}
