@@ -260,15 +260,16 @@ class MembrainMemory:
         if operations not in (True, False, "teacher"):
             raise InvalidOperationError(f"operations is True, False or 'teacher', not {operations!r}")
         self.operations = bool(operations)
-        student = None
-        if operations is True:
-            teacher = self.teacher
-            student = OperationStudent(prior=(lambda: load_operation_prior(teacher)) if prior else None)
-        self._operations = OperationDecider(self.teacher, student=student)
         self.relabel = bool(relabel)
         self._learner_config = learner or LearnerConfig()
         if device is not None:
             self._learner_config.training.device = device
+        student = None
+        if operations is True:
+            teacher = self.teacher
+            student = OperationStudent(prior=(lambda: load_operation_prior(teacher)) if prior else None,
+                                       threads=self._learner_config.training.threads)
+        self._operations = OperationDecider(self.teacher, student=student)
         self._storage: Storage | None = (
             storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
         )

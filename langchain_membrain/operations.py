@@ -439,13 +439,13 @@ class _StudentNet:
     parameters, so training reaches it, and it cuts the Python overhead of the insert's
     hot path (as the stages' inference does, training.OnlineTrainer._inference)."""
 
-    def __init__(self, dim: int, k: int, hidden: int = 64, seed: int = 0):
+    def __init__(self, dim: int, k: int, hidden: int = 64, seed: int = 0, threads: int | None = 1):
         import torch
 
         from .models import OperationNet
 
         torch.manual_seed(seed)
-        self.torch, self.k, self.dim = torch, k, dim
+        self.torch, self.k, self.dim, self.threads = torch, k, dim, threads
         self.network = OperationNet(dim, k, N_FLAGS, N_PAIR, hidden)
         self.params = list(self.network.parameters())
         self._traced: Any = None  # None: not yet traced; False: failed, run eagerly
@@ -461,9 +461,11 @@ class _StudentNet:
 
     def infer(self, row: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
         """One item's logits, without autograd, through the trace where it could be made."""
+        from .models import torch_threads
+
         torch = self.torch
         args = self._tensors([row])
-        with torch.inference_mode():
+        with torch.inference_mode(), torch_threads(self.threads):
             if self._traced is None:
                 try:
                     with warnings.catch_warnings():
@@ -490,7 +492,7 @@ class OperationStudent:
     gate stays closed until this teacher's own answers open it."""
 
     def __init__(self, k: int = 5, *, policy: Any = None, batch: int = 8, steps: int = 8, lr: float = 1e-2,
-                 replay: int = 512, window: int = 64, seed: int = 0,
+                 replay: int = 512, window: int = 64, seed: int = 0, threads: int | None = 1,
                  prior: Callable[[], tuple[bytes, bool] | None] | None = None):
         from .training import Calibrator, Policy
 
@@ -504,6 +506,7 @@ class OperationStudent:
         self._replay: list = []
         self._rng = np.random.default_rng(seed)
         self.seed = seed
+        self.threads = threads  # CPU threads of the network's forwards and steps (models.torch_threads)
         self.labelled = 0
         self.agreed = 0
         self._recent: deque[int] = deque(maxlen=int(window))  # 1 = agreed, over recent labels
@@ -563,7 +566,7 @@ class OperationStudent:
         if self.net is None:
             import torch
 
-            self.net = _StudentNet(dim, self.k, seed=self.seed)
+            self.net = _StudentNet(dim, self.k, seed=self.seed, threads=self.threads)
             self._opt = torch.optim.Adam(self.net.params, lr=self.lr, weight_decay=1e-4)
         return self.net
 
@@ -620,6 +623,12 @@ class OperationStudent:
                 self._train()
 
     def _train(self) -> None:
+        from .models import torch_threads
+
+        with torch_threads(self.threads):
+            self._steps()
+
+    def _steps(self) -> None:
         torch = self.net.torch
         data = self._pending
         self._replay.extend(data)
@@ -677,7 +686,7 @@ class OperationStudent:
             state = torch.load(io.BytesIO(data), weights_only=True)
             if not isinstance(state, dict) or state.get("format") != self.STATE_FORMAT or state.get("k") != self.k:
                 raise CheckpointError("not an operation-student checkpoint of this shape")
-            net = _StudentNet(int(state["dim"]), self.k, seed=self.seed)
+            net = _StudentNet(int(state["dim"]), self.k, seed=self.seed, threads=self.threads)
             net.network.load_state_dict(state["modules"])
             opt = torch.optim.Adam(net.params, lr=self.lr, weight_decay=1e-4)
             if "optimiser" in state:

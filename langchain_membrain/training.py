@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from .decoding import Stage2Labels
 from .errors import CheckpointError
 from .features import Stage1Features, Stage2Features
-from .models import ModelConfig, Stage1Net, Stage2Net, collate_stage1, collate_stage2
+from .models import ModelConfig, Stage1Net, Stage2Net, collate_stage1, collate_stage2, torch_threads
 
 CHECKPOINT_FORMAT = 1
 PRIOR_FORMAT = 1
@@ -123,6 +123,9 @@ class TrainingConfig:
     seed: int = 0
     device: str | None = None
     trace_inference: bool = True  # run inference through TorchScript traces of both networks (faster)
+    # CPU threads torch uses for these networks' forwards and optimiser steps (None: torch's
+    # own setting, one per core); one is fastest at these sizes (models.torch_threads).
+    threads: int | None = 1
 
 
 @dataclass
@@ -392,7 +395,7 @@ class OnlineTrainer:
     # ------------------------------------------------------------------ predict
     def predict_stage1(self, feats: Stage1Features) -> np.ndarray:
         """Logits over the candidates (length ``feats.n_candidates``)."""
-        with self.infer_lock, torch.inference_mode():
+        with self.infer_lock, torch.inference_mode(), torch_threads(self.config.threads):
             b = collate_stage1([feats], self.device)
             logits = self._inference("stage1", b)[0]
         return logits[1:1 + feats.n_candidates].double().cpu().numpy()
@@ -419,7 +422,7 @@ class OnlineTrainer:
 
     def predict_stage2(self, feats: Stage2Features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(type (N, 4), demote (N, A), group (N, N)) logits."""
-        with self.infer_lock, torch.inference_mode():
+        with self.infer_lock, torch.inference_mode(), torch_threads(self.config.threads):
             t, d, g = self._inference("stage2", collate_stage2([feats], self.device))
         return t[0].double().cpu().numpy(), d[0].double().cpu().numpy(), g[0].double().cpu().numpy()
 
@@ -499,10 +502,11 @@ class OnlineTrainer:
                 self.pending1 = []
             if take2:
                 self.pending2 = []
-        if batch1:
-            steps += self._train1(batch1)
-        if batch2:
-            steps += self._train2(batch2)
+        with torch_threads(self.config.threads):
+            if batch1:
+                steps += self._train1(batch1)
+            if batch2:
+                steps += self._train2(batch2)
         if steps:
             self._publish()
         return steps

@@ -78,6 +78,34 @@ def test_training_happens_in_the_background_and_flush_waits():
         assert stats["worker_errors"] == 0
 
 
+def test_a_memory_runs_its_networks_on_one_thread_and_leaves_the_callers_setting_alone():
+    import torch
+
+    seen: list[int] = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with memory(background=False) as mem:
+            facts = all_facts()
+            mem.add(facts[0], namespace="me")  # the learner is built at the first insert
+            forward = mem._learner.trainer.infer2.forward
+
+            def spy(*args, **kwargs):
+                seen.append(torch.get_num_threads())
+                return forward(*args, **kwargs)
+
+            mem._learner.trainer.config.trace_inference = False  # the eager forward, so the spy runs
+            mem._learner.trainer.infer2.forward = spy
+            mem.add_many(facts[1:], namespace="me")
+            mem.search("the dog", namespace="me")
+            mem.flush()
+            assert mem.stats()["stage2"]["optimiser_steps"] > 0
+            assert torch.get_num_threads() == 2
+        assert seen and set(seen) == {1}
+    finally:
+        torch.set_num_threads(before)
+
+
 class ExplodingTeacher(HeuristicTeacher):
     """A teacher that works while placing, then fails while the worker supervises."""
 

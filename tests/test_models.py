@@ -8,7 +8,8 @@ import torch
 from scipy.cluster.hierarchy import cophenet, linkage
 
 from langchain_membrain import features as ft
-from langchain_membrain.models import NEG, ModelConfig, Stage1Net, Stage2Net, collate_stage1, collate_stage2
+from langchain_membrain.models import (NEG, ModelConfig, Stage1Net, Stage2Net, collate_stage1, collate_stage2,
+                                       torch_threads)
 from langchain_membrain.pipeline import stage1_candidates
 from langchain_membrain.teachers.base import NewFact, Subtree
 from langchain_membrain.tree import MembrainTree
@@ -134,3 +135,16 @@ def test_stage2net_shapes_masks_and_symmetry():
 def test_model_config_rejects_bad_heads():
     with pytest.raises(AssertionError):
         Stage1Net(ModelConfig(dim=DIM, d_model=30, heads=4))
+
+
+def test_torch_threads_sets_the_count_inside_the_block_and_restores_it_after():
+    torch.set_num_threads(3)
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 3
+    with pytest.raises(RuntimeError), torch_threads(2):
+        assert torch.get_num_threads() == 2
+        raise RuntimeError("a failing forward")
+    assert torch.get_num_threads() == 3
+    with torch_threads(None):
+        assert torch.get_num_threads() == 3

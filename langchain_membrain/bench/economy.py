@@ -512,7 +512,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", default=None, help="one row per window per namespace (and run)")
     parser.add_argument("--png", default=None, help="questions per insert per window")
     parser.add_argument("--json", default=None, help="summaries and final stats")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads of the process (default: torch's own, one per core, as in a "
+                             "user's process; the memory runs its networks on one thread either way)")
     parser.add_argument("--operations", action=argparse.BooleanOptionalAction, default=True,
                         help="memory operations (ADD/UPDATE/DELETE/IGNORE) on, the product default; "
                              "--no-operations stores every turn (the behaviour before them)")
@@ -589,7 +591,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.window < 1:
         raise SystemExit("--window must be at least 1")
-    torch.set_num_threads(max(1, args.threads))
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
     console = _console()
     items = load_stream(args.data, args.samples)
     if not items:
