@@ -85,7 +85,9 @@ def test_a_memory_runs_its_networks_on_one_thread_and_leaves_the_callers_setting
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        with memory(background=False) as mem:
+        # Untraced inference, so that the stage-2 network's own forward runs (and the spy).
+        eager = LearnerConfig(training=TrainingConfig(trace_inference=False))
+        with memory(background=False, learner=eager) as mem:
             facts = all_facts()
             mem.add(facts[0], namespace="me")  # the learner is built at the first insert
             forward = mem._learner.trainer.infer2.forward
@@ -94,7 +96,6 @@ def test_a_memory_runs_its_networks_on_one_thread_and_leaves_the_callers_setting
                 seen.append(torch.get_num_threads())
                 return forward(*args, **kwargs)
 
-            mem._learner.trainer.config.trace_inference = False  # the eager forward, so the spy runs
             mem._learner.trainer.infer2.forward = spy
             mem.add_many(facts[1:], namespace="me")
             mem.search("the dog", namespace="me")
