@@ -439,13 +439,13 @@ class _StudentNet:
     parameters, so training reaches it, and it cuts the Python overhead of the insert's
     hot path (as the stages' inference does, training.OnlineTrainer._inference)."""
 
-    def __init__(self, dim: int, k: int, hidden: int = 64, seed: int = 0, threads: int | None = 1):
+    def __init__(self, dim: int, k: int, hidden: int = 64, seed: int = 0):
         import torch
 
         from .models import OperationNet
 
         torch.manual_seed(seed)
-        self.torch, self.k, self.dim, self.threads = torch, k, dim, threads
+        self.torch, self.k, self.dim = torch, k, dim
         self.network = OperationNet(dim, k, N_FLAGS, N_PAIR, hidden)
         self.params = list(self.network.parameters())
         self._traced: Any = None  # None: not yet traced; False: failed, run eagerly
@@ -461,11 +461,9 @@ class _StudentNet:
 
     def infer(self, row: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
         """One item's logits, without autograd, through the trace where it could be made."""
-        from .models import torch_threads
-
         torch = self.torch
         args = self._tensors([row])
-        with torch.inference_mode(), torch_threads(self.threads):
+        with torch.inference_mode():
             if self._traced is None:
                 try:
                     with warnings.catch_warnings():
@@ -566,7 +564,7 @@ class OperationStudent:
         if self.net is None:
             import torch
 
-            self.net = _StudentNet(dim, self.k, seed=self.seed, threads=self.threads)
+            self.net = _StudentNet(dim, self.k, seed=self.seed)
             self._opt = torch.optim.Adam(self.net.params, lr=self.lr, weight_decay=1e-4)
         return self.net
 
@@ -576,9 +574,12 @@ class OperationStudent:
         row = self.encode(q)
         if row is None:
             return None, False
+        from .models import torch_threads  # torch is imported lazily in this module
+
         with self._lock:
             net = self._ensure(row[0].size)
-            logits = net.infer(row)
+            with torch_threads(self.threads):
+                logits = net.infer(row)
             self._last_logits = logits
             probs = self.calibrator.probs(logits)
             best = int(np.argmax(probs))
@@ -610,6 +611,8 @@ class OperationStudent:
         label = self.label_index(q, op)
         if row is None or label is None:
             return
+        from .models import torch_threads
+
         with self._lock:
             self._ensure(row[0].size)
             self.labelled += 1
@@ -620,15 +623,10 @@ class OperationStudent:
                 self.calibrator.maybe_fit(16)
             self._pending.append((row, label))
             if len(self._pending) >= self.batch:
-                self._train()
+                with torch_threads(self.threads):
+                    self._train()
 
     def _train(self) -> None:
-        from .models import torch_threads
-
-        with torch_threads(self.threads):
-            self._steps()
-
-    def _steps(self) -> None:
         torch = self.net.torch
         data = self._pending
         self._replay.extend(data)
@@ -686,7 +684,7 @@ class OperationStudent:
             state = torch.load(io.BytesIO(data), weights_only=True)
             if not isinstance(state, dict) or state.get("format") != self.STATE_FORMAT or state.get("k") != self.k:
                 raise CheckpointError("not an operation-student checkpoint of this shape")
-            net = _StudentNet(int(state["dim"]), self.k, seed=self.seed, threads=self.threads)
+            net = _StudentNet(int(state["dim"]), self.k, seed=self.seed)
             net.network.load_state_dict(state["modules"])
             opt = torch.optim.Adam(net.params, lr=self.lr, weight_decay=1e-4)
             if "optimiser" in state:
