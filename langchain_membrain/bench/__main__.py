@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "tenants": "resident memory of many small namespaces in one process, in memory and on SQLite",
     "workers": "add/search right after another process's write: refresh by change against reload",
     "updates": "memory operations (ADD/UPDATE/DELETE/IGNORE) on persona chains of changes",
+    "labels": "how well aspect labels name their topics, on the bundled personas",
     "pretrain": "train the prior shipped with the package (networks taught by the offline teacher)",
 }
 

@@ -1,0 +1,190 @@
+"""How well aspect labels name their topics, on the bundled personas.
+
+Every fact of a persona (``data/PERSONAS.md``) was written about one named topic ("health",
+"garden", "commute"), so a label can be compared with the name a person gave the topic.
+Definitions, with ``cos`` the cosine of two MiniLM embeddings:
+
+- The **score** of a label for a topic ``t`` among a persona's topics ``T`` is
+  ``cos(label, t)``; the label **names its topic** when ``t`` is the topic of ``T``
+  nearest the label.
+- **Topics**: the facts of each topic are labelled on their own by the offline labeller
+  (``labels.offline_label``, as the product calls it): what a labeller can do with a
+  clean cluster.
+- **Tree**: every aspect of each persona's tree, built through ``MembrainMemory().add``
+  (one namespace per persona, the default settings), against the *majority topic* of the
+  facts below it, with the label the product gave it (``current``) and with the offline
+  labeller run again on its typical facts (``offline``, its relabel). The aspects' mean
+  majority share says how mixed they are: a label cannot name one topic for an aspect
+  that holds three.
+
+Usage::
+
+    python -m langchain_membrain.bench labels [--set tune,heldout] [--json OUT]
+
+Measured (2-core AMD EPYC VM, MiniLM, this release; the trees are built with the
+background trainer, so a rerun can differ by an aspect or two):
+
+| set | topics: score | topics: names its topic | tree: aspects (majority share) | tree: score, current / offline | tree: names its topic, current / offline |
+| --- | --- | --- | --- | --- | --- |
+| tune (8 personas) | 0.381 | 0.57 | 44 (0.72) | 0.324 / 0.386 | 0.59 / 0.61 |
+| held-out (6) | 0.506 | 0.73 | 28 (0.62) | 0.399 / 0.411 | 0.57 / 0.68 |
+
+The labels users see (``current``) score below a relabel of the same aspects: an aspect is
+named from its first facts and renamed only once it has grown fourfold. Many labels are a
+person's name ("Giulia" over a partner's facts, "Frida" over a cat's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+Embed = Callable[[list[str]], Sequence[Sequence[float]]]
+Labeller = Callable[[list[str], np.ndarray, list[str]], str]  # (texts, their vectors, avoid) -> label
+
+
+@dataclass
+class LabelScore:
+    """One label against the topic it should name."""
+
+    persona: str
+    topic: str
+    label: str
+    score: float  # cos(label, topic)
+    names_topic: bool  # the topic is the persona's topic nearest the label
+    facts: int = 0
+    majority_share: float = 1.0  # of the facts below, the share about ``topic``
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+def score_label(label: str, topic: str, topics: Sequence[str], embed: Embed) -> tuple[float, bool]:
+    """(``cos(label, topic)``, whether ``topic`` is the one of ``topics`` nearest ``label``)."""
+    vecs = _unit(np.asarray(embed([label, *topics])))
+    sims = vecs[1:] @ vecs[0]
+    i = list(topics).index(topic)
+    return float(sims[i]), bool(int(np.argmax(sims)) == i)
+
+
+def offline_labeller(embed: Embed) -> Labeller:
+    """The product's offline labeller, as ``MembrainMemory`` calls it."""
+    from ..labels import offline_label
+
+    return lambda texts, vectors, avoid: offline_label(texts, embed, mean=np.mean(vectors, axis=0), avoid=avoid,
+                                                      max_candidates=32)
+
+
+def topic_labels(personas: dict[str, list[dict]], labeller: Labeller, embed: Embed) -> list[LabelScore]:
+    """Each topic of each persona labelled from its own facts alone."""
+    out = []
+    for persona, rows in personas.items():
+        topics = sorted({r["topic"] for r in rows})
+        for topic in topics:
+            texts = [r["text"] for r in rows if r["topic"] == topic]
+            label = labeller(texts, np.asarray(embed(texts)), [])
+            out.append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed), facts=len(texts)))
+    return out
+
+
+def tree_labels(personas: dict[str, list[dict]], embed: Embed, make_memory: Callable[[], Any],
+                labeller: Labeller | None = None) -> dict[str, list[LabelScore]]:
+    """Every aspect of each persona's product tree against its majority topic: ``current``
+    (the label it has) and, with ``labeller``, ``offline`` (relabelled from its typical
+    facts, avoiding its neighbours' labels as a relabel does)."""
+    from ..labels import typical_facts
+    from ..pipeline import relabel_avoid
+
+    out: dict[str, list[LabelScore]] = {"current": [], "offline": []}
+    with make_memory() as mem:
+        for persona, rows in personas.items():
+            for r in rows:
+                mem.add(r["text"], namespace=persona)
+            mem.flush()
+            tree = mem.tree(persona)
+            topic_of = {r["text"]: r["topic"] for r in rows}
+            topics = sorted(set(topic_of.values()))
+            for a in tree.aspects():
+                below = [topic_of.get(tree.node(f).text) for f in tree.facts_below(a)]
+                if not below:
+                    continue
+                topic, n = Counter(t for t in below if t).most_common(1)[0]
+                kw = {"facts": len(below), "majority_share": n / len(below)}
+                label = tree.node(a).text
+                out["current"].append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed), **kw))
+                if labeller is not None:
+                    texts = typical_facts(tree, a)
+                    label = labeller(texts, np.asarray(embed(texts)), relabel_avoid(tree, a))
+                    out["offline"].append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed),
+                                                     **kw))
+    return out
+
+
+def summarize(scores: Sequence[LabelScore]) -> dict[str, Any]:
+    if not scores:
+        return {"labels": 0}
+    return {"labels": len(scores), "score": round(float(np.mean([s.score for s in scores])), 3),
+            "names_topic": round(float(np.mean([s.names_topic for s in scores])), 2),
+            "majority_share": round(float(np.mean([s.majority_share for s in scores])), 2)}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", default="tune,heldout", help="persona sets, comma-separated (tune, heldout)")
+    parser.add_argument("--no-tree", action="store_true", help="only the topics measure (no product trees)")
+    parser.add_argument("--show", action="store_true", help="print every label")
+    parser.add_argument("--json", help="write every label and the summaries here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..embeddings import MiniLMEmbeddings, embed_texts
+    from ..memory import MembrainMemory
+    from ..personas import load_personas
+    from . import machine_description
+
+    embedder = MiniLMEmbeddings()
+    cache: dict[str, np.ndarray] = {}
+
+    def embed(texts: list[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(texts) if t not in cache]
+        if todo:
+            cache.update(zip(todo, embed_texts(embedder, todo)))
+        return np.stack([cache[t] for t in texts])
+
+    console = Console()
+    labeller = offline_labeller(embed)
+    table = Table(title="aspect labels against the personas' topic names (cos by MiniLM)")
+    for col in ("set", "measure", "labels", "score", "names its topic", "majority share"):
+        table.add_column(col, justify="right")
+    report: dict[str, Any] = {}
+    for which in [s.strip() for s in args.set.split(",") if s.strip()]:
+        personas = load_personas(which)
+        runs = {"topics": topic_labels(personas, labeller, embed)}
+        if not args.no_tree:
+            trees = tree_labels(personas, embed, lambda: MembrainMemory(embeddings=embedder), labeller)
+            runs.update({f"tree, {k}": v for k, v in trees.items()})
+        for name, scores in runs.items():
+            s = summarize(scores)
+            report.setdefault(which, {})[name] = {"summary": s, "labels": [asdict(x) for x in scores]}
+            table.add_row(which, name, str(s["labels"]), f"{s.get('score', 0):.3f}", f"{s.get('names_topic', 0):.2f}",
+                          f"{s.get('majority_share', 0):.2f}")
+            if args.show:
+                for x in scores:
+                    console.print(f"  {which} {name}: {x.persona} {x.topic} ({x.majority_share:.2f} of {x.facts}) "
+                                  f"-> {x.label!r} {x.score:.2f}{'' if x.names_topic else ' (another topic)'}")
+    console.print(table)
+    console.print(f"[dim]{machine_description()}[/]")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=1)
+    return 0
