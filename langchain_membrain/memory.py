@@ -212,8 +212,8 @@ class MembrainMemory:
                 merges. Texts that differ are never merged, however similar their
                 embeddings: "X is allergic to peanuts" and "X is not allergic to peanuts"
                 have a cosine of 0.98 with MiniLM.
-            relabel: rename an aspect each time the facts below it have grown fourfold
-                (from 8 facts on), from its most typical facts (counted as
+            relabel: rename an aspect each time the facts below it have doubled
+                (from 4 facts on), from its most typical facts (counted as
                 ``stats()["relabelled"]`` when the label changes): by the offline labeller,
                 or by the teacher at most once per ``naming_interval`` inserts (a counted
                 naming question).
@@ -896,7 +896,7 @@ class MembrainMemory:
         return offline_label(texts, self._embed_label, mean=mean, avoid=avoid, max_candidates=32)
 
     def _relabel(self, ns: Namespace, fact_id: str) -> None:
-        """Rename the aspects above ``fact_id`` that have grown fourfold since they were
+        """Rename the aspects above ``fact_id`` that have doubled since they were
         named (labels.py), with no lock held; the new labels are written in one commit, to
         the aspects that still exist."""
         with self._forest.lock(ns):

@@ -14,18 +14,23 @@ def vec(*xs: float) -> np.ndarray:
     return np.array(xs, dtype=np.float32)
 
 
-def test_an_aspect_is_stale_once_it_has_grown_fourfold_since_it_was_named():
+def test_an_aspect_is_stale_once_it_has_doubled_since_it_was_named():
     tree = MembrainTree("me", dim=2)
     knee = tree.group([tree.add_fact(tree.root_id, "my knee hurts", embedding=vec(1, 0)),
                        tree.add_fact(tree.root_id, "knee strain", embedding=vec(1, 0.1))], "knee")
-    runs = [tree.add_fact(knee, f"ran {k} km", embedding=vec(0.2, 1)) for k in (5, 8)]
-    assert stale_aspects(tree, runs[-1], growth=2, min_facts=0) == [knee]  # 4 facts, named at 2
-    assert stale_aspects(tree, runs[-1]) == []  # grown twofold only, and small
-    runs += [tree.add_fact(knee, f"ran {k} km", embedding=vec(0.2, 1)) for k in (10, 12, 15, 21)]
-    assert stale_aspects(tree, runs[-1]) == [knee]  # 8 facts: fourfold
-    tree.set_label(knee, "running", metadata={LABELLED_FACTS: 8})
+    runs = [tree.add_fact(knee, "ran 5 km", embedding=vec(0.2, 1))]
+    assert stale_aspects(tree, runs[-1]) == []  # 3 facts, named at 2: not doubled
+    assert stale_aspects(tree, runs[-1], growth=1.5, min_facts=0) == [knee]
+    runs.append(tree.add_fact(knee, "ran 8 km", embedding=vec(0.2, 1)))
+    assert stale_aspects(tree, runs[-1]) == [knee]  # 4 facts: doubled
+    assert stale_aspects(tree, runs[-1], growth=4, min_facts=8) == []
+    tree.set_label(knee, "running", metadata={LABELLED_FACTS: 4})
     assert stale_aspects(tree, runs[-1]) == []
-    assert tree.node(knee).metadata == {LABELLED_FACTS: 8}
+    runs += [tree.add_fact(knee, f"ran {k} km", embedding=vec(0.2, 1)) for k in (10, 12, 15)]
+    assert stale_aspects(tree, runs[-1]) == []  # 7 facts, named at 4
+    runs.append(tree.add_fact(knee, "ran 21 km", embedding=vec(0.2, 1)))
+    assert stale_aspects(tree, runs[-1]) == [knee]  # 8 facts: doubled again
+    assert tree.node(knee).metadata == {LABELLED_FACTS: 4}
 
 
 def test_typical_facts_are_the_nearest_to_the_mean():
