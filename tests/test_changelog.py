@@ -257,6 +257,7 @@ def test_a_write_behind_a_compacted_log_or_a_deleted_namespace_reloads(tmp_path)
         b.add("the cat sleeps on the sofa", namespace="n")
         for i in range(4):
             a.add(f"fact number {i} about bees", namespace="n")
+        a.flush()  # a's background writes (a renamed aspect) land before b's write, not during it
         counts = b.refresh_counts  # (not stats(): it would catch up first)
         reloads, by_change = counts.refresh_reloads, counts.refreshed_by_change
         b.add("bob grows tomatoes", namespace="n")
