@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
-Labeller = Callable[[list[str], np.ndarray, list[str]], str]  # (texts, their vectors, avoid) -> label
+Labeller = Callable[[list[str], np.ndarray, list[str]], str]  # (texts, their mean embedding, avoid) -> label
 
 
 @dataclass
@@ -62,26 +62,21 @@ class LabelScore:
     majority_share: float = 1.0  # of the facts below, the share about ``topic``
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.float64)
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.where(norms > 0, norms, 1.0)
-
-
 def score_label(label: str, topic: str, topics: Sequence[str], embed: Embed) -> tuple[float, bool]:
     """(``cos(label, topic)``, whether ``topic`` is the one of ``topics`` nearest ``label``)."""
-    vecs = _unit(np.asarray(embed([label, *topics])))
-    sims = vecs[1:] @ vecs[0]
+    from ..placement import cosine
+
+    vecs = np.asarray(embed([label, *topics]))
+    sims = [cosine(vecs[0], v) for v in vecs[1:]]
     i = list(topics).index(topic)
-    return float(sims[i]), bool(int(np.argmax(sims)) == i)
+    return sims[i], int(np.argmax(sims)) == i
 
 
 def offline_labeller(embed: Embed) -> Labeller:
     """The product's offline labeller, as ``MembrainMemory`` calls it."""
     from ..labels import offline_label
 
-    return lambda texts, vectors, avoid: offline_label(texts, embed, mean=np.mean(vectors, axis=0), avoid=avoid,
-                                                      max_candidates=32)
+    return lambda texts, mean, avoid: offline_label(texts, embed, mean=mean, avoid=avoid, max_candidates=32)
 
 
 def topic_labels(personas: dict[str, list[dict]], labeller: Labeller, embed: Embed) -> list[LabelScore]:
@@ -91,7 +86,7 @@ def topic_labels(personas: dict[str, list[dict]], labeller: Labeller, embed: Emb
         topics = sorted({r["topic"] for r in rows})
         for topic in topics:
             texts = [r["text"] for r in rows if r["topic"] == topic]
-            label = labeller(texts, np.asarray(embed(texts)), [])
+            label = labeller(texts, np.mean(np.asarray(embed(texts)), axis=0), [])
             out.append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed), facts=len(texts)))
     return out
 
@@ -99,8 +94,8 @@ def topic_labels(personas: dict[str, list[dict]], labeller: Labeller, embed: Emb
 def tree_labels(personas: dict[str, list[dict]], embed: Embed, make_memory: Callable[[], Any],
                 labeller: Labeller | None = None) -> dict[str, list[LabelScore]]:
     """Every aspect of each persona's product tree against its majority topic: ``current``
-    (the label it has) and, with ``labeller``, ``offline`` (relabelled from its typical
-    facts, avoiding its neighbours' labels as a relabel does)."""
+    (the label it has) and, with ``labeller``, ``offline`` (relabelled as a relabel does:
+    from its typical facts and its mean embedding, avoiding its neighbours' labels)."""
     from ..labels import typical_facts
     from ..pipeline import relabel_avoid
 
@@ -122,8 +117,7 @@ def tree_labels(personas: dict[str, list[dict]], embed: Embed, make_memory: Call
                 label = tree.node(a).text
                 out["current"].append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed), **kw))
                 if labeller is not None:
-                    texts = typical_facts(tree, a)
-                    label = labeller(texts, np.asarray(embed(texts)), relabel_avoid(tree, a))
+                    label = labeller(typical_facts(tree, a), tree.mean_embedding(a), relabel_avoid(tree, a))
                     out["offline"].append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed),
                                                      **kw))
     return out
@@ -148,20 +142,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..embeddings import MiniLMEmbeddings, embed_texts
+    from ..embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
     from ..memory import MembrainMemory
     from ..personas import load_personas
     from . import machine_description
 
     embedder = MiniLMEmbeddings()
-    cache: dict[str, np.ndarray] = {}
-
-    def embed(texts: list[str]) -> np.ndarray:
-        todo = [t for t in dict.fromkeys(texts) if t not in cache]
-        if todo:
-            cache.update(zip(todo, embed_texts(embedder, todo)))
-        return np.stack([cache[t] for t in texts])
-
+    embed = EmbeddingCache(lambda texts: embed_texts(embedder, texts))  # topic names and labels recur
     console = Console()
     labeller = offline_labeller(embed)
     table = Table(title="aspect labels against the personas' topic names (cos by MiniLM)")
