@@ -123,6 +123,15 @@ class TrainingConfig:
     seed: int = 0
     device: str | None = None
     trace_inference: bool = True  # run inference through TorchScript traces of both networks (faster)
+    # Learning rates (both stages, skip heads included) are multiplied by this when the
+    # networks start from a prior: fine-tuning. A fresh Adam moves every weight by about its
+    # learning rate per step whatever the gradient, so the from-scratch rates undo a prior
+    # within a few batches of a new teacher's labels (README, Limitations: a new teacher).
+    prior_lr_scale: float = 0.3
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.prior_lr_scale <= 1.0:
+            raise ValueError(f"prior_lr_scale must be in (0, 1], not {self.prior_lr_scale!r}")
     # CPU threads torch uses for these networks' forwards and optimiser steps (None: torch's
     # own setting, one per core); one is fastest at these sizes (models.torch_threads).
     threads: int | None = 1
@@ -386,11 +395,11 @@ class OnlineTrainer:
                 self.infer2.load_state_dict(s2)
 
     @staticmethod
-    def _optimiser(net: torch.nn.Module, st: StageTraining) -> torch.optim.Optimizer:
+    def _optimiser(net: torch.nn.Module, st: StageTraining, scale: float = 1.0) -> torch.optim.Optimizer:
         skip = [p for n, p in net.named_parameters() if "skip" in n]
         rest = [p for n, p in net.named_parameters() if "skip" not in n]
-        return torch.optim.AdamW([{"params": rest, "lr": st.lr}, {"params": skip, "lr": st.skip_lr}],
-                                 lr=st.lr, weight_decay=st.weight_decay)
+        return torch.optim.AdamW([{"params": rest, "lr": st.lr * scale}, {"params": skip, "lr": st.skip_lr * scale}],
+                                 lr=st.lr * scale, weight_decay=st.weight_decay)
 
     # ------------------------------------------------------------------ predict
     def predict_stage1(self, feats: Stage1Features) -> np.ndarray:
@@ -648,8 +657,10 @@ class OnlineTrainer:
             self.stage1, self.stage2 = s1.eval(), s2.eval()
             self.infer1, self.infer2 = copy.deepcopy(s1).eval(), copy.deepcopy(s2).eval()
             self._traced = {}
-            self.opt1 = self._optimiser(self.stage1, self.config.stage1)
-            self.opt2 = self._optimiser(self.stage2, self.config.stage2)
+            # Fine-tuning rates; a checkpoint saved later keeps them (its optimiser state).
+            scale = self.config.prior_lr_scale
+            self.opt1 = self._optimiser(self.stage1, self.config.stage1, scale)
+            self.opt2 = self._optimiser(self.stage2, self.config.stage2, scale)
             if trusted:
                 for k, t in temps.items():
                     self.calib[k].temperature = t

@@ -176,3 +176,35 @@ def test_an_audited_operation_is_the_teachers_decision():
     assert decider.last is not None and (decider.last.operation, decider.last.by) == (op, "teacher")
     assert op.kind == "ADD"
     assert decider.counters.student_decided == 0 and decider.counters.asked == 1
+
+
+# ------------------------------------------------------------------ fine-tuning from the prior
+def _rates(trainer) -> list[float]:
+    return [g["lr"] for opt in (trainer.opt1, trainer.opt2) for g in opt.param_groups]
+
+
+def test_a_trainer_fine_tunes_the_prior_at_scaled_rates_and_a_checkpoint_keeps_them():
+    """A fresh Adam moves every weight by about its learning rate per step: at the rates
+    of training from scratch a new teacher's first batches undo the prior (README,
+    Limitations), so a trainer that starts from it uses ``prior_lr_scale`` of them."""
+    from langchain_membrain.models import ModelConfig
+    from langchain_membrain.training import OnlineTrainer, TrainingConfig
+
+    state, _ = load_prior()
+    config = TrainingConfig(prior_lr_scale=0.25)
+    scratch = OnlineTrainer(ModelConfig(), config)
+    for trusted in (True, False):
+        tuned = OnlineTrainer(ModelConfig(), config)
+        tuned.load_prior(state, trusted=trusted)
+        assert _rates(tuned) == pytest.approx([0.25 * r for r in _rates(scratch)])
+    reloaded = OnlineTrainer(ModelConfig(), config)
+    reloaded.load_bytes(tuned.state_bytes())
+    assert _rates(reloaded) == _rates(tuned)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.5, 1.5])
+def test_prior_lr_scale_outside_its_range_is_refused(scale):
+    from langchain_membrain.training import TrainingConfig
+
+    with pytest.raises(ValueError, match="prior_lr_scale"):
+        TrainingConfig(prior_lr_scale=scale)
