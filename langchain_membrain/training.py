@@ -128,13 +128,13 @@ class TrainingConfig:
     # learning rate per step whatever the gradient, so the from-scratch rates undo a prior
     # within a few batches of a new teacher's labels (README, Limitations: a new teacher).
     prior_lr_scale: float = 0.3
+    # CPU threads torch uses for these networks' forwards and optimiser steps (None: torch's
+    # own setting, one per core); one is fastest at these sizes (models.torch_threads).
+    threads: int | None = 1
 
     def __post_init__(self) -> None:
         if not 0.0 < self.prior_lr_scale <= 1.0:
             raise ValueError(f"prior_lr_scale must be in (0, 1], not {self.prior_lr_scale!r}")
-    # CPU threads torch uses for these networks' forwards and optimiser steps (None: torch's
-    # own setting, one per core); one is fastest at these sizes (models.torch_threads).
-    threads: int | None = 1
 
 
 @dataclass
