@@ -49,3 +49,10 @@ def test_every_builder_is_scored_on_every_persona_and_flat_is_the_floor():
     s = summarize([by["flat"], by["k-means, k topics"]])
     assert s["personas"] == 2 and s["purity_min"] == pytest.approx(round(5 / 15, 3))
     assert s["three_topics"] == 1
+
+
+def test_an_unknown_persona_set_is_a_one_line_error():
+    from langchain_membrain.bench.__main__ import main
+
+    with pytest.raises(SystemExit, match="--set takes heldout, tune"):
+        main(["personas", "--set", "tune,nobody"])

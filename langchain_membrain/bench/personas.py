@@ -63,16 +63,12 @@ def kmeans_tree(embeddings: np.ndarray, k: int, *, restarts: int = 10) -> tuple[
     x = np.asarray(embeddings, dtype=np.float64)
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     k = max(1, min(int(k), len(x)))
-    best, best_cost = None, np.inf
-    for seed in range(restarts):
-        centres, labels = kmeans2(x, k, minit="++", seed=seed)
-        cost = float(((x - centres[labels]) ** 2).sum())
-        if cost < best_cost:
-            best, best_cost = labels, cost
+    runs = [kmeans2(x, k, minit="++", seed=seed) for seed in range(max(1, restarts))]
+    best = min(runs, key=lambda run: float(((x - run[0][run[1]]) ** 2).sum()))[1]
     tree = MembrainTree()
     aspect: dict[int, str] = {}
     ids = []
-    for i, (label, e) in enumerate(zip(best if best is not None else np.zeros(len(x), int), x)):
+    for i, (label, e) in enumerate(zip(best, x)):
         if int(label) not in aspect:
             aspect[int(label)] = tree.add_aspect(tree.root_id, f"cluster {int(label)}")
         ids.append(tree.add_fact(aspect[int(label)], f"fact {i}", embedding=e, node_id=f"f{i}"))
@@ -148,11 +144,15 @@ def run(args: argparse.Namespace) -> int:
 
     from ..embeddings import MiniLMEmbeddings, embed_texts
     from ..memory import MembrainMemory
-    from ..personas import load_personas
+    from ..personas import PERSONA_FILES, load_personas
     from ..pipeline import LearnerConfig
     from ..training import Policy
     from . import machine_description
 
+    sets = [s.strip() for s in args.set.split(",") if s.strip()]
+    unknown = [s for s in sets if s not in PERSONA_FILES]
+    if not sets or unknown:
+        raise SystemExit(f"--set takes {', '.join(sorted(PERSONA_FILES))} (comma-separated), not {args.set!r}")
     embedder = MiniLMEmbeddings()
     teacher_only = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
     online = {"product": memory_builder(lambda: MembrainMemory(embeddings=embedder)),
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     for col in ("set", "tree", "n", "purity", "range", "top aspects", "loose", ">= 3 top"):
         table.add_column(col, justify="right", no_wrap=True)
     report: dict[str, Any] = {}
-    for which in [s.strip() for s in args.set.split(",") if s.strip()]:
+    for which in sets:
         rows = measure(load_personas(which), lambda texts: embed_texts(embedder, texts), online)
         by: dict[str, list[PersonaTree]] = {}
         for r in rows:
