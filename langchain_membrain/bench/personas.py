@@ -38,8 +38,8 @@ import numpy as np
 
 from ..tree import MembrainTree
 
-#: A tree builder: (texts, their embeddings) -> (tree, fact ids in input order).
-Builder = Callable[[list[str], np.ndarray], tuple[MembrainTree, list[str]]]
+#: A tree built through a memory: texts -> (tree, the ids of the facts it stored).
+Builder = Callable[[list[str]], tuple[MembrainTree, list[str]]]
 
 
 @dataclass
@@ -79,14 +79,14 @@ def score_tree(persona: str, builder: str, tree: MembrainTree, ids: Sequence[str
                topics: Sequence[str]) -> PersonaTree:
     from ..evaluation import dendrogram_purity
 
-    loose = sum(1 for c in tree.children(tree.root_id) if tree.node(c).kind == "fact")
+    loose = len(tree.child_facts(tree.root_id))
     return PersonaTree(persona, builder, len(ids), dendrogram_purity(tree, dict(zip(ids, topics))),
                        len(tree.child_aspects(tree.root_id)), loose / max(len(ids), 1))
 
 
 def memory_builder(make_memory: Callable[[], Any]) -> Builder:
     """A builder that adds each fact through a fresh memory, one ``add`` per fact."""
-    def build(texts: list[str], embeddings: np.ndarray) -> tuple[MembrainTree, list[str]]:
+    def build(texts: list[str]) -> tuple[MembrainTree, list[str]]:
         with make_memory() as mem:
             keys = [mem.add(t, namespace="persona") for t in texts]
             mem.flush()
@@ -96,13 +96,14 @@ def memory_builder(make_memory: Callable[[], Any]) -> Builder:
     return build
 
 
-def offline_builders() -> dict[str, Callable[[list[str], np.ndarray, int], tuple[MembrainTree, list[str]]]]:
+def offline_builders() -> dict[str, Callable[[np.ndarray, int], tuple[MembrainTree, list[str]]]]:
+    """The references built from all embeddings at once and the number of topics ``k``."""
     from ..evaluation import average_linkage_tree, flat_tree
 
     return {
-        "flat": lambda texts, emb, k: flat_tree(emb),
-        "k-means, k topics": lambda texts, emb, k: kmeans_tree(emb, k),
-        "average linkage": lambda texts, emb, k: average_linkage_tree(emb),
+        "flat": lambda emb, k: flat_tree(emb),
+        "k-means, k topics": kmeans_tree,
+        "average linkage": lambda emb, k: average_linkage_tree(emb),
     }
 
 
@@ -117,10 +118,10 @@ def measure(personas: dict[str, list[dict]], embed: Callable[[list[str]], np.nda
         emb = np.asarray(embed(texts), dtype=np.float32)
         k = len(set(topic_of.values()))
         for name, build in online.items():
-            tree, ids = build(texts, emb)
+            tree, ids = build(texts)
             out.append(score_tree(persona, name, tree, ids, [topic_of[tree.node(i).text] for i in ids]))
         for name, build_offline in offline_builders().items():
-            tree, ids = build_offline(texts, emb, k)
+            tree, ids = build_offline(emb, k)
             out.append(score_tree(persona, name, tree, ids, [topic_of[t] for t in texts]))
     return out
 
@@ -148,22 +149,27 @@ def run(args: argparse.Namespace) -> int:
     from ..pipeline import LearnerConfig
     from ..training import Policy
     from . import machine_description
+    from .economy import PrecomputedEmbeddings
 
     sets = [s.strip() for s in args.set.split(",") if s.strip()]
     unknown = [s for s in sets if s not in PERSONA_FILES]
     if not sets or unknown:
         raise SystemExit(f"--set takes {', '.join(sorted(PERSONA_FILES))} (comma-separated), not {args.set!r}")
     embedder = MiniLMEmbeddings()
+    personas = {which: load_personas(which) for which in sets}
+    texts = list(dict.fromkeys(r["text"] for p in personas.values() for rows in p.values() for r in rows))
+    # Each fact is embedded once, here; the memories and the references read these vectors.
+    served = PrecomputedEmbeddings(embedder, dict(zip(texts, embed_texts(embedder, texts))))
     teacher_only = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
-    online = {"product": memory_builder(lambda: MembrainMemory(embeddings=embedder)),
-              "teacher alone": memory_builder(lambda: MembrainMemory(embeddings=embedder, learner=teacher_only))}
+    online = {"product": memory_builder(lambda: MembrainMemory(embeddings=served)),
+              "teacher alone": memory_builder(lambda: MembrainMemory(embeddings=served, learner=teacher_only))}
     console = Console(width=max(Console().width, 100))
     table = Table(title="persona trees: dendrogram purity against the topics the facts were written about")
     for col in ("set", "tree", "n", "purity", "range", "top aspects", "loose", ">= 3 top"):
         table.add_column(col, justify="right", no_wrap=True)
     report: dict[str, Any] = {}
     for which in sets:
-        rows = measure(load_personas(which), lambda texts: embed_texts(embedder, texts), online)
+        rows = measure(personas[which], served.embed_array, online)
         by: dict[str, list[PersonaTree]] = {}
         for r in rows:
             by.setdefault(r.builder, []).append(r)
