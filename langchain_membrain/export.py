@@ -17,14 +17,15 @@ from __future__ import annotations
 import html
 import re
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from rich.text import Text
 from rich.tree import Tree
 
 from .tree import HISTORY_KEY, MembrainTree
 
-__all__ = ["shorten", "tree_to_html", "tree_to_json", "tree_to_mermaid", "tree_to_rich"]
+__all__ = ["forest_to_html", "forest_to_json", "forest_to_mermaid", "shorten", "tree_to_html", "tree_to_json",
+           "tree_to_mermaid", "tree_to_rich"]
 
 
 # ---------------------------------------------------------------------- JSON
@@ -42,6 +43,15 @@ def tree_to_json(tree: MembrainTree, *, embeddings: bool = True) -> dict[str, An
             row["embedding"] = None
         data["dim"] = None
     return data
+
+
+def forest_to_json(trees: Sequence[tuple[Sequence[str], MembrainTree]], *, embeddings: bool = True
+                   ) -> dict[str, Any]:
+    """Several namespaces' trees as one JSON-compatible dict:
+    ``{"namespaces": [{"namespace": [labels...], "tree": tree_to_json(tree)}, ...]}``, in
+    the order given (each ``tree`` readable back with ``MembrainTree.from_dict``)."""
+    return {"namespaces": [{"namespace": list(ns), "tree": tree_to_json(tree, embeddings=embeddings)}
+                           for ns, tree in trees]}
 
 
 # ------------------------------------------------------------------- Mermaid
@@ -89,12 +99,32 @@ def tree_to_mermaid(tree: MembrainTree, max_label: int = 40, *, max_facts: int |
     "… N more facts" box for the rest (Mermaid renderers slow down past a few hundred
     nodes).
     """
-    lines = ["flowchart TD"]
+    return "\n".join(["flowchart TD", *_mermaid_nodes(tree, max_label, max_facts, ""), *_MERMAID_CLASSES]) + "\n"
+
+
+def forest_to_mermaid(trees: Sequence[MembrainTree], max_label: int = 40, *, max_facts: int | None = None) -> str:
+    """Several trees (a memory's namespaces) as one Mermaid flowchart: each tree as
+    :func:`tree_to_mermaid` draws it, its root labelled with its subject (the namespace)."""
+    nodes = [line for i, tree in enumerate(trees) for line in _mermaid_nodes(tree, max_label, max_facts, f"t{i}")]
+    return "\n".join(["flowchart TD", *nodes, *_MERMAID_CLASSES]) + "\n"
+
+
+_MERMAID_CLASSES = [
+    "    classDef root fill:#1f3b57,color:#ffffff,stroke:#1f3b57",
+    "    classDef aspect fill:#e3eefa,stroke:#4a78a8,color:#10263b",
+    "    classDef fact fill:#ffffff,stroke:#b8c2cc,color:#333333",
+    "    classDef more fill:#f4f4f4,stroke:#cccccc,color:#777777,stroke-dasharray:3 3",
+]
+
+
+def _mermaid_nodes(tree: MembrainTree, max_label: int, max_facts: int | None, prefix: str) -> list[str]:
+    """The flowchart lines of one tree, its node ids ``{prefix}n0``, ``{prefix}n1``..."""
+    lines: list[str] = []
     ids: dict[str, str] = {}
 
     def mid(node_id: str) -> str:
         if node_id not in ids:
-            ids[node_id] = f"n{len(ids)}"
+            ids[node_id] = f"{prefix}n{len(ids)}"
         return ids[node_id]
 
     root = tree.root_id
@@ -121,14 +151,8 @@ def tree_to_mermaid(tree: MembrainTree, max_label: int = 40, *, max_facts: int |
                 lines.append(f'    {mid(parent)} --> {mid(child)}["{mermaid_label(node.text, max_label)}"]:::fact')
         if hidden:
             more += 1
-            lines.append(f'    {mid(parent)} --> more{more}["… {hidden} more facts"]:::more')
-    lines += [
-        "    classDef root fill:#1f3b57,color:#ffffff,stroke:#1f3b57",
-        "    classDef aspect fill:#e3eefa,stroke:#4a78a8,color:#10263b",
-        "    classDef fact fill:#ffffff,stroke:#b8c2cc,color:#333333",
-        "    classDef more fill:#f4f4f4,stroke:#cccccc,color:#777777,stroke-dasharray:3 3",
-    ]
-    return "\n".join(lines) + "\n"
+            lines.append(f'    {mid(parent)} --> {prefix}more{more}["… {hidden} more facts"]:::more')
+    return lines
 
 
 # ---------------------------------------------------------------------- rich
@@ -268,8 +292,7 @@ _JS = """
   }
   document.getElementById('collapse').addEventListener('click', function () {
     setAll(false);
-    var root = document.querySelector('details.root');
-    if (root) { root.open = true; }
+    document.querySelectorAll('details.root').forEach(function (root) { root.open = true; });
   });
   var m = /^#q=(.*)$/.exec(location.hash);
   if (m) { q.value = decodeURIComponent(m[1]); }
@@ -301,6 +324,33 @@ def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: in
     title = title if title is not None else f"membrain: {subject}"
     n_facts = tree.fact_count(tree.root_id)
     n_aspects = len(tree.aspects())
+    out, has_past = _html_tree(tree, open_depth)
+    meta = (f"{n_facts} fact{'s' if n_facts != 1 else ''} · {n_aspects} aspect{'s' if n_aspects != 1 else ''}"
+            f" · depth {tree.height()}")
+    return _html_page(title, meta, "\n".join(out), has_past)
+
+
+def forest_to_html(trees: Sequence[MembrainTree], title: str = "membrain", *, open_depth: int = 1) -> str:
+    """Several trees (a memory's namespaces) on one self-contained HTML page, each as
+    :func:`tree_to_html` shows it under its root (labelled with its subject, the
+    namespace); the search box and the buttons act on all of them."""
+    out: list[str] = []
+    has_past = False
+    for tree in trees:
+        lines, past = _html_tree(tree, open_depth)
+        out += lines
+        has_past = has_past or past
+    n_facts = sum(t.fact_count(t.root_id) for t in trees)
+    n_aspects = sum(len(t.aspects()) for t in trees)
+    meta = (f"{n_facts} fact{'s' if n_facts != 1 else ''} · {n_aspects} aspect{'s' if n_aspects != 1 else ''}"
+            f" · {len(trees)} namespace{'s' if len(trees) != 1 else ''}")
+    return _html_page(title, meta, "\n".join(out), has_past)
+
+
+def _html_tree(tree: MembrainTree, open_depth: int) -> tuple[list[str], bool]:
+    """One tree's ``<li>`` lines for the page (its root and everything below), and whether
+    it shows archived versions."""
+    subject = tree.subject or "memories"
     esc = html.escape
     out: list[str] = []
 
@@ -347,10 +397,12 @@ def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: in
         out.append("</ul></details></li>")
 
     container(tree.root_id, 0)
-    body = "\n".join(out)
-    history_button = '\n  <button id="history" type="button">Show history</button>' if past else ""
-    meta = (f"{n_facts} fact{'s' if n_facts != 1 else ''} · {n_aspects} aspect{'s' if n_aspects != 1 else ''}"
-            f" · depth {tree.height()}")
+    return out, bool(past)
+
+
+def _html_page(title: str, meta: str, body: str, has_past: bool) -> str:
+    esc = html.escape
+    history_button = '\n  <button id="history" type="button">Show history</button>' if has_past else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

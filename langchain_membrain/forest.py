@@ -149,8 +149,10 @@ class Forest:
         return len(self._loaded)
 
     def loaded_namespaces(self) -> list[Namespace]:
-        """The namespaces held now that have facts (without storage, the memory's namespaces)."""
-        return [ns for ns, s in list(self._loaded.items()) if s.tree.fact_count(s.tree.root_id) > 0]
+        """The namespaces held now that have facts or history (without storage, the memory's
+        namespaces; as storage lists them, a namespace whose facts were all deleted is kept
+        for its history)."""
+        return [ns for ns, s in list(self._loaded.items()) if not _is_empty(s.tree)]
 
     # ------------------------------------------------------------------ writes
     def mutate(self, ns: Namespace, write: Callable[[MembrainTree], T]) -> T:

@@ -33,7 +33,7 @@ from langchain_core.embeddings import Embeddings
 from langgraph.store.base import get_text_at_path, tokenize_path
 
 from .embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
-from .errors import CheckpointError, DimensionError, InvalidOperationError
+from .errors import CheckpointError, DimensionError, InvalidOperationError, MembrainError, ReadOnlyError
 from .filters import check_filter, matches
 from .forest import Forest, RefreshCounts
 from .graph import InsertPipeline
@@ -44,10 +44,12 @@ from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
 from .prior import load_operation_prior, load_prior, teacher_identity
 from .records import MemoryRecord
 from .pipeline import QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, cosine, relabel_avoid
-from .retrieval import FactIndex, RetrievalConfig
+from .retrieval import FactIndex, RetrievalConfig, relevance
 from .storage import Storage, open_storage
 from .stats import Counters, ForestStats, LearningStats, MemoryStats, read_stored
 from .teachers.base import Teacher
+from .teachers.budget import deadline as teacher_deadline
+from .teachers.resolve import resolve_teacher  # noqa: F401 - the one resolver, importable from here as before
 from .tree import HISTORY_KEY, MembrainTree, Node, check_max_height
 
 logger = logging.getLogger("langchain_membrain")
@@ -69,40 +71,6 @@ def _saved_questions(counters: dict[str, Any]) -> dict[str, int]:
     if isinstance(saved, dict):
         return {k: int(saved.get(k, 0)) for k in QUESTION_KINDS}
     return {"placement": int(counters.get("teacher_calls", 0)), "naming": int(counters.get("naming_calls", 0))}
-
-
-def resolve_teacher(teacher: Any, model: str | None = None, *, embed: Callable[[list[str]], Any] | None = None
-                    ) -> Teacher:
-    """What ``MembrainMemory(teacher=...)`` accepts, as a Teacher: None (the offline
-    HeuristicTeacher), a LangChain chat model (LLMTeacher), an ``openai.OpenAI`` client
-    with ``model`` (OpenAITeacher), or any Teacher. LLM teachers raise on a failed answer
-    so that the learner counts the failure and uses its own model's decision."""
-    from .teachers.heuristic import HeuristicTeacher
-
-    if teacher is None:
-        return HeuristicTeacher(embed=embed)
-    try:
-        import openai
-    except ImportError:  # pragma: no cover - openai is a core dependency
-        openai = None
-    if openai is not None and isinstance(teacher, (openai.OpenAI, openai.AsyncOpenAI)):
-        from .teachers.openai_teacher import OpenAITeacher
-
-        if not model:
-            raise InvalidOperationError("an OpenAI client needs teacher_model='...' (the model name)")
-        if isinstance(teacher, openai.AsyncOpenAI):
-            return OpenAITeacher(async_client=teacher, model=model, raise_on_failure=True)
-        return OpenAITeacher(teacher, model, raise_on_failure=True)
-    from langchain_core.language_models import BaseChatModel
-
-    if isinstance(teacher, BaseChatModel):
-        from .teachers.llm import LLMTeacher
-
-        return LLMTeacher(teacher, raise_on_failure=True)
-    if all(callable(getattr(teacher, m, None)) for m in ("choose_stage1", "choose_stage2", "name_aspect")):
-        return teacher
-    raise TypeError(f"a teacher is a Teacher, a LangChain chat model or an openai.OpenAI client, "
-                    f"not {type(teacher).__name__}")
 
 
 @contextlib.contextmanager
@@ -184,6 +152,7 @@ class MembrainMemory:
         operations: bool | str = True,
         shadow_teacher: Any = None,
         max_height: int | None = 4,
+        teacher_budget: float | None = 2.0,
     ):
         """
         Args:
@@ -192,7 +161,9 @@ class MembrainMemory:
                 ``[postgres]``); or an open :class:`~.storage.Storage`.
             teacher: who the models imitate: None (the offline :class:`HeuristicTeacher`),
                 a LangChain chat model, an ``openai.OpenAI`` client (with ``teacher_model``),
-                or any :class:`~.teachers.Teacher`.
+                or any :class:`~.teachers.Teacher` (teachers.resolve.resolve_teacher). The
+                ``OPENAI_*`` environment is not read: a library makes no network call it
+                was not given; the CLI reads it (``resolve_teacher(env=os.environ)``).
             embeddings: any LangChain ``Embeddings`` (default: the bundled MiniLM).
             index_fields: value fields embedded by ``put`` (default ``content``, then
                 ``text``, else the value's JSON).
@@ -239,6 +210,17 @@ class MembrainMemory:
                 on or executed. ``stats()["shadow_agreement"]`` then says how often it
                 agreed (stage 1 per level, stage 2 per whole action series). It costs one
                 teacher call per decision: with an LLM, that is the price of the check.
+            teacher_budget: seconds one ``add`` (each item of ``add_many``, each ``put``) may
+                wait for the teacher, its memory operation's and its placement's questions
+                together (default 2.0; None: as long as the teacher's own ``timeout``). A
+                question the teacher does not answer in time (slow, hanging, down) is decided
+                by the student, or by the offline rule while the student cannot decide yet
+                (before warm-up); the fact is stored and searchable at once, and the
+                placement question is asked again by the background trainer, with no
+                budget, like an audit: its answer corrects the placement as audits do.
+                Counted in ``stats()["without_teacher"]``; see also the teacher's circuit
+                breaker (``stats()["teacher"]["health"]``). Applies to LLM teachers (an
+                in-process teacher answers at once).
             max_height: how many levels below the subject a fact may lie: 4 (the default)
                 allows three levels of aspects, which keeps a long chat browsable; no
                 aspect is created or moved deeper, by the student or the teacher (its
@@ -246,12 +228,22 @@ class MembrainMemory:
                 content that is deeply hierarchical (a taxonomy).
         """
         max_height = check_max_height(max_height)
+        if teacher_budget is not None and (isinstance(teacher_budget, bool) or not isinstance(teacher_budget, (int, float))
+                                           or not teacher_budget > 0):
+            raise InvalidOperationError(f"teacher_budget is a number of seconds > 0 or None, not {teacher_budget!r}")
+        self.teacher_budget = None if teacher_budget is None else float(teacher_budget)
+        self._local = threading.local()  # per thread: whether the current add went without the teacher
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(index_fields) if index_fields else ["content", "text"]
         # Labels (aspect names and their n-gram candidates) are embedded through a cache:
         # naming and renaming embed the same short phrases again and again.
         self._embed_label = EmbeddingCache(self._embed)
         self.teacher = resolve_teacher(teacher, teacher_model, embed=self._embed_label)
+        from .teachers.heuristic import HeuristicTeacher
+
+        # Whether the offline labeller may rename aspects between the teacher's naming
+        # questions: only when the offline rule is the teacher (see _relabel).
+        self._offline_names = isinstance(self.teacher, HeuristicTeacher)
         self._shadow = None if shadow_teacher is None else resolve_teacher(shadow_teacher, teacher_model,
                                                                             embed=self._embed_label)
         self.background = bool(background)
@@ -290,7 +282,7 @@ class MembrainMemory:
         self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
         # This process's counters (stats().process); the forest counts its refreshes.
         self._counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0,
-                        "relabelled": 0}
+                        "relabelled": 0, "without_teacher": 0}
         self._stored_counts: Counters | None = None  # as the checkpoint the models came from recorded them
         self.naming_interval = int(naming_interval)
         self.prior = bool(prior)
@@ -371,9 +363,13 @@ class MembrainMemory:
         return tree
 
     def list_namespaces(self, *, prefix: Sequence[str] | None = None, suffix: Sequence[str] | None = None,
-                        max_depth: int | None = None, limit: int = 100, offset: int = 0) -> list[Namespace]:
+                        max_depth: int | None = None, limit: int = 100, offset: int = 0,
+                        current_only: bool = False) -> list[Namespace]:
         """Namespaces holding memories, sorted; ``prefix``/``suffix`` may use ``"*"`` as a
-        wildcard label; ``max_depth`` truncates longer namespaces (deduplicated)."""
+        wildcard label; ``max_depth`` truncates longer namespaces (deduplicated). A namespace
+        whose memories were all deleted or superseded still holds their history and is
+        listed; ``current_only`` lists only namespaces holding at least one current memory
+        (as :class:`~.store.MembrainStore` lists them)."""
 
         def fits(ns: Namespace, pattern: Sequence[str] | None, at_end: bool) -> bool:
             if not pattern:
@@ -385,16 +381,38 @@ class MembrainMemory:
             return all(p == "*" or p == n for p, n in zip(pattern, part))
 
         if self._storage is not None:
-            found = self._storage.list_namespaces()
+            found = self._storage.namespaces_with_facts() if current_only else self._storage.list_namespaces()
         else:
             found = self._forest.loaded_namespaces()
+            if current_only:
+                found = [ns for ns in found if self._holds_facts(ns)]
         found = [ns for ns in found if fits(ns, prefix, False) and fits(ns, suffix, True)]
         if max_depth is not None:
             found = list({ns[:max_depth] for ns in found})
         found.sort()
         return found[offset: offset + limit]
 
+    def _holds_facts(self, ns: Namespace) -> bool:
+        """Whether the (in-process) namespace holds a current fact, not only history."""
+        with self._forest.lock(ns):
+            tree = self._forest.tree(ns, create=False)
+            return tree is not None and tree.fact_count(tree.root_id) > 0
+
     # ----------------------------------------------------------------- writes
+    @property
+    def read_only(self) -> bool:
+        """Whether the storage is open for reading only (a read-only SQLite file, directory
+        or mount, or ``open_storage(path, read_only=True)``): search, get, history, stats
+        and export work; add, put, delete and purge_history raise
+        :class:`~.errors.ReadOnlyError` before anything is embedded or asked, and the
+        models are never trained or saved."""
+        return self._storage is not None and self._storage.read_only
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"the memory's storage {self._storage.location!r} is open read-only: "
+                                "nothing was written")
+
     def _embed(self, texts: list[str]) -> np.ndarray:
         return embed_texts(self.embeddings, texts)
 
@@ -409,19 +427,28 @@ class MembrainMemory:
         """Store many memories (embedded in one batch) and return their keys.
 
         ``progress``: show a progress bar (default: on a terminal, for 200 memories or more).
-        Every input is validated before anything is stored.
+        Every input is validated before anything is stored; the error for a bad item of
+        several names it by its index ("item 3 of 10: memory text is empty").
         """
         if isinstance(texts, str):
             raise InvalidOperationError("add_many takes a list of texts; use add() for one")
+        self._check_writable()
         texts = list(texts)
         metadatas = list(metadatas) if metadatas is not None else [None] * len(texts)
         keys = list(keys) if keys is not None else [None] * len(texts)
         if not (len(metadatas) == len(keys) == len(texts)):
             raise InvalidOperationError("texts, metadatas and keys must have the same length")
-        prepared = [memory_value(namespace, t, m) for t, m in zip(texts, metadatas)]
-        for k in keys:
-            if k is not None and (not isinstance(k, str) or not k):
-                raise InvalidOperationError("a key is a non-empty str")
+        as_namespace(namespace)  # one namespace for every item: its error names no item
+        prepared = []
+        for i, (t, m, k) in enumerate(zip(texts, metadatas, keys)):
+            try:
+                prepared.append(memory_value(namespace, t, m))
+                if k is not None and (not isinstance(k, str) or not k):
+                    raise InvalidOperationError("a key is a non-empty str")
+            except MembrainError as exc:
+                if len(texts) == 1:  # add(), or a list of one: nothing to tell apart
+                    raise
+                raise type(exc)(f"item {i} of {len(texts)}: {exc}") from None
         vecs = self._embed([text for _, _, text in prepared])
         if progress is None:
             progress = len(texts) >= 200 and sys.stderr.isatty()
@@ -446,7 +473,19 @@ class MembrainMemory:
         ``merge``, a duplicate of a stored fact (see ``dedupe``) is not stored again: the
         check and the insert hold the namespace's insert lock, so two threads adding the
         same memory store it once. With ``operate``, the memory operation (operations.py)
-        decides first whether it is added, updates or deletes an old fact, or is ignored."""
+        decides first whether it is added, updates or deletes an old fact, or is ignored.
+        The teacher's questions wait ``teacher_budget`` seconds at most, together."""
+        self._local.untaught = False
+        with self._learner_lock:
+            self._learner_for(int(vec.size))  # the models' first load is not the teacher's time
+        with teacher_deadline(self.teacher_budget):
+            done = self._insert_now(ns, key, value, text, vec, merge=merge, operate=operate)
+        if self._local.untaught:
+            self._counts["without_teacher"] += 1
+        return done
+
+    def _insert_now(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str,
+                    vec: np.ndarray, *, merge: bool = False, operate: bool = False) -> str:
         if not merge and not operate:
             return self._place(ns, value, text, vec, key)
         with self._forest.insert_lock(ns):
@@ -485,10 +524,20 @@ class MembrainMemory:
             done = execute_operation(self._forest, self._operations, ns, value, text, vec, place=place,
                                      audit=audit)
             op_asked = self._operations.counters.asked > asked
+            decision = self._operations.last_here()
+            if decision is not None and decision.asked and not decision.answered:
+                self._local.untaught = True
             placed = self._placement_questions()
             if done is None:
                 done = place(ns, value, text, vec)
-            if op_asked and (not joint or self._placement_questions() == placed):
+            if decision is not None and decision.requests is not None:
+                # A teacher that sends requests: every request of the operation's question
+                # is counted, as an operation question (its one-call answer may place the
+                # fact too: the learner then counts no placement request).
+                with self._learner_lock:
+                    self._learner_for(int(vec.size)).count_question("operation", requests=decision.requests,
+                                                                    failed=not decision.answered)
+            elif op_asked and (not joint or self._placement_questions() == placed):
                 with self._learner_lock:
                     self._learner_for(int(vec.size)).count_question("operation")
             return done
@@ -525,6 +574,7 @@ class MembrainMemory:
         the fact is placed again; otherwise only its value changes. ``created_at`` is kept.
         """
         ns = as_namespace(namespace)
+        self._check_writable()
         if not isinstance(key, str) or not key:
             raise InvalidOperationError("a key is a non-empty str")
         if not isinstance(value, dict):
@@ -583,8 +633,14 @@ class MembrainMemory:
         return self._forest.mutate(ns, write)
 
     def delete(self, key: str, *, namespace: str | Sequence[str] | None = None) -> bool:
-        """Delete a memory; returns False if there was none."""
+        """Delete a memory; returns False if there was none.
+
+        The memory leaves the tree (``get`` and ``search`` no longer return it) but not the
+        history: its last version is archived as a tombstone, in the same write, so
+        ``history(key)`` shows it with status ``"deleted"`` and ``valid_to`` the time of the
+        deletion (as a memory operation's DELETE does). ``purge_history`` forgets it for good."""
         ns = as_namespace(namespace)
+        self._check_writable()
         with self._forest.lock(ns):
             tree = self._forest.tree(ns, create=False)
             if tree is None or key not in tree or tree.node(key).kind != "fact":
@@ -593,7 +649,7 @@ class MembrainMemory:
         def write(tree: MembrainTree) -> bool:
             if key not in tree or tree.node(key).kind != "fact":
                 return False
-            tree.remove(key)
+            tree.retire(key)
             return True
 
         return self._forest.mutate(ns, write)
@@ -643,7 +699,12 @@ class MembrainMemory:
         DELETE or IGNORE, who decided it and the candidates shown), or None before the first.
         Shared by every thread of this memory: read it right after your own ``add`` only when
         no other thread adds meanwhile. An ``add`` that runs no operation (operations off, an
-        exact duplicate, ``put``) leaves it as it was."""
+        exact duplicate, ``put``) leaves it as it was.
+
+        A property, not a method: read ``memory.last_operation`` (``memory.last_operation()``
+        calls the decision it returns and raises TypeError). Kept a property for the code that
+        reads it so; each read returns the decision as it stands then, which a later ``add``
+        replaces but never changes."""
         return self._operations.last
 
     def ignored(self, *, namespace: str | Sequence[str] | None = None, limit: int = 100) -> list[MemoryRecord]:
@@ -668,6 +729,7 @@ class MembrainMemory:
         One write: with storage, one transaction, so a crash leaves all of it or none.
         Returns how many entries were removed."""
         ns = as_namespace(namespace)
+        self._check_writable()
         cutoff = None if before is None else as_timestamp(before, "before")
         if kind not in (None, "history", "ignored"):
             raise InvalidOperationError(f"kind is 'history', 'ignored' or None, got {kind!r}")
@@ -707,8 +769,16 @@ class MembrainMemory:
         without one. No ``namespace`` (None, or ``()``) searches every namespace of the
         memory, as ``membrain search`` without ``--ns`` does; pass the namespace to search
         one user's memories only. ``include_history`` adds superseded and deleted versions
-        (their ``status`` says which); with it, every hit is scored by its plain cosine with
-        the query, so current and past versions rank on one scale."""
+        (their ``status`` says which); with it, every hit is ranked by its plain cosine with
+        the query, so current and past versions rank on one scale.
+
+        A hit's ``score`` is its relevance in ``[0, 1]``: ``retrieval.relevance`` of the
+        fused ranking score its namespace's index ranks it by (every boost included), so
+        hits are best first by it, and the same fact scores the same for the same query
+        whether one namespace or many are searched, here, in :class:`~.store.MembrainStore`
+        and in the retriever. Across namespaces hits are merged by that same score. With
+        ``include_history`` it is instead the cosine with the query, clipped to ``[0, 1]``
+        (archived versions are in no index). Unembedded facts come last, with None."""
         # Unlike add/get/delete, which act on one namespace (the default ``("memories",)``
         # when none is given), a search without one spans them all: limiting it to the
         # default namespace found nothing that was added under another, without a word.
@@ -725,7 +795,7 @@ class MembrainMemory:
         query = check_text(query, "the search query") if query is not None else None
         embedded: dict[str, np.ndarray] = {}  # one embedding per distinct dense query text
         hits: list[MemoryRecord] = []
-        vectors: dict[tuple[Namespace, str], np.ndarray] = {}  # for merging across namespaces
+        vectors: dict[tuple[Namespace, str], np.ndarray] = {}  # for cosines (history, merge ties)
         for ns in spaces:
             with self._forest.lock(ns):
                 tree = self._forest.tree(ns, create=False)
@@ -746,16 +816,30 @@ class MembrainMemory:
         if query is None:
             hits.sort(key=lambda r: (-r.updated_at, r.key))
             return hits[offset: offset + limit]
-        if include_history or len({h.namespace for h in hits if h.score is not None}) > 1:
-            # Each namespace's fused scores are relative to that namespace (BM25 over its
-            # best hit, z-scored cosines): merge its best candidates by plain cosine instead.
+        # The plain cosine with the query ranks current and archived versions together
+        # (include_history), and breaks exact ties between namespaces (each namespace's
+        # only fact holding a query word scores the same: BM25 over its namespace's best).
+        merging = len({h.namespace for h in hits if h.score is not None}) > 1
+        q = None
+        if vectors and (include_history or merging):
             q = next(iter(embedded.values())) if len(embedded) == 1 else self._embed([query])[0]
-            for h in hits:
-                if h.score is not None:
-                    h.score = cosine(vectors[h.namespace, h.key], q)
-        # As LangGraph's stores do, items stored without an embedding come last, unscored.
-        hits.sort(key=lambda r: (r.score is None, -(r.score or 0.0), -r.updated_at))
-        return hits[offset: offset + limit]
+        ranked: list[tuple[tuple, MemoryRecord]] = []  # (what ranks it, the hit)
+        for h in hits:
+            rank = h.score
+            tie = 0.0
+            if rank is not None:
+                if include_history:  # on one scale: the cosine, clipped to [0, 1]
+                    rank = cosine(vectors[h.namespace, h.key], q)
+                    h.score = min(max(rank, 0.0), 1.0)
+                else:  # one scale for every namespace and entry point (retrieval.relevance)
+                    tie = cosine(vectors[h.namespace, h.key], q) if merging else 0.0
+                    h.score = relevance(rank)
+            # Ranked by what the score is a monotone function of (ties in the reported
+            # score never reorder hits); as LangGraph's stores do, items stored without an
+            # embedding come last, unscored.
+            ranked.append(((rank is None, -(rank or 0.0), -tie, -h.updated_at), h))
+        ranked.sort(key=lambda p: p[0])
+        return [h for _, h in ranked][offset: offset + limit]
 
     def _rank(self, ns: Namespace, tree: MembrainTree, query: str | None, filter: dict[str, Any] | None,
               k: int, embedded: dict[str, np.ndarray]) -> list[tuple[str, float | None]]:
@@ -791,7 +875,7 @@ class MembrainMemory:
             cfg = self._learner_config
             cfg.model.dim = int(dim)
             learner = Learner(self.teacher, cfg, embed_label=lambda label: self._embed_label([label])[0],
-                              label_aspect=self._label_aspect, shadow=self._shadow)
+                              label_aspect=self._label_aspect, shadow=self._shadow, stand_in=self._offline_rule())
             restored = False
             if self._storage is not None:
                 self._is_trainer = self._storage.try_acquire_trainer(CHECKPOINT_NAME)
@@ -819,6 +903,19 @@ class MembrainMemory:
             raise DimensionError(f"the models read {self._learner.config.model.dim}-d embeddings, got {dim}")
         return self._learner
 
+    def _offline_rule(self) -> Teacher | None:
+        """What places a fact when the teacher gives no answer and the student is not warm
+        yet: the LLM teacher's own fallback (the HeuristicTeacher by default), else the
+        offline HeuristicTeacher; None for an in-process teacher (it always answers)."""
+        if getattr(self.teacher, "fast", False):
+            return None
+        fallback = getattr(self.teacher, "fallback", None)
+        if callable(getattr(fallback, "choose_stage1", None)):
+            return fallback
+        from .teachers.heuristic import HeuristicTeacher
+
+        return HeuristicTeacher(embed=self._embed_label)
+
     def _start_from_prior(self, learner: Learner) -> None:
         """Load the shipped prior into a new learner when it fits (prior.py); trusted when
         the prior was taught by this memory's teacher."""
@@ -837,6 +934,8 @@ class MembrainMemory:
     def _after_place(self, ns: Namespace, record: PlaceRecord) -> None:
         """An insert was placed: count it, then train on it (now, or in the worker)."""
         self._counts["inserts"] += 1
+        if record.deferred:
+            self._local.untaught = True
         if not self._is_trainer:
             self._recent_calls.append(record.teacher_calls)
             self._maybe_reload_checkpoint()
@@ -910,7 +1009,9 @@ class MembrainMemory:
         names = {}
         for a, (texts, avoid, mean) in todo.items():
             # The teacher is asked to rename one aspect per ``naming_interval`` inserts at
-            # most (a counted question); the others get the offline labeller's name.
+            # most (a counted question). The others get the offline labeller's name when the
+            # offline rule is the teacher; a teacher that names topics (an LLM) keeps its
+            # names until it is due again, so no keyword replaces a topic's name.
             due = self._counts["supervised"] - self._last_naming >= self.naming_interval
             label = None
             if due:
@@ -918,6 +1019,8 @@ class MembrainMemory:
                 label = self._learner.name_aspect(texts)
                 if label.casefold() in {x.casefold() for x in avoid}:
                     label = None  # an ancestor's, sibling's or child's label: not a name for this one
+            elif not self._offline_names:
+                continue
             names[a] = label or self._label_aspect(texts, avoid, mean)
         vecs = dict(zip(names, self._embed_label(list(names.values()))))
 
@@ -933,7 +1036,7 @@ class MembrainMemory:
         self._counts["relabelled"] += self._forest.mutate(ns, write)
 
     def _save_checkpoint(self) -> None:
-        if self._storage is None or self._learner is None or not self._is_trainer:
+        if self._storage is None or self._learner is None or not self._is_trainer or self._storage.read_only:
             return
         with self._learner_lock:
             data = self._learner.state_bytes()
@@ -965,7 +1068,8 @@ class MembrainMemory:
         out["teacher_calls"] = self._learner.teacher_calls  # joint questions: placements and audits
         out["naming_calls"] = self._learner.naming_calls  # the teacher asked to (re)name aspects
         out["questions"] = {k: self._learner.questions[k] for k in QUESTION_KINDS}
-        out["teacher_failures"] = sum(self._learner.failures.values())  # invalid or failed answers
+        out["teacher_failures"] = sum(self._learner.failures.values())  # questions without a usable answer
+        out["teacher_skipped"] = sum(self._learner.skipped.values())  # of those, not sent (breaker, budget)
         out["asked_when_unsure"] = dict(self._learner.unsure)  # placement questions, by the unsure stage
         out["audits_shared"] = self._learner.shared_answers  # answered by an operation question, not counted
         if self._shadow is not None:
@@ -1032,8 +1136,19 @@ class MembrainMemory:
             trainer=self._is_trainer, prior=self.prior_used,
             recent_teacher_calls_per_insert=(sum(self._recent_calls) / len(self._recent_calls)
                                              if self._recent_calls else None),
-            teacher=self.teacher.stats() if callable(getattr(self.teacher, "stats", None)) else None,
-            operations=self._operations.stats())
+            teacher=self._teacher_stats(), operations=self._operations.stats())
+
+    def _teacher_stats(self) -> dict[str, Any]:
+        """The teacher's own cost stats (an in-process teacher: the same keys, zero) and its
+        circuit breakers' ``health``."""
+        from .teachers.budget import CircuitBreaker
+        from .teachers.guard import TeacherStats
+
+        stats = getattr(self.teacher, "stats", None)
+        out = dict(stats()) if callable(stats) else {**TeacherStats().as_dict(), "mode": None}
+        health = getattr(self.teacher, "health", None)
+        out["health"] = health() if callable(health) else {**CircuitBreaker().snapshot(), "slow": None}
+        return out
 
     # ------------------------------------------------------------- integrations
     @property

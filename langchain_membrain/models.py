@@ -16,13 +16,16 @@ them is most of the answer and the encoder only has to add context.
 Batches: tokens are padded to the widest example; ``tok_mask`` is True on real tokens.
 Impossible options get :data:`NEG` instead of their logit, so softmax gives them ~0 and
 argmax never picks them.
+
+nets.py holds :class:`ModelConfig` and the same forwards in numpy, which a process that
+does not train runs instead (a change to a forward here is made there too; a test checks
+that both compute the same logits).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -30,36 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import features as ft
-
-NEG = -1e9  # logit of a masked option (finite, so masked rows never turn into NaN)
-
-
-@dataclass
-class ModelConfig:
-    """Sizes of both networks.
-
-    ``dim`` is the text-embedding dimension (read from the embedder); ``top_k`` caps the
-    stage-1 candidates (the current node plus ``top_k - 1`` child aspects) and
-    ``max_context_facts`` the child facts shown as context.
-    """
-
-    dim: int = 384
-    d_model: int = 64
-    layers: int = 1
-    heads: int = 4
-    dropout: float = 0.0
-    top_k: int = 32
-    max_context_facts: int = 8
-    max_closure_facts: int = 48
-    pair_dim: int = 16  # facts are projected to this size before the pairwise heads (N^2 cost)
-    skip_scale: float = 10.0  # the skip heads read num * skip_scale (see Stage1Net)
-    stage1_num: int = ft.STAGE1_NUM
-    stage2_num: int = ft.STAGE2_NUM
-    demote_pair_num: int = ft.DEMOTE_PAIR_NUM
-    group_pair_num: int = ft.GROUP_PAIR_NUM
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from .nets import NEG, ModelConfig  # torch-free (nets.py also runs these networks in numpy)
 
 
 class SelfAttention(nn.Module):

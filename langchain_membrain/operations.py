@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from . import torchfile  # checkpoints read and written without torch
+from .teachers.budget import requests_sent
 from .tree import MembrainTree
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -243,8 +245,10 @@ def validate_operation(answer: Any, question: OperationQuestion) -> tuple[Operat
 def ask_teacher(teacher: Any, question: OperationQuestion) -> tuple[Operation, str | None]:
     """The teacher's validated answer (see :func:`validate_operation`); a teacher without
     ``choose_operation`` answers with :func:`conservative_operation`; one that raises gives
-    ADD with the error as the reason."""
-    choose = getattr(teacher, "choose_operation", None)
+    ADD with the error as the reason. A guarded LLM teacher is asked through
+    ``try_operation``, which raises where ``choose_operation`` would answer with its
+    fallback's rule: such an answer is not the teacher's."""
+    choose = getattr(teacher, "try_operation", None) or getattr(teacher, "choose_operation", None)
     if not callable(choose):
         return conservative_operation(question), None
     try:
@@ -325,11 +329,13 @@ class OperationCounters:
     """What ``stats()["operations"]`` reports."""
 
     decisions: int = 0
-    asked: int = 0  # teacher questions about the operation
+    asked: int = 0  # teacher questions about the operation (requests, retries included, with an LLM)
     student_decided: int = 0  # decisions the student took alone (gate open)
-    compared: int = 0  # asked decisions the student had proposed an answer for
+    compared: int = 0  # answered questions the student had proposed an answer for
     agreement_hits: int = 0  # student == teacher, over the compared decisions
-    teacher_failures: int = 0  # rejected teacher answers (fell back to ADD)
+    teacher_failures: int = 0  # questions without a usable answer (decided without the teacher)
+    teacher_skipped: int = 0  # of those, questions not sent (breaker open, budget spent)
+    fallback_decided: int = 0  # stored as ADD because the teacher gave no usable answer
     by_kind: dict[str, int] = field(default_factory=lambda: {k: 0 for k in OP_KINDS})
     last_failure: str | None = None
 
@@ -338,18 +344,28 @@ class OperationCounters:
                 "student_decided": self.student_decided,
                 "student_share": self.student_decided / max(self.decisions, 1),
                 "agreement": self.agreement_hits / self.compared if self.compared else None,
-                "teacher_failures": self.teacher_failures, "by_kind": dict(self.by_kind),
-                "last_failure": self.last_failure}
+                "compared": self.compared, "teacher_failures": self.teacher_failures,
+                "teacher_skipped": self.teacher_skipped, "fallback_decided": self.fallback_decided,
+                "by_kind": dict(self.by_kind), "last_failure": self.last_failure}
 
 
 @dataclass(frozen=True)
 class OperationDecision:
-    """One item's decided operation: ``by`` "student" (it decided alone) or "teacher";
-    ``candidates``: the keys of the candidates shown, nearest first."""
+    """One item's decided operation: ``by`` "student" (it decided alone), "teacher" (the
+    teacher's answer) or "fallback" (the teacher was asked and gave no usable answer, or was
+    not asked while it is down or past the insert's budget: the item is stored as a new
+    memory, ADD, which loses nothing; when the question was only an audit of a proposal the
+    student could take alone, the student's answer stands, ``by`` "student"); ``candidates``: the keys of the candidates shown,
+    nearest first; ``asked``: whether the teacher was asked; ``requests``: the requests sent
+    for it (None: not asked, or an in-process teacher); ``answered``: whether the teacher
+    gave the answer."""
 
     operation: Operation
-    by: Literal["student", "teacher"]
+    by: Literal["student", "teacher", "fallback"]
     candidates: tuple[str, ...] = ()
+    asked: bool = False
+    requests: int | None = None
+    answered: bool = False
 
 
 class OperationDecider:
@@ -367,6 +383,7 @@ class OperationDecider:
         self.counters = OperationCounters()
         self.last: OperationDecision | None = None  # the latest decision (a new object each time)
         self._guard = threading.Lock()
+        self._local = threading.local()
 
     def decide(self, question: OperationQuestion, *, audit: bool | None = None) -> Operation:
         """The item's operation. ``audit``: whether this item is an audit (the teacher is
@@ -386,25 +403,44 @@ class OperationDecider:
             with self._guard:
                 c.student_decided += 1
         else:
+            before = requests_sent(self.teacher)
             op, failure = ask_teacher(self.teacher, question)
+            after = requests_sent(self.teacher)
+            requests = None if before is None or after is None else after - before
+            by = "teacher"
             with self._guard:
-                c.asked += 1
+                c.asked += 1 if requests is None else requests
                 if failure is not None:
+                    # No answer of the teacher's: not a label, not compared. The student's
+                    # own answer when it could have decided alone (this was its audit), else
+                    # ADD (ask_teacher's), which loses nothing.
                     c.teacher_failures += 1
+                    c.teacher_skipped += requests == 0
                     c.last_failure = failure
-                if student_op is not None:
+                    if can_audit:
+                        op, by = student_op, "student"
+                    else:
+                        by = "fallback"
+                        c.fallback_decided += 1
+                elif student_op is not None:
                     c.compared += 1
                     c.agreement_hits += int(student_op == op)
-            if self.student is not None:
+            if self.student is not None and failure is None:
                 # Asked *because* the student was unsure (its gate open, its answer below
                 # the bar): a label it is not fairly measured on (see learn).
                 self.student.learn(question, op, student_op, unbiased=audit or not gate)
         with self._guard:
             c.decisions += 1
             c.by_kind[op.kind] += 1
-            self.last = OperationDecision(op, "student" if alone else "teacher",
-                                          tuple(c.key for c in question.candidates))
+            decision = OperationDecision(op, "student" if alone else by, tuple(c.key for c in question.candidates),
+                                         not alone, None if alone else requests, not alone and failure is None)
+            self.last = decision
+        self._local.decision = decision
         return op
+
+    def last_here(self) -> OperationDecision | None:
+        """The latest decision taken on the calling thread (``last`` is any thread's)."""
+        return getattr(self._local, "decision", None)
 
     def stats(self) -> dict[str, Any]:
         out = self.counters.as_dict()
@@ -434,21 +470,48 @@ N_PAIR = 5  # per candidate: cosine, gap to the nearest, margin over the best ot
 
 
 class _StudentNet:
-    """The operation network (models.OperationNet), built lazily (torch is imported on
-    first use), with a TorchScript trace for single items: the trace shares the network's
-    parameters, so training reaches it, and it cuts the Python overhead of the insert's
-    hot path (as the stages' inference does, training.OnlineTrainer._inference)."""
+    """The operation network (models.OperationNet). Weights loaded from a checkpoint or the
+    prior run in numpy (nets.operation_logits: the same logits, to float32 rounding) until
+    the network is first trained; torch is imported then, or at its first use for a random
+    initialisation. In torch, single items run through a TorchScript trace: the trace
+    shares the network's parameters, so training reaches it, and it cuts the Python overhead
+    of the insert's hot path (as the stages' inference does, training.OnlineTrainer._inference)."""
 
-    def __init__(self, dim: int, k: int, hidden: int = 64, seed: int = 0):
+    def __init__(self, dim: int, k: int, hidden: int = 64, seed: int = 0, weights: Any = None):
+        self.k, self.dim, self.hidden, self.seed = k, dim, hidden, seed
+        self.weights = weights  # the loaded state dict (numpy) while the network is not in torch
+        self._network: Any = None
+        self._traced: Any = None  # None: not yet traced; False: failed, run eagerly
+
+    @property
+    def built(self) -> bool:
+        """Whether the network is in torch yet."""
+        return self._network is not None
+
+    @property
+    def torch(self) -> Any:
         import torch
 
-        from .models import OperationNet
+        return torch
 
-        torch.manual_seed(seed)
-        self.torch, self.k, self.dim = torch, k, dim
-        self.network = OperationNet(dim, k, N_FLAGS, N_PAIR, hidden)
-        self.params = list(self.network.parameters())
-        self._traced: Any = None  # None: not yet traced; False: failed, run eagerly
+    @property
+    def network(self) -> Any:
+        """The torch module, built on first use (from ``weights`` when loaded, else a random
+        initialisation seeded by ``seed``)."""
+        if self._network is None:
+            import torch
+
+            from .models import OperationNet
+            torch.manual_seed(self.seed)
+            network = OperationNet(self.dim, self.k, N_FLAGS, N_PAIR, self.hidden)
+            if self.weights is not None:
+                network.load_state_dict(torchfile.as_tensors(self.weights))
+            self._network, self.weights = network, None
+        return self._network
+
+    @property
+    def params(self) -> list:
+        return list(self.network.parameters())
 
     def _tensors(self, batch: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> list:
         # from_numpy wraps the stacked arrays without a second copy (the insert's hot path).
@@ -460,9 +523,17 @@ class _StudentNet:
         return self.network(*self._tensors(batch))
 
     def infer(self, row: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-        """One item's logits, without autograd, through the trace where it could be made."""
+        """One item's logits, without autograd: in numpy while the loaded weights are not
+        in torch, else through the trace where it could be made."""
+        if self._network is None and self.weights is not None:
+            from .minilm import blas_threads
+            from .nets import operation_logits
+
+            with blas_threads(1):
+                return operation_logits(self.weights, *row).astype(np.float64)
         torch = self.torch
         args = self._tensors([row])
+        self.network  # noqa: B018 - built outside inference mode (its parameters must train)
         with torch.inference_mode():
             if self._traced is None:
                 try:
@@ -499,7 +570,8 @@ class OperationStudent:
         self.batch, self.steps, self.lr, self.replay_size = int(batch), int(steps), float(lr), int(replay)
         self.calibrator = Calibrator(128)
         self.net: _StudentNet | None = None
-        self._opt = None
+        self._opt = None  # torch's Adam, made when the network first trains (it imports torch._dynamo)
+        self._opt_state: Any = None  # the loaded optimiser state (numpy) until then
         self._pending: list = []
         self._replay: list = []
         self._rng = np.random.default_rng(seed)
@@ -562,11 +634,19 @@ class OperationStudent:
             if found is not None:
                 self._start_from_prior(*found, dim=dim)
         if self.net is None:
+            self.net = _StudentNet(dim, self.k, seed=self.seed)  # a random initialisation, in torch
+        return self.net
+
+    def _optimiser(self) -> Any:
+        """Adam over the network (built here, with the loaded state when there is one)."""
+        if self._opt is None:
             import torch
 
-            self.net = _StudentNet(dim, self.k, seed=self.seed)
-            self._opt = torch.optim.Adam(self.net.params, lr=self.lr, weight_decay=1e-4)
-        return self.net
+            opt = torch.optim.Adam(self.net.params, lr=self.lr, weight_decay=1e-4)
+            if self._opt_state is not None:
+                opt.load_state_dict(torchfile.as_tensors(self._opt_state))
+            self._opt, self._opt_state = opt, None
+        return self._opt
 
     # -- deciding
     def propose(self, q: OperationQuestion) -> tuple[Operation | None, bool]:
@@ -574,12 +654,15 @@ class OperationStudent:
         row = self.encode(q)
         if row is None:
             return None, False
-        from .models import torch_threads  # torch is imported lazily in this module
-
         with self._lock:
             net = self._ensure(row[0].size)
-            with torch_threads(self.threads):
-                logits = net.infer(row)
+            if net.built or net.weights is None:
+                from .models import torch_threads  # torch is imported lazily in this module
+
+                with torch_threads(self.threads):
+                    logits = net.infer(row)
+            else:
+                logits = net.infer(row)  # numpy (see _StudentNet)
             self._last_logits = logits
             probs = self.calibrator.probs(logits)
             best = int(np.argmax(probs))
@@ -611,8 +694,6 @@ class OperationStudent:
         label = self.label_index(q, op)
         if row is None or label is None:
             return
-        from .models import torch_threads
-
         with self._lock:
             self._ensure(row[0].size)
             self.labelled += 1
@@ -623,11 +704,14 @@ class OperationStudent:
                 self.calibrator.maybe_fit(16)
             self._pending.append((row, label))
             if len(self._pending) >= self.batch:
+                from .models import torch_threads  # training: torch from here on
+
                 with torch_threads(self.threads):
                     self._train()
 
     def _train(self) -> None:
         torch = self.net.torch
+        opt = self._optimiser()
         data = self._pending
         self._replay.extend(data)
         if len(self._replay) > self.replay_size:
@@ -640,10 +724,10 @@ class OperationStudent:
             logits = self.net.logits([b[0] for b in batch])
             target = torch.tensor([b[1] for b in batch])
             loss = torch.nn.functional.cross_entropy(logits, target)
-            self._opt.zero_grad()
+            opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.net.params, 1.0)
-            self._opt.step()
+            opt.step()
             self.optimiser_steps += 1
 
     # -- checkpoints
@@ -659,12 +743,18 @@ class OperationStudent:
                 return b""
             import io
 
+            # Without torch while the network and the optimiser are still the loaded ones
+            # (nothing trained here): torchfile writes what torch.save would.
+            plain = not self.net.built and (not optimiser or (self._opt is None and self._opt_state is not None))
             state = {"format": self.STATE_FORMAT, "dim": self.net.dim, "k": self.k,
-                     "modules": self.net.network.state_dict(), "temperature": self.calibrator.temperature,
+                     "modules": self.net.weights if plain else self.net.network.state_dict(),
+                     "temperature": self.calibrator.temperature,
                      "labelled": self.labelled, "agreed": self.agreed, "recent": list(self._recent),
                      "steps": self.optimiser_steps}
             if optimiser:
-                state["optimiser"] = self._opt.state_dict()
+                state["optimiser"] = self._opt_state if plain else self._optimiser().state_dict()
+            if plain:
+                return torchfile.save(state)
             buf = io.BytesIO()
             self.net.torch.save(state, buf)
             return buf.getvalue()
@@ -676,26 +766,35 @@ class OperationStudent:
 
         if not data:
             return
-        import io
-
-        import torch
+        from .nets import check_weights, operation_shapes
 
         try:
-            state = torch.load(io.BytesIO(data), weights_only=True)
+            try:  # without torch (torchfile); what it does not understand, torch reads
+                state = torchfile.load(data)
+            except torchfile.UnsupportedFile:
+                import io
+
+                import torch
+
+                state = torchfile.as_numpy(torch.load(io.BytesIO(data), weights_only=True))
             if not isinstance(state, dict) or state.get("format") != self.STATE_FORMAT or state.get("k") != self.k:
                 raise CheckpointError("not an operation-student checkpoint of this shape")
-            net = _StudentNet(int(state["dim"]), self.k, seed=self.seed)
-            net.network.load_state_dict(state["modules"])
-            opt = torch.optim.Adam(net.params, lr=self.lr, weight_decay=1e-4)
-            if "optimiser" in state:
-                opt.load_state_dict(state["optimiser"])
+            dim = int(state["dim"])
+            weights = state["modules"]
+            check_weights(weights, operation_shapes(dim, self.k, N_FLAGS, N_PAIR))  # as load_state_dict checks
+            net = _StudentNet(dim, self.k, seed=self.seed, weights=weights)
+            opt_state = state.get("optimiser")
+            if opt_state is not None:  # as Adam.load_state_dict checks: one group of every parameter
+                groups = opt_state["param_groups"]
+                if len(groups) != 1 or len(groups[0]["params"]) != len(weights):
+                    raise CheckpointError("the optimiser state does not fit the network")
         except CheckpointError:
             raise
         except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is the same error
             raise CheckpointError(f"unreadable operation-student checkpoint: {exc}") from None
         with self._lock:
             self._prior = None  # a checkpoint replaces the prior
-            self.net, self._opt = net, opt
+            self.net, self._opt, self._opt_state = net, None, opt_state
             self.calibrator.temperature = float(state["temperature"])
             self.labelled, self.agreed = int(state["labelled"]), int(state["agreed"])
             self._recent.clear()
@@ -710,7 +809,7 @@ class OperationStudent:
         except CheckpointError:  # a prior of another shape: start from scratch
             return
         if self.net is None or self.net.dim != dim:  # another embedder's prior
-            self.net = self._opt = None
+            self.net = self._opt = self._opt_state = None
             self.optimiser_steps = 0
             self._forget_teacher()
             return

@@ -23,10 +23,11 @@ from .actions import Action, Group, apply_actions
 from .decoding import DecodeConfig, action_key, decode, encode_actions
 from .errors import DimensionError, InvalidOperationError, MembrainError
 from .features import S1, Stage1Features, Stage2Features, stage1_features, stage2_features
-from .models import ModelConfig
+from .nets import ModelConfig  # torch-free (models.py re-exports it)
 from .placement import (DEFAULT_TOP_K, MAX_DESCENT, NewFact, Placement, Subtree, cosine, descend, destination,
                         path_choices, stage1_candidates)
 from .teachers.base import Teacher, teacher_placement
+from .teachers.budget import requests_sent
 from .training import OnlineTrainer, Policy, TrainingConfig
 from .tree import MembrainTree
 
@@ -81,7 +82,7 @@ def insert_with_teacher(tree: MembrainTree, new_fact: NewFact, teacher: Teacher,
 # At most one teacher question per insert: every label of an insert, every descent level
 # and stage 2, comes from that one answer.
 
-By = Literal["model", "teacher", "forced"]
+By = Literal["model", "teacher", "forced", "offline rule"]
 WAITING_TRACKED = 10_000  # parents whose waiting stage-2 decisions are counted (stage2_defer)
 QUESTION_KINDS = ("placement", "audit", "operation", "naming")
 
@@ -108,7 +109,7 @@ class LearnerConfig:
     apply_corrections: bool = True
     allow_aspects: bool = False
     # Ask about stage 2 at most once per this many unsure decisions under the same parent:
-    # the others wait, executed as Idle (README, Limitations: the oracle teacher). 1: ask at
+    # the others wait, executed as Idle (bench/RESULTS.md, learning: the oracle teacher). 1: ask at
     # every unsure decision.
     stage2_defer: int = 1
     seed: int = 0
@@ -179,6 +180,13 @@ class PlaceRecord:
     teacher is asked later on ``snapshot``, a copy of the tree before the attach.
     ``shared``: the teacher was already asked about this item (its memory operation, in one
     request that also answers the placement), so that audit is not counted again.
+    ``deferred``: the teacher gave no answer during the insert ("stage1" or "stage2", the
+    stage that asked; it failed, was not asked while its circuit breaker was open, or ran
+    past the insert's budget): the insert was decided without it (``placed_by``), and the
+    question is asked again on ``snapshot`` by :meth:`Learner.supervise`, like an audit.
+    ``placed_by``: who chose the fact's parent: "teacher", "model", "offline rule" (the
+    ``stand_in``, when the teacher gave no answer and the model is not warm yet) or "forced"
+    (nothing to choose).
     """
 
     fact_id: str
@@ -198,6 +206,8 @@ class PlaceRecord:
     drawn: bool = False
     asked: bool = False
     shared: bool = False  # the memory operation's one-call question answered the placement too
+    deferred: str | None = None  # the stage whose question got no answer: asked again in supervise
+    placed_by: str = "forced"
     plan: Placement | None = None
     move_to: str | None = None  # the teacher's parent, when it differs from the model's
     labels1: list[Stage1Label] = field(default_factory=list)
@@ -223,7 +233,9 @@ class InsertResult:
     """The outcome of :meth:`Learner.insert`.
 
     ``stage1_by``/``stage2_by``: who decided ("model", "teacher", "forced" when there was
-    no choice). ``teacher_calls`` counts the teacher questions of this insert (0 or 1).
+    no choice; for stage 1, "offline rule" when the teacher gave no answer before the model
+    was warm: ``PlaceRecord.placed_by``). ``teacher_calls`` counts the teacher questions of
+    this insert (0 or 1; the requests sent, retries included, with an LLM teacher).
     ``actions``: the stage-2 actions applied, corrections included.
     """
 
@@ -292,6 +304,9 @@ class Learner:
         shadow: an evaluation-only teacher, asked about every decision before it is
             executed; its answers are stored in the records (``shadow_choice``,
             ``shadow_parent``, ``shadow_actions``) and never counted, trained on or executed.
+        stand_in: the offline rule that chooses the parent when the teacher gives no answer
+            while stage 1 is not warm yet (the model decides once it is); None: the model
+            always. Its decisions are neither counted as questions nor trained on.
 
     Threads: the trainer has its own lock, but :class:`MembrainTree` is not thread-safe; a
     caller must serialise tree access around the steps of :meth:`place` and
@@ -300,8 +315,10 @@ class Learner:
 
     def __init__(self, teacher: Teacher, config: LearnerConfig | None = None, *,
                  embed_label: Callable[[str], Any] | None = None,
-                 label_aspect: Callable[..., str] | None = None, shadow: Teacher | None = None):
+                 label_aspect: Callable[..., str] | None = None, shadow: Teacher | None = None,
+                 stand_in: Teacher | None = None):
         self.teacher = teacher
+        self.stand_in = stand_in
         self.config = config or LearnerConfig()
         self.trainer = OnlineTrainer(self.config.model, self.config.training)
         # Stage 1's temperature is fitted for its gate (training.Calibrator).
@@ -312,8 +329,11 @@ class Learner:
         self.rng = np.random.default_rng(self.config.seed)
         # Teacher questions by kind (QUESTION_KINDS), counted where they are asked; guarded
         # by their own lock (inserts and a background supervision both ask).
+        # With a teacher that sends requests (requests_sent), a question counts the requests
+        # it sent, retries included, so the counts equal what the teacher's server received.
         self.questions: Counter[str] = Counter()
-        self.failures: Counter[str] = Counter()
+        self.failures: Counter[str] = Counter()  # questions that got no usable answer
+        self.skipped: Counter[str] = Counter()  # of those, questions not sent at all (breaker, budget)
         self.unsure: Counter[str] = Counter()  # placement questions by the stage that was unsure
         self.shared_answers = 0  # audits answered by the memory operation's one-call question
         # With a shadow: of the decisions the student took alone, how many the shadow would
@@ -384,31 +404,50 @@ class Learner:
         insert's placement (``begin(audit=...)``) and its memory operation."""
         return bool(self.rng.random() < self.config.stage1.audit_rate)
 
-    def count_question(self, kind: str) -> None:
-        """Count a question asked outside the learner (the memory operation's, operations.py)."""
-        self._count(kind, None)
+    def count_question(self, kind: str, *, requests: int | None = None, failed: bool = False) -> None:
+        """Count a question asked outside the learner (the memory operation's, operations.py):
+        ``requests`` sent for it (None: one question of an in-process teacher)."""
+        self._count(kind, None, failed=failed, sent=requests)
 
     def _count(self, kind: str, rec: PlaceRecord | SupervisionResult | None, *, failed: bool = False,
-               shared: bool = False) -> None:
-        """Count one question of ``kind``; a ``shared`` one (answered by a request counted
-        already) only as ``shared_answers``."""
+               shared: bool = False, sent: int | None = None) -> None:
+        """Count one question of ``kind``. ``sent``: the requests it sent (a teacher that
+        reports them, requests_sent), counted as they are: 0 for an answer that was given
+        already (an audit's: ``shared_answers``) or a question not sent (``skipped``); None: an
+        in-process teacher's question, counted as one (a ``shared`` one only as
+        ``shared_answers``)."""
         with self._count_lock:
-            if shared:
-                self.shared_answers += 1
-                return
-            self.questions[kind] += 1
+            if sent is None:
+                if shared:
+                    self.shared_answers += 1
+                    return
+                sent = 1
+            elif sent == 0:
+                if failed:
+                    self.skipped[kind] += 1
+                elif kind == "audit":
+                    self.shared_answers += 1
+            self.questions[kind] += sent
             self.failures[kind] += failed
         if rec is not None:
-            rec.teacher_calls += 1
+            rec.teacher_calls += sent
             rec.teacher_failures += failed
+
+    def _sent_since(self, before: int | None) -> int | None:
+        after = requests_sent(self.teacher)
+        return None if before is None or after is None else after - before
 
     def _ask(self, tree: MembrainTree, new_fact: NewFact, kind: str,
              rec: PlaceRecord | SupervisionResult, *, shared: bool = False) -> Placement | None:
         """The joint question on ``tree`` (which must not hold the new fact): a placement
         whose parent is a container of ``tree`` on a path from its root and whose actions
-        act on distinct nodes; else None (a counted failure)."""
+        act on distinct nodes; else None (a counted failure). A placement its teacher's own
+        fallback chose (``fell_back``) is no answer of the teacher's: a failure too."""
+        before = requests_sent(self.teacher)
         try:
             plan = ask_placement(self.teacher, new_fact, tree)
+            if plan.fell_back:
+                raise InvalidOperationError("the teacher gave no usable answer (its fallback chose)")
             parent = plan.parent_id
             if parent not in tree or tree.node(parent).kind == "fact":
                 raise InvalidOperationError(f"the teacher's parent {parent!r} is not a container")
@@ -419,20 +458,23 @@ class Learner:
                 raise InvalidOperationError("a node is acted on twice")
             plan.path = tree.path(parent)
         except Exception:  # an untrusted teacher: any exception is a failed answer
-            self._count(kind, rec, failed=True, shared=shared)
+            self._count(kind, rec, failed=True, shared=shared, sent=self._sent_since(before))
             return None
-        self._count(kind, rec, shared=shared)
+        self._count(kind, rec, shared=shared, sent=self._sent_since(before))
         return plan
 
     def name_aspect(self, texts: list[str]) -> str:
         """A label from the teacher (counted in ``naming_calls``), or the model's own
-        labeller's when it fails."""
-        self._count("naming", None)
+        labeller's when it fails (a counted failure)."""
+        before = requests_sent(self.teacher)
+        ask = getattr(self.teacher, "try_name_aspect", None) or self.teacher.name_aspect  # no silent fallback
         try:
-            label = self.teacher.name_aspect(texts)
+            label = ask(texts)
         except Exception:
             label = None
-        return label if isinstance(label, str) and label.strip() else self.label_aspect(texts, [])
+        ok = isinstance(label, str) and bool(label.strip())
+        self._count("naming", None, failed=not ok, sent=self._sent_since(before))
+        return label if ok else self.label_aspect(texts, [])
 
     def _labelled(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
         """``actions`` with every Group named: its own label when it has one that differs
@@ -588,15 +630,35 @@ class Learner:
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id
         plan = self._ask(tree, rec.new_fact, "placement", rec)
-        if plan is None:
-            rec.cursor = self._model_descend_from(tree, rec.new_fact, rec.cursor)
+        if plan is None:  # no answer: decided without the teacher, asked again in supervise
+            rec.deferred = "stage1"
+            rec.cursor, rec.placed_by = self._descend_without_teacher(tree, rec.new_fact, rec.cursor)
+            for step in rec.steps[-1:]:
+                step.by = "offline rule" if rec.placed_by == "offline rule" else step.by
         else:
-            rec.plan, rec.cursor = plan, plan.parent_id
+            rec.plan, rec.cursor, rec.placed_by = plan, plan.parent_id, "teacher"
             rec.labels1 = self._plan_labels(tree, rec.new_fact, plan,
                                             self._unbiased(rec, self.config.stage1, "stage1"))
             for step in rec.steps[-1:]:
                 step.by = "teacher"
         rec.descended = True
+
+    def _descend_without_teacher(self, tree: MembrainTree, new_fact: NewFact, node_id: str) -> tuple[str, str]:
+        """Where the fact goes when the teacher gave no answer, and who chose: the model once
+        stage 1 is warm, the ``stand_in`` (the offline rule) before."""
+        if self.stand_in is not None and not self._warm(self.config.stage1, "stage1"):
+            stand_in = self.stand_in
+
+            def choose(sub: Subtree) -> int:
+                try:
+                    i = stand_in.choose_stage1(new_fact, sub)
+                    return int(i) if 0 <= int(i) < len(sub.candidates) else 0
+                except Exception:  # noqa: BLE001 - the stand-in must not break the insert
+                    return 0
+
+            return destination(descend(tree, new_fact, choose, top_k=self.config.model.top_k,
+                                       start=node_id)), "offline rule"
+        return self._model_descend_from(tree, new_fact, node_id), "model"
 
     def attach(self, tree: MembrainTree, rec: PlaceRecord, *, node_id: str | None = None,
                created_at: float | None = None) -> str:
@@ -611,10 +673,12 @@ class Learner:
             except Exception:
                 rec.shadow_parent = None
             self._shadow_time(rec, time.perf_counter() - s0)
-        if rec.drawn and not rec.asked:
+        if (rec.drawn and not rec.asked) or rec.deferred:
             rec.snapshot = tree.copy()
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id
+        if rec.placed_by == "forced" and rec.steps:
+            rec.placed_by = "model"
         rec.placed_under = rec.cursor
         rec.fact_id = attach(tree, new_fact, rec.cursor, node_id=node_id, created_at=created_at)
         self.inserts += 1
@@ -680,13 +744,14 @@ class Learner:
         view = tree.copy()
         view.remove(rec.fact_id)
         plan = self._ask(view, rec.new_fact, "placement", rec)
-        if plan is None:
+        if plan is None:  # no answer: the model's stage 2 stands; asked again in supervise, on view
+            rec.deferred, rec.snapshot = "stage2", view
             return
-        rec.plan = plan
+        rec.plan, rec.placed_by = plan, "teacher"
         # Stage 1 was sure at every level (it would have asked otherwise): its labels here are
         # a sample of what its gate let through, so they calibrate it. They keep its window
         # fresh after warm-up, where 2% audits alone barely renew it (a new teacher's gate
-        # stayed fitted to the warm-up's mistakes; README, Limitations). Stage 2 is not
+        # stayed fitted to the warm-up's mistakes; bench/RESULTS.md, economy). Stage 2 is not
         # calibrated on stage 1's questions the other way round: its gate never sees those
         # inserts, and they are harder for it (a new teacher's stage 2 then asked 224 times
         # on conv-42 instead of 176).
@@ -763,12 +828,16 @@ class Learner:
         record.supervised = True
         tr = self.trainer
         view, record.snapshot = record.snapshot, None
-        # An insert asked already, or with nothing decided, has nothing to audit.
-        if view is not None and not record.asked and (record.steps or record.stage2 is not None):
-            plan = self._ask(view, record.new_fact, "audit", res, shared=record.shared)
+        # An insert asked already, or with nothing decided, has nothing to audit. An insert
+        # whose question got no answer (deferred) is asked now, its own placement question.
+        if view is not None and (not record.asked or record.deferred) and (record.steps or record.stage2 is not None):
+            kind = "placement" if record.deferred else "audit"
+            plan = self._ask(view, record.new_fact, kind, res, shared=record.shared)
             if plan is not None:
                 record.plan = plan
-                record.labels1 = self._plan_labels(view, record.new_fact, plan, True)
+                # Asked because stage 1 was unsure: a label for calibration only when unbiased.
+                calibrate = record.deferred != "stage1" or self._unbiased(record, self.config.stage1, "stage1")
+                record.labels1 = self._plan_labels(view, record.new_fact, plan, calibrate)
                 actions = plan.bind(record.fact_id)
                 if plan.parent_id != record.placed_under:
                     res.corrections.append(Correction(record.fact_id, record.placed_under, plan.parent_id))
@@ -810,12 +879,11 @@ class Learner:
         rec = self.place(tree, new_fact, node_id=node_id)
         sup = self.supervise(rec)
         extra = self.apply_corrections(tree, sup) if self.config.apply_corrections else []
-        teacher_decided = rec.plan is not None and rec.asked
         return InsertResult(
             fact_id=rec.fact_id,
             parent_id=tree.parent(rec.fact_id),
             placed_under=rec.placed_under,
-            stage1_by="teacher" if teacher_decided else ("model" if rec.steps else "forced"),
+            stage1_by=rec.placed_by,
             stage2_by=rec.stage2.by if rec.stage2 is not None else "forced",
             teacher_calls=rec.teacher_calls + sup.teacher_calls,
             teacher_failures=rec.teacher_failures + sup.teacher_failures,

@@ -47,12 +47,18 @@ def _read(prior_file: str, manifest_file: str) -> tuple[bytes, dict[str, Any]]:
 
 def load_prior() -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(the networks' state for ``OnlineTrainer.load_prior``, the manifest), or None when
-    the package ships no prior (or it cannot be read)."""
-    import torch
+    the package ships no prior (or it cannot be read). Read without torch (torchfile.py:
+    its tensors are numpy arrays); a file torchfile does not understand is read by torch."""
+    from . import torchfile
 
     try:
         data, manifest = _read(PRIOR_FILE, MANIFEST_FILE)
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        try:
+            state = torchfile.load(data)
+        except torchfile.UnsupportedFile:
+            import torch
+
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception:  # a missing or damaged prior: start from scratch, as before priors
         return None
     return state, manifest

@@ -28,6 +28,10 @@ Definitions (``s`` is a fact, ``q`` the query):
 - **Speaker boost**: when the query names exactly one of the speakers seen
   (``metadata["speaker"]``), facts of that speaker get ``+ speaker_boost``.
 - **Session prior**: ``+ session_prior * max(score of the facts in the same session)``.
+- **Relevance** (the score a search reports, :func:`relevance`): the final score ``s`` that
+  :meth:`FactIndex.search` ranks by, every boost included, mapped to ``[0, 1]`` by
+  ``1 / (1 + exp(-4 (s - 0.5)))``. Monotone, so ranking by it is ranking by ``s``; 0.5 for
+  ``s = 0.5`` (half the best lexical match, or a cosine 2.5 deviations above the mean).
 - **Former versions**: a fact that superseded others (memory operations: an UPDATE keeps
   the key and archives the old text) still answers what they answered: "I moved into a
   house in Headingley" is where the person *lives*, though only the version it replaced
@@ -56,6 +60,16 @@ hundred candidates, never all facts. Recall@10 against exact is measured by
 
 Tree (``search(..., tree=MembrainTree)``): see :class:`RetrievalConfig` fields prefixed
 ``tree_``; fact ids must be the tree's fact node ids.
+
+- **Topic match**: an aspect's cosine with the query is ``c(a) = max(cos(q, label(a)),
+  cos(q, m(a)))`` (its label's embedding, the mean embedding of its facts), over the aspects
+  holding at least ``tree_topic_min_facts`` facts; ``z(a)`` is ``c(a)`` z-scored with the
+  mean and deviation of the query's cosines to the facts. When the best aspect has
+  ``z >= tree_topic_min_z`` (the query is about a topic the tree holds, not about one
+  fact), the aspects within ``tree_topic_margin`` of the best one match, and each fact
+  below a matching aspect gets ``+ tree_topic_weight * dense_weight * z(a)`` for the best
+  such ancestor: the fact's dense score and its topic's, on one scale. Otherwise nothing
+  changes. In fast mode the matching aspects' facts join the candidates.
 
 Thread-safety: a ``FactIndex`` is **not** thread-safe. Every method that reads or writes
 must be called with the owner's lock held (``MembrainMemory`` already serialises writes to a
@@ -97,7 +111,7 @@ try:  # optional: HNSW for the fast mode; without it the dense part is exact
 except ImportError:  # pragma: no cover
     _hnswlib = None
 
-__all__ = ["FactIndex", "RetrievalConfig", "tokenize", "date_tokens", "STOPWORDS"]
+__all__ = ["FactIndex", "RetrievalConfig", "tokenize", "date_tokens", "relevance", "STOPWORDS"]
 
 Mode = Literal["fast", "exact"]
 
@@ -119,6 +133,26 @@ _MONTHS = ("january february march april may june july august september october 
            "december").split()
 _MONTH_RE = re.compile(r"\b(" + "|".join(m[:3] for m in _MONTHS) + r")[a-z]*\b", re.I)
 _YEAR_RE = re.compile(r"\b(1[89]\d\d|2\d\d\d)\b")
+
+#: :func:`relevance` is 0.5 at this ranking score; its log-odds grow by RELEVANCE_SLOPE per
+#: unit of score.
+RELEVANCE_MIDPOINT = 0.5
+RELEVANCE_SLOPE = 4.0
+
+
+def relevance(score: float) -> float:
+    """The score a search reports for a hit: ``1 / (1 + exp(-4 (s - 0.5)))`` of the ranking
+    score ``s`` that :meth:`FactIndex.search` returns (fused lexical and dense score plus
+    every boost and prior; see the module docstring). A relevance in ``[0, 1]``, strictly
+    increasing in ``s`` wherever floats can tell (so it never reorders hits), the same
+    function for every namespace, entry point and ranking extension: an unrelated fact
+    scores about 0.1 (``s`` near 0), a fact as near the query in meaning as 2.5 standard
+    deviations above the namespace's mean 0.5, a fact that also holds the query's rarest
+    words above 0.9."""
+    x = -RELEVANCE_SLOPE * (float(score) - RELEVANCE_MIDPOINT)
+    if x > 700.0:  # exp would overflow: the relevance is 0 to double precision
+        return 0.0
+    return 1.0 / (1.0 + math.exp(x))
 
 
 @dataclass(frozen=True)
@@ -147,6 +181,12 @@ class RetrievalConfig:
     hnsw_ef_search: int = 200
     # Tree (used only when search() gets a tree).
     tree_aspect_prior: float = 0.0  # + w * best score among the facts of the fact's aspect
+    # Topic match (FactIndex docstring, "Topic match"): facts below the aspects that match
+    # the query best get + tree_topic_weight * dense_weight * the aspect's z-scored cosine.
+    tree_topic_weight: float = 0.0  # opt-in: at 1.0 it lowered LoCoMo single-hop all@10 (bench/RESULTS.md)
+    tree_topic_margin: float = 0.05  # aspects within this cosine of the best one match too
+    tree_topic_min_facts: int = 3  # smaller aspects say too little about a topic
+    tree_topic_min_z: float = 2.0  # the best aspect must stand this far above the facts
     # Former versions of a fact (those it superseded, :meth:`FactIndex.set_former`): their
     # terms join its lexical field with this weight (0: off), and with ``former_dense`` its
     # cosine is the best over its own embedding and theirs.
@@ -490,6 +530,8 @@ class FactIndex:
         use_ann = (mode == "fast" and qvec is not None and cfg.dense_weight and self._hnsw is not None
                    and self._n_emb >= cfg.ann_min_facts and allowed is None)
         former = self._former_cos(qvec) if qvec is not None and cfg.dense_weight else None
+        topics = (self._topic_match(tree, qvec) if tree is not None and qvec is not None and cfg.dense_weight
+                  and cfg.tree_topic_weight and self._n_emb else {})
         # 1. lexical: walk only posting lists. In fast mode (ANN on) the lists of common
         # terms (df > common_df * N) are not walked: their weights are read from the
         # candidates' own fields below, so candidate scores stay exact.
@@ -519,6 +561,9 @@ class FactIndex:
             if former is not None:  # facts whose former versions are near the query
                 owners, best = former
                 cand = np.union1d(cand, owners[np.argsort(-best)[: cfg.ann_candidates]])
+            if topics:  # the facts of the matching aspects
+                below = [self._slot[f] for a in topics for f in tree.facts_below(a) if f in self._slot]
+                cand = np.union1d(cand, np.array(below[: cfg.ann_candidates], dtype=np.int64))
         if cand.size == 0:
             return []
         # 3. fused score on the candidates
@@ -544,6 +589,8 @@ class FactIndex:
         if tree is not None and cfg.tree_aspect_prior:
             groups = self._aspect_groups(tree, cand)
             score = score + cfg.tree_aspect_prior * _group_max(groups, base)
+        if topics:
+            score = score + cfg.tree_topic_weight * cfg.dense_weight * self._topic_boost(tree, topics, cand)
         if score.size > k:
             top = np.argpartition(-score, k - 1)[:k]
             order = top[np.argsort(-score[top], kind="stable")]
@@ -782,19 +829,61 @@ class FactIndex:
             pos = np.minimum(np.searchsorted(owners, cand), owners.size - 1)
             hit = owners[pos] == cand
             cos[hit] = np.maximum(cos[hit], best[pos[hit]])
-        q = qvec.astype(np.float64)
+        mean, std = self._cos_moments(qvec.astype(np.float64))
+        z = (cos - mean) / std if std > 1e-6 else cos - mean
+        return np.where(self._has_emb[cand], z, 0.0)
+
+    def _cos_moments(self, q: np.ndarray) -> tuple[float, float]:
+        """Mean and standard deviation of the cosines of ``q`` to every embedded fact."""
+        n_slots = len(self._ids)
         if self._m1 is None or self._m2 is None:  # a small index: the moments from its rows
             every = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64) @ q
-            mean, var = float(every.mean()), float(every.var())
-        else:
-            second = float(q @ self._m2 @ q)
-            if self._m2_pending:  # outer products not folded in yet: (q . v)^2 each
-                proj = np.stack([v for v, _ in self._m2_pending]) @ q
-                second += float(np.array([s for _, s in self._m2_pending]) @ (proj * proj))
-            mean = float(q @ self._m1) / self._n_emb
-            var = second / self._n_emb - mean * mean
-        z = (cos - mean) / math.sqrt(var) if var > 1e-12 else cos - mean
-        return np.where(self._has_emb[cand], z, 0.0)
+            return float(every.mean()), float(every.std())
+        second = float(q @ self._m2 @ q)
+        if self._m2_pending:  # outer products not folded in yet: (q . v)^2 each
+            proj = np.stack([v for v, _ in self._m2_pending]) @ q
+            second += float(np.array([s for _, s in self._m2_pending]) @ (proj * proj))
+        mean = float(q @ self._m1) / self._n_emb
+        return mean, math.sqrt(max(second / self._n_emb - mean * mean, 0.0))
+
+    def _topic_match(self, tree: Any, qvec: np.ndarray) -> dict[str, float]:
+        """The aspects matching the query (class docstring, "Topic match") -> their z."""
+        cfg = self.config
+        q = qvec.astype(np.float64)
+        scored: dict[str, float] = {}
+        for a in tree.aspects():
+            node = tree.node(a)
+            if node.n_facts < cfg.tree_topic_min_facts:
+                continue
+            c = -1.0
+            for v in (node.embedding, node.mean_embedding):
+                if v is not None:
+                    norm = float(np.linalg.norm(v))
+                    if norm > 0:
+                        c = max(c, float(v @ q) / norm)
+            if c > -1.0:
+                scored[a] = c
+        if not scored:
+            return {}
+        mean, std = self._cos_moments(q)
+        best = max(scored.values())
+        if std <= 1e-12 or (best - mean) / std < cfg.tree_topic_min_z:
+            return {}
+        return {a: (c - mean) / std for a, c in scored.items() if c >= best - cfg.tree_topic_margin}
+
+    def _topic_boost(self, tree: Any, topics: dict[str, float], cand: np.ndarray) -> np.ndarray:
+        """Each candidate's best matching ancestor's z (0 when none matches)."""
+        out = np.zeros(cand.size)
+        for i, s in enumerate(cand):
+            node = self._ids[s]
+            if node not in tree:
+                continue
+            p = tree.parent(node)
+            while p is not None:
+                if p in topics:
+                    out[i] = max(out[i], topics[p])
+                p = tree.parent(p)
+        return out
 
     def _aspect_groups(self, tree: Any, cand: np.ndarray) -> np.ndarray:
         """Group number of each candidate's parent aspect; -1 when under the root."""

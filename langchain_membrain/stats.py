@@ -44,6 +44,7 @@ class Counters:
     corrections: int = 0  # teacher corrections applied to the tree
     relabelled: int = 0  # aspects renamed as they grew
     worker_errors: int = 0  # failures of the background trainer
+    without_teacher: int = 0  # adds decided without the teacher's answer (failed, down, or past teacher_budget)
     refreshed_by_change: int = 0  # namespaces brought up to date from the change log
     refresh_reloads: int = 0  # namespaces reloaded whole after another process's write
 
@@ -88,7 +89,8 @@ class LearningStats:
     teacher_calls: int = 0  # joint questions: placements and audits
     naming_calls: int = 0  # questions that named or renamed an aspect
     questions: dict[str, int] = field(default_factory=dict)  # by kind (placement, naming, operation...)
-    teacher_failures: int = 0  # invalid or failed answers
+    teacher_failures: int = 0  # questions without a usable answer (failed, or not sent)
+    teacher_skipped: int = 0  # of those, questions not sent (breaker open, budget spent)
     asked_when_unsure: dict[str, int] | None = None  # placement questions, by the unsure stage
     audits_shared: int = 0  # audits answered by an item's operation question (one request), not counted
     shadow_agreement: dict[str, Any] | None = None  # with a shadow teacher (``shadow_teacher``)
@@ -110,6 +112,7 @@ class LearningStats:
                    naming_calls=int(counts.get("naming_calls") or 0),
                    questions={k: int(v) for k, v in (counts.get("questions") or {}).items()},
                    teacher_failures=int(counts.get("teacher_failures") or 0),
+                   teacher_skipped=int(counts.get("teacher_skipped") or 0),
                    asked_when_unsure=counts.get("asked_when_unsure"),
                    audits_shared=int(counts.get("audits_shared") or 0),
                    shadow_agreement=counts.get("shadow_agreement"), shadow_seconds=counts.get("shadow_seconds"))
@@ -118,7 +121,8 @@ class LearningStats:
         """The flat form a checkpoint saves and ``stats()[...]`` reads."""
         out: dict[str, Any] = {s: stage.as_dict() for s, stage in self.stages.items()}
         out.update(teacher_calls=self.teacher_calls, naming_calls=self.naming_calls, questions=dict(self.questions),
-                   teacher_failures=self.teacher_failures, audits_shared=self.audits_shared)
+                   teacher_failures=self.teacher_failures, teacher_skipped=self.teacher_skipped,
+                   audits_shared=self.audits_shared)
         if self.asked_when_unsure is not None:
             out["asked_when_unsure"] = dict(self.asked_when_unsure)
         if self.shadow_agreement is not None:
@@ -163,7 +167,7 @@ class MemoryStats(Mapping[str, Any]):
     trainer: bool = False  # whether this process trains the models (one per database)
     prior: str | None = None  # "trusted", "weights only" or None: how the shipped prior was used
     recent_teacher_calls_per_insert: float | None = None  # over the last 100 inserts
-    teacher: dict[str, Any] | None = None  # the teacher's own cost stats, when it keeps any
+    teacher: dict[str, Any] | None = None  # the teacher's own cost stats, when it keeps any (stats()["teacher"]: {})
     operations: dict[str, Any] | None = None  # ADD/UPDATE/DELETE/IGNORE decisions (operations.py)
 
     @property
@@ -196,10 +200,10 @@ class MemoryStats(Mapping[str, Any]):
         if self.learning is not None:
             out.update(self.learning.as_dict())
             out["teacher_calls_per_insert"] = self.teacher_calls_per_insert
-        if self.teacher is not None:
-            out["teacher"] = self.teacher
-        if self.operations is not None:
-            out["operations"] = self.operations
+        # Under every teacher and in every process: {} where the teacher keeps no cost
+        # counters (the offline heuristic) or no operation was decided here.
+        out["teacher"] = self.teacher if self.teacher is not None else {}
+        out["operations"] = self.operations if self.operations is not None else {}
         return out
 
     def __getitem__(self, key: str) -> Any:

@@ -13,9 +13,15 @@ Semantics (LangGraph's, with a few deliberate improvements over ``InMemoryStore`
   ``get``, by filter-only searches and by listings, not by a ``query``.
 - ``search(prefix, query=..., filter=..., limit=..., offset=...)`` spans every namespace under
   the prefix (``()`` is the whole store); best first with a query, newest first without.
+  A hit's ``score`` is its relevance in ``[0, 1]``, as ``MembrainMemory.search`` reports it
+  (``retrieval.relevance``). A negative ``limit`` or ``offset`` raises
+  :class:`~.errors.InvalidOperationError`, as the memory's search does.
 - Reads never create anything: getting or searching an unknown namespace returns nothing
   and leaves no empty namespace behind. A namespace whose last item is deleted disappears
   from ``list_namespaces``.
+- ``delete`` (and ``put(..., None)``) keeps the item's last version as a tombstone in its
+  history (``store.memory.history(key, namespace=...)``: status ``"deleted"``, with the
+  time of deletion); ``store.memory.purge_history`` forgets it for good.
 - A namespace or prefix may be a tuple, a list or a ``"a/b"`` string.
 - The ops of one ``batch`` run in order, so a ``GetOp`` after a ``PutOp`` on the same key
   sees the new value; every op is validated before the first one runs.
@@ -51,6 +57,7 @@ from langgraph.store.base import (
     ensure_embeddings,
 )
 
+from .errors import InvalidOperationError
 from .memory import MembrainMemory, MemoryRecord
 
 __all__ = ["MembrainStore"]
@@ -167,7 +174,7 @@ class MembrainStore(BaseStore):
         return None
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
-        if op.limit <= 0:
+        if op.limit == 0:
             return []
         if op.query is not None and not op.query.strip():
             op = op._replace(query=None)  # as in LangGraph, an empty query is no query
@@ -180,8 +187,11 @@ class MembrainStore(BaseStore):
         suffix = _merge_patterns(op.match_conditions, "suffix")
         if prefix is None or suffix is None:  # two conditions that no namespace can meet
             return []
+        # Namespaces holding items: one whose items were all deleted keeps their history
+        # (MembrainMemory.history) but holds no item, and is not listed.
         return self.memory.list_namespaces(prefix=prefix or None, suffix=suffix or None,
-                                           max_depth=op.max_depth, limit=op.limit, offset=op.offset)
+                                           max_depth=op.max_depth, limit=op.limit, offset=op.offset,
+                                           current_only=True)
 
     # ------------------------------------------------------------------ extras
     def path(self, namespace: Sequence[str] | str, key: str) -> list[str] | None:
@@ -275,6 +285,11 @@ def _validate(op: Op) -> None:
         _check_labels(op.namespace)
     elif isinstance(op, SearchOp):
         _check_labels(op.namespace_prefix)
+        # As MembrainMemory.search refuses them (limit 0 is an empty page, for both).
+        for name in ("limit", "offset"):
+            n = getattr(op, name)
+            if not isinstance(n, int) or n < 0:
+                raise InvalidOperationError(f"limit and offset are non-negative integers, got {name}={n!r}")
     else:
         for condition in op.match_conditions or ():
             _check_labels(condition.path)

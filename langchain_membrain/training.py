@@ -45,19 +45,22 @@ import math
 import random
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
+from . import torchfile
 from .decoding import Stage2Labels
 from .errors import CheckpointError
 from .features import Stage1Features, Stage2Features
-from .models import ModelConfig, Stage1Net, Stage2Net, collate_stage1, collate_stage2, torch_threads
+from .minilm import blas_threads
+from .nets import ModelConfig, check_weights, parameter_shapes, stage1_logits, stage2_logits
+
+if TYPE_CHECKING:  # pragma: no cover - torch is imported where the networks are trained
+    import torch
 
 CHECKPOINT_FORMAT = 1
 PRIOR_FORMAT = 1
@@ -126,7 +129,7 @@ class TrainingConfig:
     # Learning rates (both stages, skip heads included) are multiplied by this when the
     # networks start from a prior: fine-tuning. A fresh Adam moves every weight by about its
     # learning rate per step whatever the gradient, so the from-scratch rates undo a prior
-    # within a few batches of a new teacher's labels (README, Limitations: a new teacher).
+    # within a few batches of a new teacher's labels (bench/RESULTS.md, economy: a new teacher starts expensive).
     prior_lr_scale: float = 0.3
     # CPU threads torch uses for these networks' forwards and optimiser steps (None: torch's
     # own setting, one per core); one is fastest at these sizes (models.torch_threads).
@@ -177,8 +180,8 @@ class Calibrator:
     pass still agree with the teacher at that rate, by a one-sided 95% lower bound (Wilson's)
     on their agreement. Why: NLL weighs a few confident errors heavily (a new teacher that
     the student already matches on 97% of its decisions got temperatures of 2 to 3, which
-    keep nearly every decision under a gate of 0.9, README: A new teacher starts
-    expensive), while the gate needs only that what it lets through is right at its rate.
+    keep nearly every decision under a gate of 0.9, bench/RESULTS.md: a new teacher
+    starts expensive), while the gate needs only that what it lets through is right at its rate.
     The temperature is never raised above the NLL fit."""
 
     GRID = np.exp(np.linspace(math.log(0.2), math.log(10.0), 49))
@@ -245,14 +248,14 @@ class PlattCalibrator:
     Why the size: a prior is fitted on closures of the sizes its streams had, and long
     chats grow larger ones. With the score alone the fit extrapolated to them with the
     same confidence, and the student's stage-2 series alone agreed with a shadow of the
-    teacher in only 73 to 86% of LoCoMo turns (README, Results). Trained on decisions of at
+    teacher in only 73 to 86% of LoCoMo turns (bench/RESULTS.md, economy). Trained on decisions of at
     most 12 facts and tested on larger ones (teacher-forced LoCoMo), the gate at 0.9 let
     through 75% of them at 0.89 agreement with the score alone, 54% at 0.98 with the size.
     Fitted once the window holds MIN_ROWS rows; before, ``(a, c, b) = (1, 0, 0)``.
 
     Not fitted for its gate as :class:`Calibrator` is: raising ``b`` as far as the window's
     passing decisions agreed at 0.9 let a student trained from scratch go silent once its
-    own decisions shaped the tree (README, Limitations: A new teacher starts expensive)."""
+    own decisions shaped the tree (bench/RESULTS.md, economy: a new teacher starts expensive)."""
 
     MIN_ROWS = 64
     BOUND = 50.0
@@ -343,10 +346,41 @@ def _compact2(f: Stage2Features) -> Stage2Features:
                           f.can_group)
 
 
-def resolve_device(device: str | None) -> torch.device:
+def resolve_device(device: str | None) -> "torch.device":
+    import torch
+
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def _check_optimiser_state(state: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+    """What ``AdamW.load_state_dict`` checks of a saved state, checked without torch: two
+    parameter groups (the networks' own parameters, then their skip heads, see
+    ``OnlineTrainer._optimiser``) holding as many parameters as the network, each state
+    entry's moments the shape of its parameter. ValueError otherwise."""
+    groups = state["param_groups"]
+    order = [n for n in shapes if "skip" not in n] + [n for n in shapes if "skip" in n]
+    sizes = [sum("skip" not in n for n in shapes), sum("skip" in n for n in shapes)]
+    if len(groups) != 2 or [len(g["params"]) for g in groups] != sizes:
+        raise ValueError("loaded state dict contains a parameter group that doesn't match the size of optimizer's group")
+    index = [i for g in groups for i in g["params"]]
+    for i, entry in state["state"].items():
+        name = order[index.index(i)]
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in entry and tuple(np.shape(entry[key])) != tuple(shapes[name]):
+                raise ValueError(f"optimiser state of {name} has shape {np.shape(entry[key])}")
+
+
+class _TorchNets:
+    """The torch half of a trainer: the training networks, their inference copies (with
+    their TorchScript traces) and the optimisers."""
+
+    def __init__(self, stage1: Any, stage2: Any, opt1: Any, opt2: Any, device: Any):
+        self.stage1, self.stage2, self.opt1, self.opt2, self.device = stage1, stage2, opt1, opt2, device
+        self.infer1 = copy.deepcopy(stage1).eval()
+        self.infer2 = copy.deepcopy(stage2).eval()
+        self.traced: dict[str, Any] = {}  # stage -> trace of infer1/infer2 sharing its parameters (None: failed)
 
 
 class OnlineTrainer:
@@ -357,18 +391,29 @@ class OnlineTrainer:
     (``infer1``, ``infer2``) under ``infer_lock``, refreshed by a parameter copy after each
     batch. A thread placing facts therefore never waits for an optimiser step, only for
     that copy (well under a millisecond for these sizes).
+
+    torch is imported when the networks are first trained, not before: networks loaded from
+    a checkpoint or a prior run in numpy (nets.py) until then, and such a checkpoint is
+    written back without torch (torchfile.py), so a process that only places facts never
+    imports it (``membrain add``: 2 to 4 s of its start-up on a 2-core machine, and 2.5 s
+    more for the optimisers, which import ``torch._dynamo``). The torch objects
+    (``stage1``, ``stage2``, ``infer1``, ``infer2``, ``opt1``, ``opt2``, ``device``) are
+    built on first use, from the loaded state when there is one, else from a random
+    initialisation seeded by ``config.seed`` (as they always were). Predictions then run
+    through torch.
     """
 
     def __init__(self, model_config: ModelConfig, config: TrainingConfig | None = None):
         self.model_config = model_config
         self.config = config or TrainingConfig()
-        self.device = resolve_device(self.config.device)
-        torch.manual_seed(self.config.seed)
         self.rng = random.Random(self.config.seed)
-        self.stage1 = Stage1Net(model_config).to(self.device).eval()
-        self.stage2 = Stage2Net(model_config).to(self.device).eval()
-        self.opt1 = self._optimiser(self.stage1, self.config.stage1)
-        self.opt2 = self._optimiser(self.stage2, self.config.stage2)
+        self._t: _TorchNets | None = None  # built on first use (_torch_nets)
+        # While torch is not built: the loaded networks (numpy state dicts, per stage) that
+        # inference runs on, the loaded optimiser states, and the learning-rate scale of
+        # fresh optimisers (a prior's fine-tuning, see load_prior).
+        self._weights: dict[str, Any] | None = None
+        self._opt_states: tuple[Any, Any] | None = None
+        self._lr_scale = 1.0
         self.counters = {"stage1": StageCounters(), "stage2": StageCounters()}
         self.calib = {"stage1": Calibrator(self.config.calibration_window)}
         self.decision_calib = PlattCalibrator(self.config.calibration_window)
@@ -378,34 +423,98 @@ class OnlineTrainer:
         self.replay2: deque = deque(maxlen=self.config.stage2.replay_size)
         self.lock = threading.RLock()
         self.infer_lock = threading.RLock()
-        self.infer1 = copy.deepcopy(self.stage1).eval()
-        self.infer2 = copy.deepcopy(self.stage2).eval()
-        self._traced: dict[str, Any] = {}  # stage -> trace of infer1/infer2 sharing its parameters (None: failed)
         # Labels a loaded prior was trained on, per stage, when the prior was taught by this
         # memory's own teacher: they count toward warm-up (not toward agreement or stats).
         self.prior_labels: dict[str, int] = {"stage1": 0, "stage2": 0}
 
+    # --------------------------------------------------------------- torch half
+    @property
+    def torch_built(self) -> bool:
+        """Whether the networks are in torch yet (see the class docstring)."""
+        return self._t is not None
+
+    def _torch_nets(self) -> _TorchNets:
+        """The torch half, built on first use (imports torch). Call it holding no lock but
+        ``lock`` (never ``infer_lock`` alone: see ``predict_stage1``)."""
+        t = self._t
+        if t is None:
+            with self.lock, self.infer_lock:
+                if self._t is None:
+                    self._t = self._build_torch()
+                    self._weights = self._opt_states = None
+                t = self._t
+        return t
+
+    def _build_torch(self) -> _TorchNets:
+        import torch
+
+        from .models import Stage1Net, Stage2Net
+
+        device = resolve_device(self.config.device)
+        torch.manual_seed(self.config.seed)
+        s1 = Stage1Net(self.model_config).to(device).eval()
+        s2 = Stage2Net(self.model_config).to(device).eval()
+        if self._weights is not None:
+            s1.load_state_dict(torchfile.as_tensors(self._weights["stage1"], device))
+            s2.load_state_dict(torchfile.as_tensors(self._weights["stage2"], device))
+        o1 = self._optimiser(s1, self.config.stage1, self._lr_scale)
+        o2 = self._optimiser(s2, self.config.stage2, self._lr_scale)
+        if self._opt_states is not None:
+            o1.load_state_dict(torchfile.as_tensors(self._opt_states[0], device))
+            o2.load_state_dict(torchfile.as_tensors(self._opt_states[1], device))
+        return _TorchNets(s1, s2, o1, o2, device)
+
+    stage1 = property(lambda self: self._torch_nets().stage1, doc="The stage-1 network being trained (torch).")
+    stage2 = property(lambda self: self._torch_nets().stage2, doc="The stage-2 network being trained (torch).")
+    infer1 = property(lambda self: self._torch_nets().infer1, doc="Stage 1's inference copy (torch).")
+    infer2 = property(lambda self: self._torch_nets().infer2, doc="Stage 2's inference copy (torch).")
+    opt1 = property(lambda self: self._torch_nets().opt1, doc="Stage 1's optimiser.")
+    opt2 = property(lambda self: self._torch_nets().opt2, doc="Stage 2's optimiser.")
+    device = property(lambda self: self._torch_nets().device, doc="The networks' torch device.")
+    _traced = property(lambda self: self._torch_nets().traced)
+
     def _publish(self) -> None:
         """Copy the training networks' parameters into the inference copies (in place, so
         the traces of ``infer1`` and ``infer2`` stay valid)."""
+        t = self._torch_nets()
         with self.lock:
-            s1, s2 = self.stage1.state_dict(), self.stage2.state_dict()
+            s1, s2 = t.stage1.state_dict(), t.stage2.state_dict()
             with self.infer_lock:
-                self.infer1.load_state_dict(s1)
-                self.infer2.load_state_dict(s2)
+                t.infer1.load_state_dict(s1)
+                t.infer2.load_state_dict(s2)
 
     @staticmethod
-    def _optimiser(net: torch.nn.Module, st: StageTraining, scale: float = 1.0) -> torch.optim.Optimizer:
+    def _optimiser(net: "torch.nn.Module", st: StageTraining, scale: float = 1.0) -> "torch.optim.Optimizer":
+        import torch
+
         skip = [p for n, p in net.named_parameters() if "skip" in n]
         rest = [p for n, p in net.named_parameters() if "skip" not in n]
         return torch.optim.AdamW([{"params": rest, "lr": st.lr * scale}, {"params": skip, "lr": st.skip_lr * scale}],
                                  lr=st.lr * scale, weight_decay=st.weight_decay)
 
     # ------------------------------------------------------------------ predict
+    def _numpy_weights(self, stage: str) -> Any:
+        """The loaded weights inference runs on in numpy, or None once torch holds the
+        networks (or when none were loaded: a random initialisation is made in torch).
+        Read under ``infer_lock``."""
+        weights = self._weights
+        return weights[stage] if weights is not None and self._t is None else None
+
     def predict_stage1(self, feats: Stage1Features) -> np.ndarray:
         """Logits over the candidates (length ``feats.n_candidates``)."""
+        with self.infer_lock:
+            weights = self._numpy_weights("stage1")
+            if weights is not None:
+                with blas_threads(self.config.threads):
+                    logits = stage1_logits(weights, self.model_config, feats)
+                return logits[1:1 + feats.n_candidates].astype(np.float64)
+        import torch
+
+        from .models import collate_stage1, torch_threads
+
+        t = self._torch_nets()  # before infer_lock: building takes lock, then infer_lock
         with self.infer_lock, torch.inference_mode(), torch_threads(self.config.threads):
-            b = collate_stage1([feats], self.device)
+            b = collate_stage1([feats], t.device)
             logits = self._inference("stage1", b)[0]
         return logits[1:1 + feats.n_candidates].double().cpu().numpy()
 
@@ -416,23 +525,36 @@ class OnlineTrainer:
         are traced symbolically, so one trace serves every closure. It shares the eager
         network's parameters, so the parameter copies of ``_publish`` reach it. Tracing is
         lazy; a network that fails to trace runs eagerly from then on (held as None)."""
-        net = self.infer1 if stage == "stage1" else self.infer2
-        if self.config.trace_inference and stage not in self._traced:
+        import torch
+
+        nets = self._torch_nets()
+        net = nets.infer1 if stage == "stage1" else nets.infer2
+        if self.config.trace_inference and stage not in nets.traced:
             try:
                 import warnings
 
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    self._traced[stage] = torch.jit.trace(net, (b,), strict=False, check_trace=False)
+                    nets.traced[stage] = torch.jit.trace(net, (b,), strict=False, check_trace=False)
             except Exception:
-                self._traced[stage] = None
-        fast = self._traced.get(stage)
+                nets.traced[stage] = None
+        fast = nets.traced.get(stage)
         return net(b) if fast is None else fast(b)
 
     def predict_stage2(self, feats: Stage2Features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(type (N, 4), demote (N, A), group (N, N)) logits."""
+        with self.infer_lock:
+            weights = self._numpy_weights("stage2")
+            if weights is not None:
+                with blas_threads(self.config.threads):
+                    return tuple(x.astype(np.float64) for x in stage2_logits(weights, self.model_config, feats))
+        import torch
+
+        from .models import collate_stage2, torch_threads
+
+        nets = self._torch_nets()
         with self.infer_lock, torch.inference_mode(), torch_threads(self.config.threads):
-            t, d, g = self._inference("stage2", collate_stage2([feats], self.device))
+            t, d, g = self._inference("stage2", collate_stage2([feats], nets.device))
         return t[0].double().cpu().numpy(), d[0].double().cpu().numpy(), g[0].double().cpu().numpy()
 
     def confidence_stage1(self, logits: np.ndarray) -> float:
@@ -511,6 +633,11 @@ class OnlineTrainer:
                 self.pending1 = []
             if take2:
                 self.pending2 = []
+        if not (batch1 or batch2):
+            return 0
+        from .models import torch_threads
+
+        self._torch_nets()  # torch from here on (the first training builds it)
         with torch_threads(self.config.threads):
             if batch1:
                 steps += self._train1(batch1)
@@ -525,6 +652,11 @@ class OnlineTrainer:
         return pending + (self.rng.sample(list(replay), k) if k else [])
 
     def _train1(self, pending: list) -> int:
+        import torch
+        import torch.nn.functional as F
+
+        from .models import collate_stage1
+
         st, c = self.config.stage1, self.counters["stage1"]
         t0 = time.perf_counter()
         for _ in range(st.steps_per_batch):
@@ -543,8 +675,13 @@ class OnlineTrainer:
             c.train_ms += (time.perf_counter() - t0) * 1000
         return st.steps_per_batch
 
-    def stage2_loss(self, batch: list[tuple[Stage2Features, Stage2Labels]]) -> torch.Tensor:
+    def stage2_loss(self, batch: list[tuple[Stage2Features, Stage2Labels]]) -> "torch.Tensor":
         """The stage-2 loss of a batch (type CE + demote CE + pairwise group BCE)."""
+        import torch
+        import torch.nn.functional as F
+
+        from .models import collate_stage2
+
         cfg = self.config
         b = collate_stage2([f for f, _ in batch], self.device)
         type_logits, demote_logits, group_logits = self.stage2(b)
@@ -590,7 +727,9 @@ class OnlineTrainer:
             c.train_ms += (time.perf_counter() - t0) * 1000
         return st.steps_per_batch
 
-    def _step(self, opt: torch.optim.Optimizer, net: torch.nn.Module, loss: torch.Tensor) -> None:
+    def _step(self, opt: "torch.optim.Optimizer", net: "torch.nn.Module", loss: "torch.Tensor") -> None:
+        import torch
+
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.grad_clip:
@@ -635,32 +774,34 @@ class OnlineTrainer:
             }
 
     def load_prior(self, state: dict[str, Any], *, trusted: bool) -> None:
-        """Start from a prior's networks (:meth:`prior_state`). ``trusted``: the prior was
-        taught by the teacher this trainer imitates, so its calibration is kept and its
-        labels count toward warm-up; otherwise calibration starts afresh and the gates stay
-        closed until this teacher's own labels arrive. Raises CheckpointError (and changes
-        nothing) when the prior does not fit."""
+        """Start from a prior's networks (:meth:`prior_state`; its tensors may be numpy
+        arrays, as prior.load_prior reads them). ``trusted``: the prior was taught by the
+        teacher this trainer imitates, so its calibration is kept and its labels count
+        toward warm-up; otherwise calibration starts afresh and the gates stay closed until
+        this teacher's own labels arrive. Raises CheckpointError (and changes nothing) when
+        the prior does not fit."""
         if not isinstance(state, dict) or state.get("format") != PRIOR_FORMAT:
             raise CheckpointError("not a membrain prior (unknown format)")
         if state.get("model_config") != self.model_config.to_dict():
             raise CheckpointError("the prior was trained for other model dimensions")
+        # Fine-tuning rates; a checkpoint saved later keeps them (its optimiser state).
+        scale = self.config.prior_lr_scale
         try:
-            s1, s2 = Stage1Net(self.model_config).to(self.device), Stage2Net(self.model_config).to(self.device)
-            s1.load_state_dict(state["stage1"])
-            s2.load_state_dict(state["stage2"])
             temps = {"stage1": float(state["temperature"]["stage1"])}
             platt, rows = _decision_fit(state)
             labelled = {k: int(state["labelled"][k]) for k in ("stage1", "stage2")}
+            if self._t is None:  # numpy until the first training (see the class docstring)
+                weights = {k: self._checked(state[k], k) for k in ("stage1", "stage2")}
+                nets = None
+            else:
+                nets = self._torch_copy(state["stage1"], state["stage2"], None, scale)
         except Exception as exc:
             raise CheckpointError(f"the prior does not fit the model: {exc}") from None
         with self.lock, self.infer_lock:
-            self.stage1, self.stage2 = s1.eval(), s2.eval()
-            self.infer1, self.infer2 = copy.deepcopy(s1).eval(), copy.deepcopy(s2).eval()
-            self._traced = {}
-            # Fine-tuning rates; a checkpoint saved later keeps them (its optimiser state).
-            scale = self.config.prior_lr_scale
-            self.opt1 = self._optimiser(self.stage1, self.config.stage1, scale)
-            self.opt2 = self._optimiser(self.stage2, self.config.stage2, scale)
+            if nets is None:
+                self._weights, self._opt_states, self._lr_scale = weights, None, scale
+            else:
+                self._t = nets
             if trusted:
                 for k, t in temps.items():
                     self.calib[k].temperature = t
@@ -668,20 +809,64 @@ class OnlineTrainer:
                     self.decision_calib.load(platt, rows)
                 self.prior_labels = labelled
 
+    def _checked(self, weights: Any, stage: str) -> Any:
+        """A stage's loaded weights as numpy (a state dict), checked as ``load_state_dict``
+        would check them (ValueError)."""
+        weights = torchfile.as_numpy(weights)
+        check_weights(weights, parameter_shapes(self.model_config, stage))
+        return weights
+
+    def _torch_copy(self, s1_state: Any, s2_state: Any, opt_states: tuple[Any, Any] | None,
+                    scale: float = 1.0) -> _TorchNets:
+        """New torch networks (and optimisers) loaded with these states, checked by torch."""
+        from .models import Stage1Net, Stage2Net
+
+        device = self._torch_nets().device
+        s1, s2 = Stage1Net(self.model_config).to(device), Stage2Net(self.model_config).to(device)
+        s1.load_state_dict(torchfile.as_tensors(torchfile.as_numpy(s1_state), device))
+        s2.load_state_dict(torchfile.as_tensors(torchfile.as_numpy(s2_state), device))
+        o1 = self._optimiser(s1, self.config.stage1, scale)
+        o2 = self._optimiser(s2, self.config.stage2, scale)
+        if opt_states is not None:
+            o1.load_state_dict(torchfile.as_tensors(torchfile.as_numpy(opt_states[0]), device))
+            o2.load_state_dict(torchfile.as_tensors(torchfile.as_numpy(opt_states[1]), device))
+        return _TorchNets(s1.eval(), s2.eval(), o1, o2, device)
+
     def save(self, path_or_buffer: str | Path | IO[bytes]) -> None:
         """Write a checkpoint to a path or a binary file object."""
-        torch.save(self.state_dict(), path_or_buffer)
+        data = self.state_bytes()
+        if isinstance(path_or_buffer, (str, Path)):
+            Path(path_or_buffer).write_bytes(data)
+        else:
+            path_or_buffer.write(data)
 
     def state_bytes(self) -> bytes:
-        """The checkpoint as bytes (for storing in a database)."""
-        buf = io.BytesIO()
-        self.save(buf)
-        return buf.getvalue()
+        """The checkpoint as bytes (for storing in a database): written without torch while
+        the networks are still the ones loaded (they have not trained here), else by
+        ``torch.save`` of :meth:`state_dict`."""
+        with self.lock:
+            if self._t is None and self._weights is not None and self._opt_states is not None:
+                return torchfile.save({
+                    "format": CHECKPOINT_FORMAT,
+                    "model_config": self.model_config.to_dict(),
+                    "stage1": self._weights["stage1"],
+                    "stage2": self._weights["stage2"],
+                    "opt1": self._opt_states[0],
+                    "opt2": self._opt_states[1],
+                    "counters": {k: asdict(v) for k, v in self.counters.items()},
+                    **self._calibration_state(),
+                    "prior_labels": dict(self.prior_labels),
+                })
+            import torch
+
+            buf = io.BytesIO()
+            torch.save(self.state_dict(), buf)
+            return buf.getvalue()
 
     def load_bytes(self, data: bytes) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise CheckpointError(f"checkpoint bytes expected, got {type(data).__name__}")
-        self.load(io.BytesIO(bytes(data)))
+        self._load(bytes(data))
 
     def load(self, path_or_buffer: str | Path | IO[bytes]) -> None:
         """Replace networks, optimisers, calibration and counters by a checkpoint's.
@@ -690,9 +875,30 @@ class OnlineTrainer:
         only touched once all of it succeeded. Raises CheckpointError otherwise.
         """
         try:
-            state = torch.load(path_or_buffer, map_location=self.device, weights_only=True)
-        except Exception as exc:  # torch raises many types for corrupt or foreign files
+            if isinstance(path_or_buffer, (str, Path)):
+                data = Path(path_or_buffer).read_bytes()
+            else:
+                data = path_or_buffer.read()
+        except Exception as exc:
             raise CheckpointError(f"cannot read checkpoint: {exc}") from None
+        self._load(bytes(data))
+
+    def _load(self, data: bytes) -> None:
+        # Read without torch (torchfile) unless torch holds the networks already; a file
+        # torchfile does not understand is read by torch.
+        state = None
+        if self._t is None:
+            try:
+                state = torchfile.load(data)
+            except torchfile.UnsupportedFile:
+                state = None
+        if state is None:
+            import torch
+
+            try:
+                state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            except Exception as exc:  # torch raises many types for corrupt or foreign files
+                raise CheckpointError(f"cannot read checkpoint: {exc}") from None
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError("not a membrain checkpoint (unknown format)")
         mine = self.model_config.to_dict()
@@ -705,12 +911,14 @@ class OnlineTrainer:
             detail = ", ".join(f"{k}: checkpoint {a}, model {b}" for k, (a, b) in diffs.items())
             raise CheckpointError(f"checkpoint has other dimensions ({detail})")
         try:
-            s1, s2 = Stage1Net(self.model_config).to(self.device), Stage2Net(self.model_config).to(self.device)
-            s1.load_state_dict(state["stage1"])
-            s2.load_state_dict(state["stage2"])
-            o1, o2 = self._optimiser(s1, self.config.stage1), self._optimiser(s2, self.config.stage2)
-            o1.load_state_dict(state["opt1"])
-            o2.load_state_dict(state["opt2"])
+            if self._t is None:  # numpy until the first training
+                weights = {k: self._checked(state[k], k) for k in ("stage1", "stage2")}
+                opt_states = (torchfile.as_numpy(state["opt1"]), torchfile.as_numpy(state["opt2"]))
+                _check_optimiser_state(opt_states[0], parameter_shapes(self.model_config, "stage1"))
+                _check_optimiser_state(opt_states[1], parameter_shapes(self.model_config, "stage2"))
+                nets = None
+            else:
+                nets = self._torch_copy(state["stage1"], state["stage2"], (state["opt1"], state["opt2"]))
             known = StageCounters.__dataclass_fields__
             counters = {k: StageCounters(**{f: v for f, v in state["counters"][k].items() if f in known})
                         for k in ("stage1", "stage2")}
@@ -719,10 +927,10 @@ class OnlineTrainer:
         except Exception as exc:
             raise CheckpointError(f"checkpoint does not fit the model: {exc}") from None
         with self.lock, self.infer_lock:
-            self.stage1, self.stage2 = s1.eval(), s2.eval()
-            self.infer1, self.infer2 = copy.deepcopy(s1).eval(), copy.deepcopy(s2).eval()
-            self._traced = {}  # re-traced on the new networks at the next prediction
-            self.opt1, self.opt2 = o1, o2
+            if nets is None:
+                self._weights, self._opt_states, self._lr_scale = weights, opt_states, 1.0
+            else:
+                self._t = nets  # re-traced on the new networks at the next prediction
             self.counters = counters
             for k, t in temps.items():
                 self.calib[k].temperature = t

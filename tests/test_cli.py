@@ -171,13 +171,32 @@ def test_empty_memory_is_friendly(capsys, memory):
     assert_one_line_error(code, out, err, "empty")
 
 
-def test_export_needs_a_namespace_when_there_are_several(capsys, memory):
+def test_export_without_ns_exports_every_namespace_as_show_prints_them(capsys, memory, tmp_path):
     memory.add("one", namespace="a")
     memory.add("two", namespace="b/c")
-    code, out, err = run(capsys, ["export"], memory)
-    assert_one_line_error(code, out, err, "--ns", "a, b/c")
-    code, out, err = run(capsys, ["export", "--ns", "b"], memory)  # one namespace below b
+    memory.add("three", namespace="b/d")
+    code, out, err = run(capsys, ["export"], memory)  # used to fail: "choose one with --ns"
+    assert code == 0 and err == ""
+    spaces = json.loads(out)["namespaces"]
+    assert [s["namespace"] for s in spaces] == [["a"], ["b", "c"], ["b", "d"]]
+    texts = [[n["text"] for n in MembrainTree.from_dict(s["tree"]).to_dict()["nodes"] if n["kind"] == "fact"]
+             for s in spaces]
+    assert texts == [["one"], ["two"], ["three"]]
+    code, out, err = run(capsys, ["export", "--ns", "b", "--no-embeddings"], memory)  # the two below b
+    assert code == 0 and [s["namespace"] for s in json.loads(out)["namespaces"]] == [["b", "c"], ["b", "d"]]
+    code, out, err = run(capsys, ["export", "--ns", "b/c"], memory)  # one namespace: its tree, as before
     assert code == 0 and json.loads(out)["nodes"][0]["text"] == "b/c"
+    page = tmp_path / "all.html"
+    code, out, err = run(capsys, ["export", "--format", "html", "-o", str(page)], memory)
+    assert code == 0 and "3 facts from 3 namespaces" in out
+    html = page.read_text()
+    assert all(f'data-text="{t}"' in html for t in ("one", "two", "three"))
+    assert html.count('<details class="root"') == 3 and "3 facts · 0 aspects · 3 namespaces" in html
+    code, out, err = run(capsys, ["export", "-f", "mermaid"], memory)
+    assert code == 0 and out.startswith("flowchart TD") and out.count(":::root") == 3
+    assert all(f'["{t}"]:::fact' in out for t in ("one", "two", "three"))
+    code, out, err = run(capsys, ["show"], memory)
+    assert all(s in out for s in ("a", "b/c", "b/d"))
 
 
 # ------------------------------------------------------------------ mistakes

@@ -67,6 +67,23 @@ def test_bad_input_is_refused_with_typed_errors():
         assert mem.stats()["facts"] == 0
 
 
+def test_add_many_says_which_item_is_bad():
+    with memory(background=False) as mem:
+        with pytest.raises(InvalidOperationError, match=r"^item 2 of 3: memory text is empty$"):
+            mem.add_many(["a fact", "another fact", "   "], namespace="u")
+        with pytest.raises(InvalidOperationError, match=r"^item 1 of 2: memory text must be a str, got int$"):
+            mem.add_many(["fine", 3], namespace="u")
+        with pytest.raises(InvalidOperationError, match=r"^item 1 of 2: values must be JSON-serialisable"):
+            mem.add_many(["a", "b"], metadatas=[None, {"x": float("nan")}], namespace="u")
+        with pytest.raises(InvalidOperationError, match=r"^item 0 of 2: a key is a non-empty str$"):
+            mem.add_many(["a", "b"], keys=["", "k"], namespace="u")
+        with pytest.raises(NamespaceError, match=r"^invalid namespace"):  # every item's: no index
+            mem.add_many(["a", "b"], namespace=("u", ""))
+        with pytest.raises(InvalidOperationError, match=r"^memory text is empty$"):  # add(): one item
+            mem.add("  ", namespace="u")
+        assert mem.namespaces() == []  # nothing stored
+
+
 def test_training_happens_in_the_background_and_flush_waits():
     with memory() as mem:
         mem.add_many([f"{fact}, week {week}" for week in range(3) for fact in all_facts()], namespace="me")

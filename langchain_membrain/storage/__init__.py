@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import SchemaVersionError, StorageError
+from ..errors import ReadOnlyError, SchemaVersionError, StorageError
 from .base import (
     SCHEMA_VERSION,
     STORE_VALUE_KEY,
@@ -38,7 +38,9 @@ def is_postgres_url(target: Any) -> bool:
 def open_storage(target: str | os.PathLike[str] | None = None, **options: Any) -> Storage:
     """Open (creating if needed) the storage named by ``target``.
 
-    ``options`` go to the backend: ``busy_timeout``/``synchronous`` for SQLite;
+    ``options`` go to the backend: ``busy_timeout``/``synchronous``/``read_only`` for SQLite
+    (``read_only=True`` opens an existing file for reading only; a file, directory or mount
+    this process cannot write is opened so by itself, see :class:`SQLiteStorage`);
     ``schema``, ``connect_timeout``, ``min_size``/``max_size`` (pool) for PostgreSQL;
     ``log_retention`` (versions of change log kept per namespace) for both.
     Raises :class:`NotADatabaseError`, :class:`StorageUnavailableError` or
@@ -47,6 +49,8 @@ def open_storage(target: str | os.PathLike[str] | None = None, **options: Any) -
     if target is None:
         return SQLiteStorage(":memory:", **options)
     if is_postgres_url(target):
+        if options.pop("read_only", False):
+            raise StorageError("read_only=True is for SQLite files; a PostgreSQL database is opened read-write")
         from .postgres import PostgresStorage  # imported lazily: psycopg is an optional extra
 
         return PostgresStorage(str(target), **options)
@@ -71,6 +75,7 @@ __all__ = [
     "Namespace",
     "NotADatabaseError",
     "PostgresStorage",
+    "ReadOnlyError",
     "SQLiteStorage",
     "SchemaVersionError",
     "Storage",

@@ -311,10 +311,26 @@ class Storage(abc.ABC):
     #: Writes changing more rows than this are not logged (see :data:`LOG_MAX_ROWS`).
     log_max_rows: int = LOG_MAX_ROWS
 
+    #: Open for reading only (a read-only file, directory or mount, or ``read_only=True``):
+    #: every write raises :class:`~langchain_membrain.errors.ReadOnlyError`, and this process
+    #: never trains (no checkpoint is written).
+    read_only: bool = False
+
     # ----------------------------------------------------------------- namespaces
     @abc.abstractmethod
     def list_namespaces(self) -> list[Namespace]:
         """Every namespace with a stored tree, sorted. Loads no node."""
+
+    def namespaces_with_facts(self) -> list[Namespace]:
+        """Every namespace whose stored tree holds at least one current fact, sorted (not
+        those left with only archived versions: deleted or superseded memories). The
+        backends answer in one query; this fallback loads each namespace's rows."""
+        out = []
+        for ns in self.list_namespaces():
+            found = self.load_rows(ns)
+            if found is not None and any(row["kind"] == "fact" for row in found[0]):
+                out.append(ns)
+        return out
 
     @abc.abstractmethod
     def namespace_versions(self) -> dict[Namespace, int]:

@@ -283,6 +283,13 @@ class PostgresStorage(Storage):
             rows = conn.execute(self._q("SELECT ns FROM {s}.membrain_namespaces")).fetchall()
         return sorted(decode_namespace(r[0]) for r in rows)
 
+    def namespaces_with_facts(self) -> list[Namespace]:
+        with self._read() as conn:
+            rows = conn.execute(self._q(
+                "SELECT n.ns FROM {s}.membrain_namespaces n WHERE EXISTS "
+                "(SELECT 1 FROM {s}.membrain_nodes d WHERE d.ns = n.ns AND d.kind = 'fact')")).fetchall()
+        return sorted(decode_namespace(r[0]) for r in rows)
+
     def namespace_versions(self) -> dict[Namespace, int]:
         with self._read() as conn:
             rows = conn.execute(self._q("SELECT ns, version FROM {s}.membrain_namespaces")).fetchall()

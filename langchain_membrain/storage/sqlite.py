@@ -26,10 +26,11 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..errors import SchemaVersionError, StorageError
+from ..errors import ReadOnlyError, SchemaVersionError, StorageError
 from .base import (
     LOG_RETENTION,
     SCHEMA_VERSION,
@@ -64,6 +65,18 @@ def _same_file(fd: int, path: str) -> bool:
         return False
     own = os.fstat(fd)
     return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _writable(path: str) -> bool:
+    """Whether this process may write the database file and create files beside it (the
+    ``-wal``/``-shm`` files): False for a read-only file, directory or mount."""
+    return os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK | os.X_OK)
+
+
+def _permission_denied(exc: BaseException) -> bool:
+    """Whether an error opening a database read-write says it may not be written."""
+    text = str(exc).lower()
+    return any(s in text for s in ("readonly", "read-only", "unable to open database file", "permission"))
 
 
 _SCHEMA = (
@@ -141,14 +154,25 @@ class SQLiteStorage(Storage):
     :param synchronous: ``"FULL"`` (default: acknowledged writes survive power loss) or
         ``"NORMAL"`` (survive a killed process only).
     :param log_retention: versions of change log kept per namespace (see :mod:`.base`).
+    :param read_only: open an existing database for reading only (an SQLite ``mode=ro``
+        connection): every write raises :class:`~langchain_membrain.errors.ReadOnlyError`
+        and nothing is ever written, not even the WAL switch or a trainer lock file. A
+        database whose file or directory this process cannot write (``chmod``, a read-only
+        mount) is opened so without asking, as is one whose read-write opening fails for
+        want of write permission. In a read-only directory the database must have been
+        closed cleanly (no ``-wal`` file left with unmerged writes), since SQLite cannot
+        create its ``-shm`` index there; it is then read as ``immutable``, so writes made
+        meanwhile by another process (through another mount) are not seen.
     """
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, busy_timeout: float = 30.0,
-                 synchronous: str = "FULL", log_retention: int = LOG_RETENTION):
+                 synchronous: str = "FULL", log_retention: int = LOG_RETENTION, read_only: bool = False):
         path = os.fspath(path)
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise StorageError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
         self.location = path
+        self.read_only = bool(read_only)
+        self._uri: str | None = None  # the read-only connection's URI (set when opened so)
         self.log_retention = check_retention(log_retention)
         self._memory = path == ":memory:" or path == ""
         self._busy_timeout = float(busy_timeout)
@@ -161,9 +185,29 @@ class SQLiteStorage(Storage):
         self._mem_lock = threading.RLock() if self._memory else None
         self._trainers: dict[str, Any] = {}
         self._trainers_lock = threading.Lock()
+        if self._memory and self.read_only:
+            raise StorageError("a private :memory: database cannot be opened read-only (it would be empty)")
         if not self._memory:
             self._check_location(path)
-        self._open()
+            if self.read_only and not os.path.isfile(path):
+                raise StorageUnavailableError(f"cannot open {path!r} read-only: there is no such file")
+            if not self.read_only and os.path.isfile(path) and not _writable(path):
+                self.read_only = True  # a read-only file, directory or mount: read it as it is
+        if self.read_only:
+            self._open_read_only()
+            return
+        try:
+            self._open()
+        except StorageError as exc:
+            # The read-write opening failed for want of write permission (what os.access
+            # cannot tell, e.g. some network or overlay file systems): read it instead.
+            if self._memory or not os.path.isfile(path) or not _permission_denied(exc):
+                raise
+            self.read_only = True
+            try:
+                self._open_read_only()
+            except StorageError as again:
+                raise again from exc
 
     # ------------------------------------------------------------------ opening
     @staticmethod
@@ -218,6 +262,49 @@ class SQLiteStorage(Storage):
             raise
         self._register(conn)
 
+    def _open_read_only(self) -> None:
+        """Open an existing membrain database for reading: a ``mode=ro`` connection, or
+        ``immutable`` where SQLite cannot create the WAL index (a read-only directory) and no
+        unmerged ``-wal`` file would be missed. Checks the schema; writes nothing."""
+        target = "file:" + urllib.parse.quote(os.path.abspath(self.location))
+        self._uri = target + "?mode=ro"
+        conn = self._connect()
+        try:
+            try:
+                found = conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'membrain_schema'"
+                ).fetchone()
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                wal = self.location + "-wal"
+                if os.path.exists(wal) and os.path.getsize(wal) > 0:
+                    raise StorageUnavailableError(
+                        f"cannot read {self.location!r} read-only ({exc}): its {wal!r} holds writes not yet "
+                        "merged into the database, which SQLite reads only where it can create the "
+                        "'-shm' file; open it once where it is writable (or copy it with its -wal file)"
+                    ) from None
+                self._uri = target + "?mode=ro&immutable=1"
+                conn = self._connect()
+                try:
+                    found = conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'membrain_schema'"
+                    ).fetchone()
+                except sqlite3.DatabaseError as exc:
+                    raise NotADatabaseError(
+                        f"{self.location!r} is not an SQLite database ({exc}); left untouched") from None
+            if not found:
+                raise NotADatabaseError(f"{self.location!r} holds no membrain memory, and is open read-only "
+                                        "(its tables cannot be created); left untouched")
+            version = self._check_schema(conn)
+            if version is None or version < SCHEMA_VERSION:
+                raise StorageUnavailableError(
+                    f"{self.location!r} was written by an older membrain (schema {version}) and is read-only: "
+                    "open it once where it is writable, to upgrade it")
+        except BaseException:
+            conn.close()
+            raise
+        self._register(conn)
+
     def _enable_wal(self, conn: sqlite3.Connection) -> str:
         """Switch the file to WAL. Two processes opening a new file at once can make this
         fail at once with "database is locked" (SQLite does not run the busy handler for
@@ -246,12 +333,13 @@ class SQLiteStorage(Storage):
     def _connect(self) -> sqlite3.Connection:
         try:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves (BEGIN IMMEDIATE for writes).
-            conn = sqlite3.connect(self.location, timeout=self._busy_timeout, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(self._uri or self.location, timeout=self._busy_timeout, isolation_level=None,
+                                   check_same_thread=False, uri=self._uri is not None)
         except sqlite3.Error as exc:
             raise StorageUnavailableError(f"cannot open {self.location!r}: {exc}") from None
         try:
-            conn.execute(f"PRAGMA synchronous = {self._synchronous}")  # validated in __init__
+            if self._uri is None:  # a read-only connection writes nothing to sync (and this reads the schema)
+                conn.execute(f"PRAGMA synchronous = {self._synchronous}")  # validated in __init__
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
         except sqlite3.DatabaseError as exc:
             conn.close()
@@ -296,6 +384,8 @@ class SQLiteStorage(Storage):
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``), or a savepoint inside the one this
         thread already holds, so that every write is atomic on its own even inside a lock."""
+        if self.read_only:
+            raise ReadOnlyError(f"{self.location!r} is open read-only: nothing was written")
         depth = getattr(self._local, "depth", 0)
         guard = self._mem_lock if self._mem_lock is not None else nullcontext()
         with guard:
@@ -359,6 +449,13 @@ class SQLiteStorage(Storage):
     def list_namespaces(self) -> list[Namespace]:
         with self._read() as conn:
             rows = conn.execute("SELECT ns FROM membrain_namespaces").fetchall()
+        return sorted(decode_namespace(r[0]) for r in rows)
+
+    def namespaces_with_facts(self) -> list[Namespace]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT n.ns FROM membrain_namespaces n WHERE EXISTS "
+                "(SELECT 1 FROM membrain_nodes d WHERE d.ns = n.ns AND d.kind = 'fact')").fetchall()
         return sorted(decode_namespace(r[0]) for r in rows)
 
     def namespace_versions(self) -> dict[Namespace, int]:
@@ -489,6 +586,8 @@ class SQLiteStorage(Storage):
         with self._trainers_lock:
             if name in self._trainers:
                 return True
+            if self.read_only:
+                return False  # nothing to train for: no checkpoint can be written
             if self._memory or fcntl is None:
                 # A private in-memory database has no other process to exclude.
                 self._trainers[name] = None

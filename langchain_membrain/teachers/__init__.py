@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .base import BaseTeacher, NewFact, Subtree, Teacher
-    from .guard import GuardedTeacher, Placement, TeacherCallError, TeacherStats, insert_with_placement
+    from .budget import CircuitBreaker
+    from .guard import (GuardedTeacher, Placement, TeacherCallError, TeacherStats, TeacherUnavailable,
+                        insert_with_placement)
     from .heuristic import HeuristicConfig, HeuristicTeacher
     from .llm import LLMTeacher, as_teacher
     from .openai_teacher import OpenAITeacher
+    from .resolve import resolve_teacher
 
 # public name -> the submodule that defines it
 _LAZY: dict[str, str] = {
@@ -26,20 +29,24 @@ _LAZY: dict[str, str] = {
     "NewFact": ".base",
     "Subtree": ".base",
     "Teacher": ".base",
+    "CircuitBreaker": ".budget",
     "GuardedTeacher": ".guard",
     "Placement": ".guard",
     "TeacherCallError": ".guard",
     "TeacherStats": ".guard",
+    "TeacherUnavailable": ".guard",
     "insert_with_placement": ".guard",
     "HeuristicConfig": ".heuristic",
     "HeuristicTeacher": ".heuristic",
     "LLMTeacher": ".llm",
     "as_teacher": ".llm",
     "OpenAITeacher": ".openai_teacher",
+    "resolve_teacher": ".resolve",
 }
 
 __all__ = [
     "BaseTeacher",
+    "CircuitBreaker",
     "GuardedTeacher",
     "HeuristicConfig",
     "HeuristicTeacher",
@@ -51,8 +58,10 @@ __all__ = [
     "Teacher",
     "TeacherCallError",
     "TeacherStats",
+    "TeacherUnavailable",
     "as_teacher",
     "insert_with_placement",
+    "resolve_teacher",
 ]
 
 

@@ -18,6 +18,15 @@
   decision;
 - a **per-call timeout** and a **concurrency limit** (one semaphore shared by the sync and
   async paths);
+- a **deadline** (:func:`~.budget.deadline`, set per insert by ``MembrainMemory``'s
+  ``teacher_budget``): a sync request is cut when the deadline passes (failure kind
+  ``"budget"``), and none is sent after it (:class:`TeacherUnavailable`, not a request);
+- a **circuit breaker** (:class:`~.budget.CircuitBreaker`): after ``threshold`` failed
+  requests in a row no request is sent (:class:`TeacherUnavailable`) until a back-off has
+  passed; one warning is logged (logger ``langchain_membrain``) when it opens and one when
+  the teacher answers again. Answers slower than a deadline open a second breaker that only
+  stops requests under a deadline (the questions go to the background instead), logged at
+  INFO;
 - **cost accounting** per stage (:class:`TeacherStats`, ``teacher.stats()``).
 
 Each question is written once, as a generator that holds all of the logic above and does
@@ -32,7 +41,9 @@ can wait on the LLM.
 
 Calls are counted per stage: ``calls`` are requests sent (retries and failed requests
 included), ``decisions`` the questions answered; ``calls_per_insert`` is total calls over
-``inserts`` (see :class:`TeacherStats`).
+``inserts`` (see :class:`TeacherStats`); ``skipped`` are questions not sent at all (breaker
+open, deadline passed). :meth:`GuardedTeacher.requests_sent` gives the requests sent from the
+calling thread, so that a caller can count a question's requests (retries included) exactly.
 
 Modes. ``mode="one_call"`` (the default) asks :meth:`place`, the joint question, once per
 insert: the model sees an outline of the tree and names the destination (the path is the
@@ -49,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import threading
 import time
@@ -64,7 +76,7 @@ from pydantic import BaseModel, ValidationError
 from ..actions import Action, Demote, Group, Promote, validate_action
 from ..errors import MembrainError, TeacherError
 from ..tree import Closure, MembrainTree
-from . import prompts
+from . import budget, prompts
 from ..placement import NEW_FACT, Placement, descend, destination
 from .base import BaseTeacher, NewFact, Subtree, Teacher
 
@@ -73,9 +85,11 @@ Stage = Literal["stage1", "stage2", "name", "place"]
 STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place", "operation")
 
 # Failure kinds, as counted in the stats.
-FAILURE_KINDS = ("invalid", "malformed", "refusal", "truncated", "timeout", "rate_limit",
+FAILURE_KINDS = ("invalid", "malformed", "refusal", "truncated", "timeout", "budget", "rate_limit",
                  "http_error", "connection", "error")
 _FEEDBACK_KINDS = {"invalid", "malformed", "refusal", "truncated"}  # retried with the error quoted
+
+logger = logging.getLogger("langchain_membrain")
 
 
 class TeacherCallError(TeacherError):
@@ -90,6 +104,16 @@ class TeacherCallError(TeacherError):
         self.detail = message
         self.answer = answer
         self.retry_after = retry_after
+
+
+class TeacherUnavailable(TeacherCallError):
+    """A question that was not sent: the circuit breaker is open (the teacher keeps failing,
+    or answers slower than the insert's budget), the deadline has passed, or every request
+    slot is taken until it does. Not a request: nothing reached the teacher's server."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__("unavailable", message)
+        self.reason = reason  # "down", "slow", "budget" or "busy"
 
 
 @dataclass
@@ -157,6 +181,8 @@ class StageStats:
     failure_kinds: Counter = field(default_factory=Counter)
     retries: int = 0
     fallbacks: int = 0  # decisions taken by the fallback teacher
+    skipped: int = 0  # questions not sent at all (TeacherUnavailable: breaker open, deadline passed)
+    max_prompt_tokens: int = 0  # the largest prompt sent, as characters / 4
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -165,7 +191,8 @@ class StageStats:
             "latency_s": round(self.latency_s, 6),
             "mean_latency_s": round(self.latency_s / self.calls, 6) if self.calls else 0.0,
             "failures": self.failures, "failure_kinds": dict(self.failure_kinds),
-            "retries": self.retries, "fallbacks": self.fallbacks,
+            "retries": self.retries, "fallbacks": self.fallbacks, "skipped": self.skipped,
+            "max_prompt_tokens": self.max_prompt_tokens,
             "calls_per_decision": self.calls / self.decisions if self.decisions else 0.0,
         }
 
@@ -189,6 +216,8 @@ class TeacherStats:
             for key, value in counts.items():
                 if key == "failure_kind":
                     st.failure_kinds[value] += 1
+                elif key == "max_prompt_tokens":
+                    st.max_prompt_tokens = max(st.max_prompt_tokens, value)
                 elif key == "inserts":
                     self.inserts += value
                 else:
@@ -200,8 +229,9 @@ class TeacherStats:
             total = StageStats()
             for st in self.stages.values():
                 for key in ("decisions", "from_placement", "calls", "prompt_tokens", "completion_tokens",
-                            "latency_s", "failures", "retries", "fallbacks"):
+                            "latency_s", "failures", "retries", "fallbacks", "skipped"):
                     setattr(total, key, getattr(total, key) + getattr(st, key))
+                total.max_prompt_tokens = max(total.max_prompt_tokens, st.max_prompt_tokens)
                 total.failure_kinds.update(st.failure_kinds)
             out["total"] = total.as_dict()
             out["inserts"] = self.inserts
@@ -425,6 +455,9 @@ class GuardedTeacher(BaseTeacher):
         raise_on_failure: ``choose_*``/``place`` raise :class:`TeacherCallError` instead of
             falling back, for a caller with a fallback of its own (the Learner uses its
             model's decision). Off by default: then they never raise.
+        breaker: the :class:`~.budget.CircuitBreaker` for failed requests (default: 3
+            failures in a row, back-off 10 s doubling up to 300 s); its settings and clock
+            are copied for the second breaker, the one for answers slower than a deadline.
     """
 
     name = "llm"
@@ -433,7 +466,8 @@ class GuardedTeacher(BaseTeacher):
     def __init__(self, *, mode: Literal["per_decision", "one_call"] = "one_call", fallback: Any = _DEFAULT,
                  timeout: float = 30.0, max_concurrency: int = 4, max_retries: int = 1,
                  max_backoff_s: float = 5.0, examples_per_aspect: int = 3, outline_max_aspects: int = 200,
-                 outline_facts_per_node: int = 5, allow_aspects: bool = False, raise_on_failure: bool = False):
+                 outline_facts_per_node: int = 5, allow_aspects: bool = False, raise_on_failure: bool = False,
+                 breaker: budget.CircuitBreaker | None = None):
         if mode not in ("per_decision", "one_call"):
             raise ValueError(f"mode must be 'per_decision' or 'one_call', not {mode!r}")
         if timeout <= 0 or max_concurrency < 1 or max_retries < 0:
@@ -453,6 +487,9 @@ class GuardedTeacher(BaseTeacher):
         self.raise_on_failure = raise_on_failure
         self._sem = threading.BoundedSemaphore(self.max_concurrency)
         self._stats = TeacherStats()
+        self.breaker = breaker if breaker is not None else budget.CircuitBreaker()
+        self._slow = self.breaker.twin()  # answers slower than a deadline (see budget.py)
+        self._tls = threading.local()  # per thread: requests sent, the current request's timeout
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         # one-call mode: placements awaiting their stage-1 steps and stage 2, by id(new_fact).
@@ -490,6 +527,31 @@ class GuardedTeacher(BaseTeacher):
         out["mode"] = self.mode
         return out
 
+    def health(self) -> dict[str, Any]:
+        """The circuit breakers' state (:meth:`~.budget.CircuitBreaker.snapshot`: ``state``,
+        ``consecutive_failures``, ``retry_in_s``...), with ``slow``: the breaker for answers
+        slower than an insert's budget."""
+        return {**self.breaker.snapshot(), "slow": self._slow.snapshot()}
+
+    def requests_sent(self) -> int:
+        """Requests this teacher has sent from the calling thread (retries and failed ones
+        included, questions it did not send excluded): a caller counts one question's
+        requests as the difference around it."""
+        return getattr(self._tls, "sent", 0)
+
+    def describe(self) -> str:
+        """Who this teacher is, for log lines."""
+        return type(self).__name__
+
+    def _extra_prompt_chars(self, schema: type[BaseModel]) -> int:
+        """Characters the transport adds to a question's messages (0: none)."""
+        return 0
+
+    def _question_budget(self, schema: type[BaseModel]) -> int:
+        """Characters a question's messages may take (prompts.PROMPT_BUDGET_TOKENS in all,
+        the retry's room and what the transport adds aside)."""
+        return prompts.QUESTION_BUDGET_CHARS - self._extra_prompt_chars(schema)
+
     def reset_stats(self) -> None:
         self._stats.reset()
 
@@ -512,10 +574,18 @@ class GuardedTeacher(BaseTeacher):
 
     def _try_stage1_core(self, new_fact: NewFact, subtree: Subtree) -> Core[int]:
         self._stats.add("stage1", decisions=1)
-        msgs = prompts.stage1_messages(new_fact.text, subtree.tree, subtree.node_id, subtree.candidates,
-                                       examples=self.examples_per_aspect)
-        return (yield from self._ask_core("stage1", msgs, prompts.Stage1Answer,
-                                          lambda a: validate_stage1(a, len(subtree.candidates))))
+        msgs, shown = prompts.stage1_question(new_fact.text, subtree.tree, subtree.node_id, subtree.candidates,
+                                              examples=self.examples_per_aspect, near=new_fact.embedding,
+                                              budget_chars=self._question_budget(prompts.Stage1Answer))
+        numbers = set(shown)
+
+        def validate(answer: prompts.Stage1Answer) -> int:
+            choice = validate_stage1(answer, len(subtree.candidates))
+            if choice not in numbers:
+                raise TeacherCallError("invalid", f"choice {choice} is not one of the numbers shown")
+            return choice
+
+        return (yield from self._ask_core("stage1", msgs, prompts.Stage1Answer, validate))
 
     def _choose_stage1_core(self, new_fact: NewFact, subtree: Subtree) -> Core[int]:
         if self.mode == "one_call":
@@ -528,9 +598,9 @@ class GuardedTeacher(BaseTeacher):
 
     # ----------------------------------------------------------- stage 2
     def _stage2_question(self, tree: MembrainTree, closure: Closure):
-        msgs = prompts.stage2_messages(tree, closure, examples=min(self.examples_per_aspect, 2))
-        ids = closure.node_ids
-        allowed = set(ids)
+        msgs, ids = prompts.stage2_question(tree, closure, examples=min(self.examples_per_aspect, 2),
+                                            budget_chars=self._question_budget(prompts.Stage2Answer))
+        allowed = {i for i in ids if i}  # the members shown (a crowded closure is cut to the budget)
 
         def validate(answer: prompts.Stage2Answer) -> list[Action]:
             return resolve_actions(answer.actions, ids, tree, allowed=allowed, allow_aspects=self.allow_aspects)
@@ -580,8 +650,8 @@ class GuardedTeacher(BaseTeacher):
 
     def _try_name_core(self, fact_texts: list[str]) -> Core[str]:
         self._stats.add("name", decisions=1)
-        return (yield from self._ask_core("name", prompts.name_messages(fact_texts), prompts.AspectName,
-                                          lambda a: clean_label(a.label)))
+        msgs = prompts.name_messages(fact_texts, budget_chars=self._question_budget(prompts.AspectName))
+        return (yield from self._ask_core("name", msgs, prompts.AspectName, lambda a: clean_label(a.label)))
 
     def _name_core(self, fact_texts: list[str]) -> Core[str]:
         return (yield from self._or_fallback(self._try_name_core(fact_texts),
@@ -609,13 +679,15 @@ class GuardedTeacher(BaseTeacher):
             return Operation(answer.operation)
 
         if self.mode != "one_call" or tree is None:
-            msgs = prompts.operation_messages(question.text, shown)
+            msgs = prompts.operation_messages(question.text, shown,
+                                              budget_chars=self._question_budget(prompts.OperationAnswer))
             return self._run(self._ask_core("operation", msgs, prompts.OperationAnswer, operation))
         # One call for the whole insert: the operation and, for a fact to store, its
         # placement, kept for the learner's placement question that follows (_try_place).
-        msgs, ids = prompts.operation_place_messages(question.text, shown, tree,
-                                                     max_aspects=self.outline_max_aspects,
-                                                     facts_per_node=self.outline_facts_per_node)
+        msgs, ids = prompts.operation_place_messages(
+            question.text, shown, tree, max_aspects=self.outline_max_aspects,
+            facts_per_node=self.outline_facts_per_node, near=getattr(question, "embedding", None),
+            budget_chars=self._question_budget(prompts.OperationPlaceAnswer))
         place = self._place_validator(tree, ids)
 
         def validate(answer: prompts.OperationPlaceAnswer) -> Operation:
@@ -710,7 +782,8 @@ class GuardedTeacher(BaseTeacher):
             self._stats.add("place", from_placement=1)
             return shared
         msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
-                                           facts_per_node=self.outline_facts_per_node)
+                                           facts_per_node=self.outline_facts_per_node, near=new_fact.embedding,
+                                           budget_chars=self._question_budget(prompts.PlaceAnswer))
         return (yield from self._ask_core("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids)))
 
     def _place_core(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Core[Placement]:
@@ -848,30 +921,103 @@ class GuardedTeacher(BaseTeacher):
 
     def _perform(self, step: _Send | _Sleep) -> RawAnswer | Exception | None:
         """Carry out one step: a request's answer or what it raised (the core counts and
-        classifies it); None after a sleep."""
+        classifies it); None after a sleep. Under a deadline (budget.deadline) the request's
+        timeout is cut to what is left, and no request is sent once too little is left:
+        the step then gives a TeacherUnavailable, as it does while a breaker is open."""
+        end = budget.current_deadline()
         if isinstance(step, _Sleep):
-            time.sleep(step.seconds)
+            seconds = step.seconds if end is None else min(step.seconds, max(0.0, end - time.monotonic()))
+            time.sleep(seconds)
             return None
+        timeout = self.timeout
+        if end is not None:
+            timeout = min(timeout, end - time.monotonic())
+            if timeout < budget.MIN_REQUEST_S:
+                return TeacherUnavailable("budget", "the insert's teacher budget is spent; asked in the background")
+        refused = self._admit(foreground=end is not None)
+        if refused is not None:
+            return refused
+        if not self._sem.acquire(timeout=timeout if end is not None else None):
+            self._release_probes()
+            return TeacherUnavailable("busy", "every request slot stayed taken until the deadline")
+        self._tls.sent = self.requests_sent() + 1
+        self._tls.foreground = end is not None
         try:
-            with self._sem:
-                return self._sync_request(step.messages, step.schema)
-        except Exception as exc:  # noqa: BLE001 - handed to the core
+            return self._sync_request(step.messages, step.schema, timeout)
+        except TeacherUnavailable as exc:  # queued behind abandoned calls, never started: not sent
+            self._tls.sent -= 1
+            self._release_probes()
             return exc
+        except Exception as exc:  # noqa: BLE001 - handed to the core
+            if timeout < self.timeout and _classify(exc).kind == "timeout":
+                return TeacherCallError("budget", f"no answer within the insert's teacher budget ({timeout:.2g} s left)")
+            return exc
+        finally:
+            self._sem.release()
 
     async def _aperform(self, step: _Send | _Sleep) -> RawAnswer | Exception | None:
-        """As :meth:`_perform`, on the event loop. It polls the same (thread) semaphore, so
-        that sync and async requests share one concurrency limit."""
+        """As :meth:`_perform`, on the event loop (with no deadline). It polls the same
+        (thread) semaphore, so that sync and async requests share one concurrency limit."""
         if isinstance(step, _Sleep):
             await asyncio.sleep(step.seconds)
             return None
+        refused = self._admit(foreground=False)
+        if refused is not None:
+            return refused
         while not self._sem.acquire(blocking=False):
             await asyncio.sleep(0.005)
+        self._tls.sent = self.requests_sent() + 1
+        self._tls.foreground = False
         try:
             return await asyncio.wait_for(self._arequest(step.messages, step.schema), self.timeout)
         except Exception as exc:  # noqa: BLE001 - handed to the core
             return exc
         finally:
             self._sem.release()
+
+    # -------------------------------------------------------- the breakers
+    def _admit(self, *, foreground: bool) -> TeacherUnavailable | None:
+        """None when a request may be sent now, else why not. The slow breaker only stops
+        requests under a deadline: in the background a slow teacher is still asked."""
+        if not self.breaker.allow():
+            return TeacherUnavailable("down", f"the teacher is not asked while it keeps failing "
+                                              f"(retried in {self.breaker.snapshot()['retry_in_s']:g} s)")
+        if foreground and not self._slow.allow():
+            self.breaker.release()
+            return TeacherUnavailable("slow", "the teacher answers slower than the insert's budget; "
+                                              "asked in the background")
+        return None
+
+    def _release_probes(self) -> None:
+        self.breaker.release()
+        self._slow.release()
+
+    def _answered(self) -> None:
+        """A request was answered with a usable answer: both breakers close."""
+        if self.breaker.success():
+            logger.warning("membrain: the teacher %s answers again; inserts ask it again", self.describe())
+        if getattr(self._tls, "foreground", False) and self._slow.success():
+            logger.info("membrain: the teacher %s answers within the insert's budget again", self.describe())
+
+    def _note_failure(self, err: TeacherCallError) -> None:
+        """A request failed (a cut by the deadline tells nothing about the teacher's health)."""
+        if err.kind == "budget":
+            self.breaker.inconclusive()
+            if self._slow.failure("budget"):
+                logger.info("membrain: the teacher %s answered %d questions in a row slower than the insert's "
+                            "budget: inserts are decided by the student or the offline rule and their questions "
+                            "go to the background (retried in %g s)", self.describe(), self._slow.threshold,
+                            self._slow.backoff_s)
+            return
+        self._slow.release()
+        if self.breaker.failure(f"{err.kind}: {err.detail}"[:200]):
+            logger.warning("membrain: the teacher %s is failing (%d failed requests in a row, the last %s: %s); "
+                           "inserts are decided by the student or the offline rule, and the teacher is asked "
+                           "again after %g s (back-off doubling up to %g s)", self.describe(),
+                           self.breaker.threshold, err.kind, err.detail[:160], self.breaker.backoff_s,
+                           self.breaker.max_backoff_s)
+        else:
+            logger.debug("membrain: teacher request failed (%s: %s)", err.kind, err.detail[:160])
 
     def _or_fallback(self, core: Core[T], fallback: Callable[[], T]) -> Core[T]:
         """``core``'s answer; when it raises TeacherError, ``fallback()``'s (or the error,
@@ -887,45 +1033,70 @@ class GuardedTeacher(BaseTeacher):
                   validate: Callable[[Any], T]) -> Core[T]:
         """One guarded question: up to ``1 + max_retries`` requests, each counted with its
         latency and tokens; a failed answer is quoted back on the retry, a 429 waits first.
-        Returns the validated answer or raises the last TeacherCallError."""
+        Returns the validated answer or raises the last TeacherCallError. A request that is
+        not sent (TeacherUnavailable) ends the question: counted as ``skipped`` when it was
+        its first, never as a call."""
         msgs = messages
         last: TeacherCallError | None = None
-        for _ in range(1 + self.max_retries):
+        for attempt in range(1 + self.max_retries):
             if last is not None:
-                self._stats.add(stage, retries=1)
                 msgs = self._next_messages(messages, last)
                 if last.kind == "rate_limit":
                     yield _Sleep(self._backoff(last))
             t0 = time.perf_counter()  # the latency includes the wait for a concurrency slot
             raw: RawAnswer | None = None
+            reply = yield _Send(msgs, schema)
+            if isinstance(reply, TeacherUnavailable):
+                if last is None:
+                    self._stats.add(stage, skipped=1)
+                raise last or reply
+            if attempt:
+                self._stats.add(stage, retries=1)
+            self._stats.add(stage, max_prompt_tokens=prompts.prompt_tokens(msgs))
             try:
-                reply = yield _Send(msgs, schema)
                 if isinstance(reply, Exception):
                     raise reply
                 raw = reply
                 self._count_call(stage, raw, time.perf_counter() - t0)
-                return validate(_check_raw(raw, schema))
+                value = validate(_check_raw(raw, schema))
             except Exception as exc:  # noqa: BLE001 - every failure is counted, none escapes
                 if raw is None:
                     self._count_call(stage, None, time.perf_counter() - t0)
                 last = self._failed(stage, exc, raw)
+                if last.kind == "budget":
+                    break  # no time is left for a retry: the question goes to the background
+                continue
+            self._answered()
+            return value
         assert last is not None
         raise last
 
     # ------------------------------------------------------- the transport
-    def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
+    def _request_timeout(self) -> float:
+        """The timeout of the request being sent from this thread (a deadline may cut it)."""
+        return getattr(self._tls, "timeout", self.timeout)
+
+    def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel],
+                      timeout: float | None = None) -> RawAnswer:
+        timeout = self.timeout if timeout is None else timeout
         if not self._sync_timeout_by_thread:
-            return self._request(msgs, schema)
+            self._tls.timeout = timeout
+            try:
+                return self._request(msgs, schema)
+            finally:
+                self._tls.timeout = self.timeout
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=2 * self.max_concurrency,
                                                 thread_name_prefix=f"{self.name}-teacher")
         future = self._pool.submit(self._request, msgs, schema)
         try:
-            return future.result(timeout=self.timeout)
+            return future.result(timeout=timeout)
         except FutureTimeout:
-            future.cancel()  # a running call cannot be stopped: its answer is dropped
-            raise TeacherCallError("timeout", f"no answer within {self.timeout:g} s") from None
+            if future.cancel():  # still queued behind abandoned calls: it never started
+                raise TeacherUnavailable("busy", "every worker thread is waiting on an abandoned call") from None
+            # a running call cannot be stopped: its answer is dropped
+            raise TeacherCallError("timeout", f"no answer within {timeout:g} s") from None
 
     def _count_call(self, stage: str, raw: RawAnswer | None, latency: float) -> None:
         if raw is None:
@@ -939,6 +1110,7 @@ class GuardedTeacher(BaseTeacher):
         if err.answer is None and raw is not None:
             err.answer = raw.text
         self._stats.add(stage, failures=1, failure_kind=err.kind)
+        self._note_failure(err)
         return err
 
     @staticmethod

@@ -117,15 +117,15 @@ class LLMTeacher(GuardedTeacher):
 def as_teacher(teacher: Any, **options: Any) -> Any:
     """What ``MembrainMemory(teacher=...)`` and other entry points accept, as a Teacher.
 
-    A LangChain chat model becomes an :class:`LLMTeacher` (``options`` are passed on); a
+    :func:`~.resolve.resolve_teacher` (the one resolver), except that ``None`` stays
+    ``None`` (the caller's default teacher) and an LLM teacher it builds falls back to its
+    own fallback teacher instead of raising (``raise_on_failure=False`` unless given): a
+    LangChain chat model becomes an :class:`LLMTeacher` (``options`` are passed on); a
     Teacher (anything with ``choose_stage1``, ``choose_stage2`` and ``name_aspect``) is
-    returned as it is; ``None`` stays ``None`` (the caller's default teacher). Anything
-    else is a :class:`TypeError`.
+    returned as it is. Anything else is a :class:`TypeError`.
     """
     if teacher is None:
         return None
-    if isinstance(teacher, BaseChatModel):
-        return LLMTeacher(teacher, **options)
-    if all(callable(getattr(teacher, m, None)) for m in ("choose_stage1", "choose_stage2", "name_aspect")):
-        return teacher
-    raise TypeError(f"a teacher must be a Teacher or a LangChain chat model, not {type(teacher).__name__}")
+    from .resolve import resolve_teacher
+
+    return resolve_teacher(teacher, **{"raise_on_failure": False, **options})

@@ -80,6 +80,26 @@ class OpenAITeacher(GuardedTeacher):
         return cls(openai.OpenAI(base_url=base_url, api_key=api_key), model,
                    async_client=openai.AsyncOpenAI(base_url=base_url, api_key=api_key), **options)
 
+    def describe(self) -> str:
+        return f"{self.model} at {self.client.base_url}"
+
+    @staticmethod
+    def _schema_note(schema: type[BaseModel]) -> str:
+        """json_object mode: the answer's schema, appended to the instructions (compact,
+        without the descriptions, which the instructions already give)."""
+        def bare(node: Any) -> Any:
+            if isinstance(node, dict):
+                return {k: bare(v) for k, v in node.items() if k not in ("description", "title")}
+            if isinstance(node, list):
+                return [bare(v) for v in node]
+            return node
+
+        return "\nThe answer's JSON schema: " + json.dumps(bare(prompts.strict_json_schema(schema)),
+                                                            separators=(",", ":"))
+
+    def _extra_prompt_chars(self, schema: type[BaseModel]) -> int:
+        return len(self._schema_note(schema)) if self.response_format == "json_object" else 0
+
     # ------------------------------------------------------------ requests
     def _body(self, messages: list[prompts.Message], schema: type[BaseModel]) -> dict[str, Any]:
         if self.response_format == "json_schema":
@@ -87,9 +107,8 @@ class OpenAITeacher(GuardedTeacher):
                 "name": schema.__name__, "schema": prompts.strict_json_schema(schema), "strict": True}}
         else:
             fmt = {"type": "json_object"}
-            schema_text = json.dumps(prompts.strict_json_schema(schema))
-            messages = [{"role": "system", "content": messages[0]["content"]
-                         + "\nThe answer's JSON schema: " + schema_text}, *messages[1:]]
+            messages = [{"role": "system", "content": messages[0]["content"] + self._schema_note(schema)},
+                        *messages[1:]]
         body: dict[str, Any] = {"model": self.model, "messages": messages, "response_format": fmt}
         if self.temperature is not None:
             body["temperature"] = self.temperature
@@ -113,7 +132,9 @@ class OpenAITeacher(GuardedTeacher):
                          completion_tokens=getattr(usage, "completion_tokens", 0) or 0)
 
     def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
-        return self._raw(self.client.chat.completions.create(**self._body(messages, schema)))
+        # The per-request timeout: the teacher's own, or less when an insert's budget cuts it.
+        return self._raw(self.client.chat.completions.create(**self._body(messages, schema),
+                                                             timeout=self._request_timeout()))
 
     async def _arequest(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
         return self._raw(await self.async_client.chat.completions.create(**self._body(messages, schema)))

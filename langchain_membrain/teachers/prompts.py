@@ -19,6 +19,27 @@ Numbering, the same in every prompt:
 To read the prompts: :func:`stage1_messages`, :func:`stage2_messages`,
 :func:`name_messages` and :func:`place_messages` return them as
 ``[{"role": ..., "content": ...}]`` lists; the ``*_SYSTEM`` constants are the instructions.
+
+Size. Every question, with its one retry, is at most :data:`PROMPT_BUDGET_TOKENS` (1,500)
+tokens, counted as characters / 4 over its messages, whatever the tree's size: each builder
+fits its data into what the instructions leave (``budget_chars``; a transport that adds text,
+such as the schema in ``json_object`` mode, passes a smaller one), and the retry message is
+clipped to :data:`RETRY_RESERVE_CHARS`. What is cut, in order:
+
+- every question: the new fact or item is quoted up to :data:`NEW_TEXT_CHARS` (800)
+  characters, labels up to 60, paths to their last four labels;
+- the joint question (``place``, and the operation's one-call question): the outline shows
+  the root, its 12 child aspects most similar to the new fact, then expands the shown
+  aspects most similar to it first (their facts nearest first, texts clipped to 160
+  characters, and 6 child aspects each) until the budget is spent; what is left out is
+  counted in "more facts" / "more aspects" entries; the operation's candidates are clipped
+  to 160 characters;
+- stage 1: fewer, shorter examples; past that, only the child aspects most similar to the
+  new fact are options (their numbers stay their candidate indices);
+- stage 2: fewer examples and shorter texts; past that, in a crowded neighbourhood, only the
+  siblings and uncles most similar to the new fact are shown (numbered as in the closure);
+- naming: up to 12 facts, fewer and shorter as needed; the operation question: shorter
+  candidate texts.
 """
 
 from __future__ import annotations
@@ -27,6 +48,7 @@ import json
 from collections import deque
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from ..tree import Closure, MembrainTree
@@ -146,6 +168,10 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
+def _escaped(text: str) -> str:
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def data_block(payload: dict[str, Any]) -> str:
     """``payload`` as a JSON document inside ``<data>`` delimiters that no string in it can
     close (``<``, ``>``, ``&`` are escaped as JSON unicode escapes).
@@ -159,8 +185,7 @@ def data_block(payload: dict[str, Any]) -> str:
             lines.append(f" {_compact(key)}: [\n  {items}\n ]")
         else:
             lines.append(f" {_compact(key)}: {_compact(value)}")
-    text = "{\n" + ",\n".join(lines) + "\n}"
-    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    text = _escaped("{\n" + ",\n".join(lines) + "\n}")
     return f"<data>\n{text}\n</data>"
 
 
@@ -172,8 +197,28 @@ def parse_data_block(content: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------- tree rendering
+#: Every question's prompt, a retry's included, stays within this many tokens, counted as
+#: characters / 4 over its messages (as the test server estimates them), at any tree size.
+PROMPT_BUDGET_TOKENS = 1_500
+PROMPT_BUDGET_CHARS = 4 * PROMPT_BUDGET_TOKENS
+#: Room kept in every question for the one retry message (:func:`retry_message`).
+RETRY_RESERVE_CHARS = 700
+#: What a question's messages may take before a retry: the default ``budget_chars``.
+QUESTION_BUDGET_CHARS = PROMPT_BUDGET_CHARS - RETRY_RESERVE_CHARS
+#: Longest new fact or item quoted in a question (the memory itself is stored whole).
+NEW_TEXT_CHARS = 800
+LABEL_CHARS = 60  # an aspect label, or the subject, as shown
+PATH_LABELS = 4  # a path shows at most the last this many labels
+
+
+def prompt_tokens(messages: list[Message]) -> int:
+    """A prompt's size as the budget counts it: characters / 4, summed over the messages."""
+    return sum(len(m.get("content") or "") // 4 for m in messages)
+
+
 def _label_path(tree: MembrainTree, node_id: str) -> list[str]:
-    return [tree.node(n).text for n in tree.path(node_id)]
+    labels = [_clip(tree.node(n).text, LABEL_CHARS) for n in tree.path(node_id)]
+    return labels if len(labels) <= PATH_LABELS else ["…", *labels[-PATH_LABELS:]]
 
 
 def example_facts(tree: MembrainTree, node_id: str, k: int) -> list[str]:
@@ -191,7 +236,36 @@ def example_facts(tree: MembrainTree, node_id: str, k: int) -> list[str]:
 
 
 def _clip(text: str, max_chars: int) -> str:
-    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+    return text if len(text) <= max_chars else text[: max(max_chars - 1, 0)] + "…"
+
+
+def _fits(system: str, payload: dict[str, Any], budget_chars: int) -> bool:
+    return len(system) + len(data_block(payload)) <= budget_chars
+
+
+def _similarity(tree: MembrainTree, node_id: str, near: Any) -> float:
+    """Cosine of a node's embedding (an aspect: the mean of its facts') with ``near``; 0
+    without one."""
+    if near is None:
+        return 0.0
+    node = tree.node(node_id)
+    e = node.embedding if node.kind == "fact" else tree.mean_embedding(node_id)
+    if e is None:
+        e = node.embedding
+    if e is None:
+        return 0.0
+    e, q = np.asarray(e, np.float32), np.asarray(near, np.float32)
+    if e.shape != q.shape:
+        return 0.0
+    d = float(np.linalg.norm(e) * np.linalg.norm(q))
+    return float(e @ q) / d if d > 0 else 0.0
+
+
+def _nearest_first(tree: MembrainTree, ids: list[str], near: Any) -> list[str]:
+    """``ids`` most similar to ``near`` first (their own order without ``near``; stable)."""
+    if near is None:
+        return list(ids)
+    return sorted(ids, key=lambda i: -_similarity(tree, i, near))
 
 
 # --------------------------------------------------------------------- stage 1
@@ -210,30 +284,59 @@ is a good home for it.
 
 
 def stage1_messages(new_text: str, tree: MembrainTree, node_id: str, candidates: list[str], *,
-                    examples: int = 3, max_chars: int = 400) -> list[Message]:
-    """The stage-1 question for ``candidates`` (``candidates[0] == node_id``)."""
+                    examples: int = 3, max_chars: int = 400, near: Any = None,
+                    budget_chars: int = QUESTION_BUDGET_CHARS) -> list[Message]:
+    """The stage-1 question for ``candidates`` (``candidates[0] == node_id``); see
+    :func:`stage1_question`."""
+    return stage1_question(new_text, tree, node_id, candidates, examples=examples, max_chars=max_chars,
+                           near=near, budget_chars=budget_chars)[0]
+
+
+def stage1_question(new_text: str, tree: MembrainTree, node_id: str, candidates: list[str], *,
+                    examples: int = 3, max_chars: int = 400, near: Any = None,
+                    budget_chars: int = QUESTION_BUDGET_CHARS) -> tuple[list[Message], list[int]]:
+    """The stage-1 question and the numbers it shows (an option's number is its index in
+    ``candidates``). Within ``budget_chars``: fewer and shorter examples first, then, for a
+    node with very many child aspects, only those most similar to ``near`` (the new fact's
+    embedding) are shown."""
     cur = tree.node(node_id)
-    options: list[dict[str, Any]] = [{
-        "number": 0,
-        "meaning": "attach the new fact here, directly under the current node",
-        "label": cur.text,
-        "path": _label_path(tree, node_id),
-        "facts_below": tree.fact_count(node_id),
-        "facts_directly_here": [_clip(tree.node(f).text, max_chars)
-                                for f in tree.child_facts(node_id)[:examples]],
-    }]
-    for i, cid in enumerate(candidates[1:], start=1):
-        options.append({
-            "number": i,
-            "meaning": "descend into this child aspect",
-            "label": tree.node(cid).text,
-            "path": _label_path(tree, cid),
-            "facts_below": tree.fact_count(cid),
-            "examples": [_clip(t, max_chars) for t in example_facts(tree, cid, examples)],
-        })
-    payload = {"subject": tree.subject, "new_fact": _clip(new_text, 4 * max_chars), "options": options}
-    return [{"role": "system", "content": STAGE1_SYSTEM},
-            {"role": "user", "content": data_block(payload)}]
+    head = {"number": 0, "meaning": "attach the new fact here, directly under the current node",
+            "label": _clip(cur.text, LABEL_CHARS), "path": _label_path(tree, node_id),
+            "facts_below": tree.fact_count(node_id)}
+    order = [0] + [i + 1 for i in range(len(candidates) - 1)]
+    ranked = [0] + [candidates.index(c) for c in _nearest_first(tree, candidates[1:], near)]
+
+    def payload(shown: list[int], n_examples: int, clip: int) -> dict[str, Any]:
+        options: list[dict[str, Any]] = [{**head, "facts_directly_here": [
+            _clip(tree.node(f).text, clip) for f in tree.child_facts(node_id)[:n_examples]]}]
+        for i in shown[1:]:
+            cid = candidates[i]
+            option: dict[str, Any] = {"number": i, "meaning": "descend into this child aspect",
+                                      "label": _clip(tree.node(cid).text, LABEL_CHARS),
+                                      "path": _label_path(tree, cid), "facts_below": tree.fact_count(cid),
+                                      "examples": [_clip(t, clip) for t in example_facts(tree, cid, n_examples)]}
+            if not clip:  # the compact form: a child's path is the current node's, plus its label
+                del option["meaning"], option["path"], option["examples"]
+            options.append(option)
+        out: dict[str, Any] = {"subject": _clip(tree.subject, LABEL_CHARS),
+                               "new_fact": _clip(new_text, NEW_TEXT_CHARS), "options": options}
+        if len(shown) < len(candidates):
+            out["options_not_shown"] = len(candidates) - len(shown)
+        return out
+
+    levels = [(examples, max_chars), (min(examples, 2), 200), (1, 120), (0, 0)]
+    for n_examples, clip in levels:
+        data = payload(order, n_examples, clip)
+        if _fits(STAGE1_SYSTEM, data, budget_chars):
+            break
+    else:  # very many child aspects: the most similar ones
+        keep = len(ranked)
+        while keep > 1 and not _fits(STAGE1_SYSTEM, data, budget_chars):
+            keep = max(1, keep * 3 // 4)
+            shown = sorted(ranked[:keep])
+            data = payload(shown, 0, 0)
+    messages = [{"role": "system", "content": STAGE1_SYSTEM}, {"role": "user", "content": data_block(data)}]
+    return messages, [o["number"] for o in data["options"]]
 
 
 # --------------------------------------------------------------------- stage 2
@@ -266,7 +369,7 @@ def _node_entry(tree: MembrainTree, node_id: str, number: int, examples: int, ma
     if node.kind == "fact":
         entry["text"] = _clip(node.text, max_chars)
     else:
-        entry["label"] = node.text
+        entry["label"] = _clip(node.text, LABEL_CHARS)
         entry["path"] = _label_path(tree, node_id)
         entry["facts_below"] = tree.fact_count(node_id)
         if node.kind == "aspect" and examples:
@@ -274,16 +377,53 @@ def _node_entry(tree: MembrainTree, node_id: str, number: int, examples: int, ma
     return entry
 
 
-def stage2_messages(tree: MembrainTree, closure: Closure, *, examples: int = 2,
-                    max_chars: int = 400) -> list[Message]:
-    """The stage-2 question for ``closure``; numbers follow ``closure.members``."""
-    # examples only for aspects whose facts are not listed already (siblings and uncles)
-    nodes = [_node_entry(tree, m.node_id, i, examples if m.role in ("sibling", "uncle") else 0, max_chars,
-                         role="new fact" if m.role == "self" else m.role)
-             for i, m in enumerate(closure.members)]
-    payload = {"subject": tree.subject, "nodes": nodes}
-    return [{"role": "system", "content": STAGE2_SYSTEM},
-            {"role": "user", "content": data_block(payload)}]
+def stage2_messages(tree: MembrainTree, closure: Closure, *, examples: int = 2, max_chars: int = 400,
+                    budget_chars: int = QUESTION_BUDGET_CHARS) -> list[Message]:
+    """The stage-2 question for ``closure``; numbers follow ``closure.members``. See
+    :func:`stage2_question`."""
+    return stage2_question(tree, closure, examples=examples, max_chars=max_chars, budget_chars=budget_chars)[0]
+
+
+def stage2_question(tree: MembrainTree, closure: Closure, *, examples: int = 2, max_chars: int = 400,
+                    budget_chars: int = QUESTION_BUDGET_CHARS) -> tuple[list[Message], list[str]]:
+    """The stage-2 question and ``ids``: ``ids[k]`` is the node numbered ``k`` (its index in
+    ``closure.members``), "" for a member left out. Within ``budget_chars``: fewer examples
+    and shorter texts first; then, in a crowded neighbourhood, only the siblings and uncles
+    most similar to the new fact are shown (the new fact, its parent and grandparent always)."""
+    members = list(closure.members)
+    fact = tree.node(closure.fact_id)
+    near = fact.embedding
+    optional = [i for i, m in enumerate(members) if m.role in ("sibling", "uncle")]
+    ranked = sorted(optional, key=lambda i: -_similarity(tree, members[i].node_id, near))
+
+    def payload(shown: set[int], n_examples: int, clip: int) -> dict[str, Any]:
+        # examples only for aspects whose facts are not listed already (siblings and uncles)
+        nodes = [_node_entry(tree, m.node_id, i, n_examples if m.role in ("sibling", "uncle") else 0,
+                             NEW_TEXT_CHARS if m.role == "self" else clip,
+                             role="new fact" if m.role == "self" else m.role)
+                 for i, m in enumerate(members) if i in shown]
+        out: dict[str, Any] = {"subject": _clip(tree.subject, LABEL_CHARS), "nodes": nodes}
+        if len(shown) < len(members):
+            out["nodes_not_shown"] = len(members) - len(shown)
+        return out
+
+    everyone = set(range(len(members)))
+    levels = [(examples, max_chars), (1, 200), (0, 120)]
+    shown = everyone
+    for n_examples, clip in levels:
+        data = payload(everyone, n_examples, clip)
+        if _fits(STAGE2_SYSTEM, data, budget_chars):
+            break
+    else:
+        keep = len(ranked)
+        while keep > 0 and not _fits(STAGE2_SYSTEM, data, budget_chars):
+            keep = keep * 3 // 4
+            shown = everyone - set(ranked[keep:])
+            data = payload(shown, 0, 120)
+        if not _fits(STAGE2_SYSTEM, data, budget_chars):
+            data = payload(shown, 0, 60)
+    ids = [m.node_id if i in shown else "" for i, m in enumerate(members)]
+    return [{"role": "system", "content": STAGE2_SYSTEM}, {"role": "user", "content": data_block(data)}], ids
 
 
 # ------------------------------------------------------------------ name_aspect
@@ -294,8 +434,14 @@ facts have in common (a noun phrase such as "laptop batteries"), not a sentence.
 {_DATA_RULE} Schema: {{"label": "<1 to 4 words>"}}."""
 
 
-def name_messages(fact_texts: list[str], *, max_facts: int = 12, max_chars: int = 400) -> list[Message]:
-    payload = {"facts": [_clip(t, max_chars) for t in fact_texts[:max_facts]]}
+def name_messages(fact_texts: list[str], *, max_facts: int = 12, max_chars: int = 400,
+                  budget_chars: int = QUESTION_BUDGET_CHARS) -> list[Message]:
+    """The naming question: up to ``max_facts`` of the facts, shorter and fewer when they
+    would not fit ``budget_chars``."""
+    for n, clip in ((max_facts, max_chars), (max_facts, 200), (8, 120), (6, 80), (4, 60)):
+        payload = {"facts": [_clip(t, clip) for t in fact_texts[:n]]}
+        if _fits(NAME_SYSTEM, payload, budget_chars):
+            break
     return [{"role": "system", "content": NAME_SYSTEM},
             {"role": "user", "content": data_block(payload)}]
 
@@ -317,83 +463,149 @@ refer to the outline; 0 is the new fact, whose parent is then your "parent".
 {_DATA_RULE} Schema: {{"parent": <number>, "actions": [...]}}."""
 
 
-# The joint question's size: the outline's JSON stops at this many characters (about 6,000
-# tokens at four characters a token), plus the fixed instructions and the new fact.
+# The joint question's outline, when ``tree_outline`` is called on its own: the entries'
+# JSON stops at this many characters. The questions themselves fit their outline into what
+# PROMPT_BUDGET_CHARS leaves (place_messages, operation_place_messages).
 OUTLINE_BUDGET_CHARS = 24_000
+OUTLINE_TOP_ASPECTS = 12  # the root's child aspects shown at most (the most similar first)
+OUTLINE_SUB_ASPECTS = 6  # an expanded aspect's child aspects shown at most
+OUTLINE_FACT_CHARS = 160  # an outline fact's text, clipped
 
 
 def tree_outline(tree: MembrainTree, *, max_aspects: int = 200, facts_per_node: int = 5,
-                 max_chars: int = 200, budget_chars: int = OUTLINE_BUDGET_CHARS,
-                 ) -> tuple[list[dict[str, Any]], list[str], bool]:
-    """The numbered outline shown by one-call placement.
+                 max_chars: int = OUTLINE_FACT_CHARS, budget_chars: int = OUTLINE_BUDGET_CHARS,
+                 near: Any = None, top_aspects: int = OUTLINE_TOP_ASPECTS,
+                 sub_aspects: int = OUTLINE_SUB_ASPECTS) -> tuple[list[dict[str, Any]], list[str], bool]:
+    """The numbered outline shown by one-call placement, within ``budget_chars`` of JSON.
 
-    Breadth-first from the root: the root and up to ``max_aspects`` aspects, and up to
-    ``facts_per_node`` direct facts of each, while the entries' JSON stays within
-    ``budget_chars`` (about a quarter as many tokens): past it, example facts are left out
-    (counted in "more facts") and no further aspect is shown, so the top levels, where
-    every descent starts, are always in the question. Returns (entries, ids, truncated)
-    where ``ids[k]`` is the node numbered ``k`` (``ids[0]`` is reserved for the new fact: "").
+    What is shown: the root, its direct facts and up to ``top_aspects`` of its child
+    aspects; then the shown aspects are expanded one at a time, the one most similar to
+    ``near`` (the new fact's embedding; without it, breadth-first) first: its direct facts
+    (up to ``facts_per_node``, nearest first, texts clipped to ``max_chars``) and up to
+    ``sub_aspects`` of its child aspects (nearest first), until the budget is spent or
+    ``max_aspects`` aspects are shown. So the branch nearest the new fact is shown deepest
+    and the top level widest. What is left out under a shown node is counted in a
+    ``{"kind": "more facts"}`` or ``{"kind": "more aspects"}`` entry.
+
+    An aspect below the top level has a ``path``: the labels from the top level down to it
+    (every entry says which node it is ``under``). The
+    entries are then written breadth-first in the tree's order (each node followed by its
+    shown facts), so a tree that fits is numbered the same whatever the new fact.
+    Returns (entries, ids, truncated) where ``ids[k]`` is the node numbered ``k``
+    (``ids[0]`` is reserved for the new fact: "") and ``truncated`` says whether anything
+    was left out for lack of room.
     """
+    import heapq
+
+    big = 99_999  # sizes are measured with the widest number an entry may carry
+
+    def aspect_entry(nid: str, num: int, under: int | None) -> dict[str, Any]:
+        node = tree.node(nid)
+        entry: dict[str, Any] = {"number": num, "kind": node.kind, "label": _clip(node.text, LABEL_CHARS)}
+        path = _label_path(tree, nid)[1:]
+        if len(path) > 1:  # below the top level: the labels from the top level down to it
+            entry["path"] = path
+        entry["facts_below"] = tree.fact_count(nid)
+        if under is not None:
+            entry["under"] = under
+        return entry
+
+    def fact_entry(fid: str, num: int, under: int) -> dict[str, Any]:
+        return {"number": num, "kind": "fact", "under": under, "text": _clip(tree.node(fid).text, max_chars)}
+
+    def size(entry: dict[str, Any]) -> int:
+        return len(_escaped(_compact(entry))) + 4  # ",\n  " between entries
+
+    marker = size({"kind": "more aspects", "under": big, "count": big})
+    root = tree.root_id
+    used = size(aspect_entry(root, big, None))
+    truncated = False
+    shown_facts: dict[str, list[str]] = {}  # container -> its facts shown
+    shown_aspects: dict[str, list[str]] = {}  # container -> its child aspects shown
+    n_aspects = 0
+    heap: list[tuple[float, int, str]] = []
+    marked: set[tuple[str, str]] = set()  # (container, marker kind) with room for its count
+
+    def expand(nid: str, depth: int) -> None:
+        """Choose a container's child aspects (first: they are where descents go), then its facts."""
+        nonlocal used, truncated, n_aspects
+        room = budget_chars - 2 * marker
+        kids = tree.child_aspects(nid)
+        aspects = shown_aspects.setdefault(nid, [])
+        cap = top_aspects if depth == 0 else sub_aspects
+        for aid in _nearest_first(tree, kids, near)[:cap]:
+            cost = size(aspect_entry(aid, big, big))
+            if n_aspects >= max_aspects or used + cost > room:
+                truncated = True
+                break
+            used += cost
+            n_aspects += 1
+            aspects.append(aid)
+            rank = -_similarity(tree, aid, near) if near is not None else float(depth + 1)
+            heapq.heappush(heap, (rank, n_aspects, aid))
+        if len(kids) > len(aspects) and used + marker <= budget_chars:
+            used += marker
+            marked.add((nid, "more aspects"))
+        facts = shown_facts.setdefault(nid, [])
+        all_facts = tree.child_facts(nid)
+        for fid in _nearest_first(tree, all_facts, near)[:facts_per_node]:
+            cost = size(fact_entry(fid, big, big))
+            if used + cost > room:
+                truncated = True
+                break
+            used += cost
+            facts.append(fid)
+        if len(all_facts) > len(facts) and used + marker <= budget_chars:
+            used += marker
+            marked.add((nid, "more facts"))
+
+    expand(root, 0)
+    while heap:
+        _, _, aid = heapq.heappop(heap)
+        expand(aid, tree.depth(aid))
+
+    # Write the chosen nodes breadth-first, in the tree's order.
     ids: list[str] = [""]
     entries: list[dict[str, Any]] = []
     number: dict[str, int] = {}
-    truncated = False
-    queue = deque([tree.root_id])
-    aspects_shown = 0
-    used = 0
-    reserve = 240  # room kept for each aspect waiting in the queue (about its entry's size)
-
-    def fits(entry: dict[str, Any]) -> bool:
-        nonlocal used
-        size = len(json.dumps(entry, ensure_ascii=False))
-        if used + reserve * len(queue) + size > budget_chars:
-            return False
-        used += size
-        return True
-
+    queue = deque([root])
     while queue:
         nid = queue.popleft()
-        node = tree.node(nid)
         number[nid] = len(ids)
         ids.append(nid)
         parent = tree.parent(nid)
-        entry: dict[str, Any] = {"number": number[nid], "kind": node.kind, "label": node.text,
-                                 "path": _label_path(tree, nid), "facts_below": tree.fact_count(nid)}
-        if parent is not None:
-            entry["under"] = number[parent]
-        used += len(json.dumps(entry, ensure_ascii=False))  # queued: room was kept for it
-        entries.append(entry)
-        facts = tree.child_facts(nid)
-        shown = 0
-        for fid in facts[:facts_per_node]:
-            fact_entry = {"number": len(ids), "kind": "fact", "under": number[nid],
-                          "text": _clip(tree.node(fid).text, max_chars)}
-            if not fits(fact_entry):
-                truncated = True
-                break
+        entries.append(aspect_entry(nid, number[nid], None if parent is None else number[parent]))
+        picked = set(shown_facts.get(nid, ()))
+        facts = [f for f in tree.child_facts(nid) if f in picked]
+        for fid in facts:
             number[fid] = len(ids)
             ids.append(fid)
-            entries.append(fact_entry)
-            shown += 1
-        if len(facts) > shown:
-            entries.append({"kind": "more facts", "under": number[nid], "count": len(facts) - shown})
-            used += 50
-        for aid in tree.child_aspects(nid):
-            if aspects_shown >= max_aspects or used + reserve * (len(queue) + 1) > budget_chars:
-                truncated = True
-                break
-            aspects_shown += 1
-            queue.append(aid)
+            entries.append(fact_entry(fid, number[fid], number[nid]))
+        hidden = len(tree.child_facts(nid)) - len(facts)
+        if hidden and (nid, "more facts") in marked:
+            entries.append({"kind": "more facts", "under": number[nid], "count": hidden})
+        picked = set(shown_aspects.get(nid, ()))
+        kids = [a for a in tree.child_aspects(nid) if a in picked]
+        queue.extend(kids)
+        hidden = len(tree.child_aspects(nid)) - len(kids)
+        if hidden and (nid, "more aspects") in marked:
+            entries.append({"kind": "more aspects", "under": number[nid], "count": hidden})
     return entries, ids, truncated
 
 
 def place_messages(new_text: str, tree: MembrainTree, *, max_aspects: int = 200, facts_per_node: int = 5,
-                   max_chars: int = 400) -> tuple[list[Message], list[str]]:
-    """The one-call placement question and the ids behind its numbers (``ids[0]`` = new fact)."""
+                   max_chars: int = OUTLINE_FACT_CHARS, near: Any = None,
+                   budget_chars: int = QUESTION_BUDGET_CHARS) -> tuple[list[Message], list[str]]:
+    """The one-call placement question and the ids behind its numbers (``ids[0]`` = new
+    fact). Its outline (:func:`tree_outline`) takes what ``budget_chars`` leaves after the
+    instructions and the new fact; ``near`` (the new fact's embedding) decides which
+    branches it shows."""
+    payload: dict[str, Any] = {"subject": _clip(tree.subject, LABEL_CHARS),
+                               "new_fact": _clip(new_text, NEW_TEXT_CHARS), "outline": []}
+    room = budget_chars - len(PLACE_SYSTEM) - len(data_block({**payload, "outline_truncated": True})) - 8
     entries, ids, truncated = tree_outline(tree, max_aspects=max_aspects, facts_per_node=facts_per_node,
-                                           max_chars=max_chars)
-    payload: dict[str, Any] = {"subject": tree.subject, "new_fact": _clip(new_text, 4 * max_chars),
-                               "outline": entries}
+                                           max_chars=max_chars, budget_chars=max(room, 0), near=near)
+    payload["outline"] = entries
     if truncated:
         payload["outline_truncated"] = True
     return ([{"role": "system", "content": PLACE_SYSTEM},
@@ -422,16 +634,22 @@ When unsure, answer "ADD": nothing is lost. Never name a number that is not show
 "keep": <true, false or null>}}."""
 
 
-def operation_messages(new_text: str, candidates: list[tuple[str, float]], *, max_chars: int = 400
-                       ) -> list[Message]:
-    """The operation question: the new item and its candidates, as ``(text, valid_from)``
-    pairs numbered from 1 in the order given (nearest first)."""
+def _candidate_entries(candidates: list[tuple[str, float]], clip: int) -> list[dict[str, Any]]:
     import time as _time
 
-    payload = {"new_item": _clip(new_text, 4 * max_chars),
-               "facts": [{"number": i + 1, "text": _clip(t, max_chars),
-                          "valid_from": _time.strftime("%Y-%m-%d", _time.gmtime(v))}
-                         for i, (t, v) in enumerate(candidates)]}
+    return [{"number": i + 1, "text": _clip(t, clip), "valid_from": _time.strftime("%Y-%m-%d", _time.gmtime(v))}
+            for i, (t, v) in enumerate(candidates)]
+
+
+def operation_messages(new_text: str, candidates: list[tuple[str, float]], *, max_chars: int = 400,
+                       budget_chars: int = QUESTION_BUDGET_CHARS) -> list[Message]:
+    """The operation question: the new item and its candidates, as ``(text, valid_from)``
+    pairs numbered from 1 in the order given (nearest first); texts shorter when they would
+    not fit ``budget_chars``."""
+    for clip, item in ((max_chars, NEW_TEXT_CHARS), (200, NEW_TEXT_CHARS), (120, 400), (60, 200)):
+        payload = {"new_item": _clip(new_text, item), "facts": _candidate_entries(candidates, clip)}
+        if _fits(OPERATION_SYSTEM, payload, budget_chars):
+            break
     return [{"role": "system", "content": OPERATION_SYSTEM}, {"role": "user", "content": data_block(payload)}]
 
 
@@ -457,20 +675,19 @@ Otherwise "parent" and "actions" are null.
 
 
 def operation_place_messages(new_text: str, candidates: list[tuple[str, float]], tree: MembrainTree, *,
-                             max_aspects: int = 200, facts_per_node: int = 5, max_chars: int = 400
+                             max_aspects: int = 200, facts_per_node: int = 5, max_chars: int = OUTLINE_FACT_CHARS,
+                             near: Any = None, budget_chars: int = QUESTION_BUDGET_CHARS
                              ) -> tuple[list[Message], list[str]]:
     """The one-call question of an insert with a memory operation: the operation question's
-    candidates plus the placement outline; returns the messages and the outline's ids."""
-    import time as _time
-
+    candidates plus the placement outline (what ``budget_chars`` leaves, see
+    :func:`place_messages`); returns the messages and the outline's ids."""
+    payload: dict[str, Any] = {"subject": _clip(tree.subject, LABEL_CHARS), "new_item": _clip(new_text, 600),
+                               "candidates": _candidate_entries(candidates, min(max_chars, OUTLINE_FACT_CHARS)),
+                               "outline": []}
+    room = budget_chars - len(OPERATION_PLACE_SYSTEM) - len(data_block({**payload, "outline_truncated": True})) - 8
     entries, ids, truncated = tree_outline(tree, max_aspects=max_aspects, facts_per_node=facts_per_node,
-                                           max_chars=max_chars)
-    payload: dict[str, Any] = {
-        "subject": tree.subject, "new_item": _clip(new_text, 4 * max_chars),
-        "candidates": [{"number": i + 1, "text": _clip(t, max_chars),
-                        "valid_from": _time.strftime("%Y-%m-%d", _time.gmtime(v))}
-                       for i, (t, v) in enumerate(candidates)],
-        "outline": entries}
+                                           max_chars=max_chars, budget_chars=max(room, 0), near=near)
+    payload["outline"] = entries
     if truncated:
         payload["outline_truncated"] = True
     return ([{"role": "system", "content": OPERATION_PLACE_SYSTEM},
@@ -479,7 +696,14 @@ def operation_place_messages(new_text: str, candidates: list[tuple[str, float]],
 
 # ------------------------------------------------------------------------ retry
 def retry_message(previous_answer: str | None, error: str) -> Message:
-    """The user message of the one retry: the rejected answer (as quoted data) and why."""
-    payload = {"your_previous_answer": previous_answer, "why_it_was_rejected": error}
-    return {"role": "user", "content": "Your previous answer could not be used. Answer the same "
-                                       "question again, correcting the problem.\n" + data_block(payload)}
+    """The user message of the one retry: the rejected answer (as quoted data) and why,
+    both clipped so that the message stays within RETRY_RESERVE_CHARS."""
+    answer_chars, error_chars = 300, 220
+    while True:
+        payload = {"your_previous_answer": None if previous_answer is None else _clip(previous_answer, answer_chars),
+                   "why_it_was_rejected": _clip(error, error_chars)}
+        content = ("Your previous answer could not be used. Answer the same question again, correcting the "
+                   "problem.\n" + data_block(payload))
+        if len(content) <= RETRY_RESERVE_CHARS or answer_chars <= 10:
+            return {"role": "user", "content": content}
+        answer_chars, error_chars = answer_chars // 2, max(error_chars * 3 // 4, 40)

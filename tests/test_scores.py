@@ -1,0 +1,104 @@
+"""One score scale: a hit's score is its relevance in [0, 1] (``retrieval.relevance`` of the
+fused ranking score), the same from ``MembrainMemory.search``, ``MembrainStore.search`` and
+the retriever, whether one namespace or several are searched.
+
+It used to differ: the same fact scored 1.636 for "dog" inside its namespace and 0.438 across
+namespaces (a plain cosine then), and the store gave values down to -0.2. The embeddings are
+the instant bag-of-words ones of helpers.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from helpers import WordEmbeddings
+from langchain_membrain import MembrainMemory, MembrainRetriever, MembrainStore
+from langchain_membrain.retrieval import FactIndex, relevance
+
+NS_A, NS_B = ("u", "a"), ("u", "b")
+FACTS = {
+    NS_A: {"rex": "I have a dog named Rex", "nurse": "I work as a nurse in Leeds",
+           "sushi": "My favourite food is sushi", "guitar": "I play the guitar on weekends",
+           "paris": "My sister lives in Paris"},
+    NS_B: {"stand": "The hot dog stand closed", "van": "I drive a red van", "cat": "My cat sleeps all day",
+           "rex": "I have a dog named Rex"},
+}
+QUERIES = ["dog", "where does my sister live", "red van", "what food do I like"]
+
+
+@pytest.fixture(scope="module")
+def mem():
+    with MembrainMemory(embeddings=WordEmbeddings(), background=False, prior=False, relabel=False) as memory:
+        for ns, facts in FACTS.items():
+            for key, text in facts.items():
+                memory.put(ns, key, {"content": text})
+        yield memory
+
+
+def best_first(scores: list[float]) -> bool:
+    return all(0.0 <= s <= 1.0 for s in scores) and scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_one_fact_one_score_from_every_entry_point_and_across_namespaces(mem, query):
+    store = MembrainStore(mem)
+    per_entry: dict[str, dict[tuple, float]] = {
+        "memory, its namespace": {(r.namespace, r.key): r.score for ns in FACTS
+                                  for r in mem.search(query, namespace=ns, exact_namespace=True, limit=10)},
+        "memory, every namespace": {(r.namespace, r.key): r.score for r in mem.search(query, limit=20)},
+        "memory, the prefix": {(r.namespace, r.key): r.score for r in mem.search(query, namespace="u", limit=20)},
+        "store, its namespace": {(h.namespace, h.key): h.score for ns in FACTS
+                                 for h in store.search(ns, query=query, limit=10)},
+        "store, the prefix": {(h.namespace, h.key): h.score for h in store.search(("u",), query=query, limit=20)},
+        "retriever": {(tuple(d.metadata["namespace"]), d.metadata["key"]): d.metadata["score"]
+                      for d in MembrainRetriever(memory=mem, namespace="u", k=20).invoke(query)},
+    }
+    reference = per_entry["memory, its namespace"]
+    assert len(reference) == sum(len(f) for f in FACTS.values())
+    for entry, scores in per_entry.items():
+        assert all(0.0 <= s <= 1.0 for s in scores.values()), entry
+        assert scores == pytest.approx(reference, abs=1e-12), entry
+    # best first by that score, across namespaces too
+    assert best_first([r.score for r in mem.search(query, limit=20)])
+    assert best_first([h.score for h in store.search(("u",), query=query, limit=20)])
+    if query == "dog":  # the fact that answers it stands out on the scale, in each namespace
+        assert reference[NS_A, "rex"] > 0.5 and reference[NS_B, "rex"] > 0.5
+        assert max(s for (ns, k), s in reference.items() if k not in ("rex", "stand")) < 0.5
+
+
+def test_the_score_is_relevance_of_the_ranking_score_and_keeps_its_order(mem):
+    """Within a namespace the hits come in the order the namespace's index ranks them, each
+    scored ``relevance(s)`` of the score ``s`` it ranks by (a FactIndex over the same facts)."""
+    emb = WordEmbeddings()
+    for ns, facts in FACTS.items():
+        index = FactIndex(mem.retrieval)
+        for key, text in facts.items():
+            index.add(key, text, emb.embed_query(text), metadata={"content": text})
+        for query in QUERIES:
+            ranked = index.search(query, emb.embed_query(index.dense_query_text(query)), 10, tree=mem.tree(ns),
+                                  mode=mem.search_mode)
+            hits = mem.search(query, namespace=ns, exact_namespace=True, limit=10)
+            # the same order (facts tied on the index's score may come in either order)
+            assert [r.score for r in hits] == pytest.approx([relevance(s) for _, s in ranked], abs=1e-9)
+            assert {r.key: r.score for r in hits} == pytest.approx({k: relevance(s) for k, s in ranked}, abs=1e-9)
+
+
+def test_relevance_is_a_bounded_increasing_function():
+    xs = [-1e300, -800.0, -5.0, -1.0, -0.2, 0.0, 0.25, 0.5, 1.0, 1.5, 3.0, 8.0, 1e300]
+    rs = [relevance(x) for x in xs]
+    assert all(0.0 <= r <= 1.0 for r in rs) and rs == sorted(rs)
+    assert all(a < b for a, b in zip(rs[2:-3], rs[3:-2]))  # strictly where doubles tell them apart
+    assert relevance(0.5) == 0.5 and rs[0] == 0.0 and rs[-1] == 1.0
+    assert relevance(1.0) == pytest.approx(1 / (1 + math.exp(-2.0)))
+
+
+def test_history_search_scores_stay_in_range(mem):
+    """With ``include_history`` current and archived versions rank by their plain cosine,
+    reported clipped to [0, 1]."""
+    mem.put(NS_B, "old", {"content": "I used to drive a blue van"})
+    assert mem.delete("old", namespace=NS_B)
+    hits = mem.search("van", namespace=NS_B, include_history=True, limit=10)
+    assert {r.status for r in hits} == {"current", "deleted"}
+    assert best_first([r.score for r in hits])
