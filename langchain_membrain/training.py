@@ -45,7 +45,7 @@ import math
 import random
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal

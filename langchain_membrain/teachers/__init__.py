@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from .guard import (GuardedTeacher, Placement, TeacherCallError, TeacherStats, TeacherUnavailable,
                         insert_with_placement)
     from .heuristic import HeuristicConfig, HeuristicTeacher
-    from .llm import LLMTeacher, as_teacher
+    from .llm import LLMTeacher
+    from .resolve import as_teacher
     from .openai_teacher import OpenAITeacher
     from .resolve import resolve_teacher
 
@@ -39,7 +40,7 @@ _LAZY: dict[str, str] = {
     "HeuristicConfig": ".heuristic",
     "HeuristicTeacher": ".heuristic",
     "LLMTeacher": ".llm",
-    "as_teacher": ".llm",
+    "as_teacher": ".resolve",
     "OpenAITeacher": ".openai_teacher",
     "resolve_teacher": ".resolve",
 }

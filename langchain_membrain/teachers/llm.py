@@ -113,19 +113,3 @@ class LLMTeacher(GuardedTeacher):
     async def _arequest(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
         return self._raw(await self._runnable(schema).ainvoke(_to_langchain(messages)))
 
-
-def as_teacher(teacher: Any, **options: Any) -> Any:
-    """What ``MembrainMemory(teacher=...)`` and other entry points accept, as a Teacher.
-
-    :func:`~.resolve.resolve_teacher` (the one resolver), except that ``None`` stays
-    ``None`` (the caller's default teacher) and an LLM teacher it builds falls back to its
-    own fallback teacher instead of raising (``raise_on_failure=False`` unless given): a
-    LangChain chat model becomes an :class:`LLMTeacher` (``options`` are passed on); a
-    Teacher (anything with ``choose_stage1``, ``choose_stage2`` and ``name_aspect``) is
-    returned as it is. Anything else is a :class:`TypeError`.
-    """
-    if teacher is None:
-        return None
-    from .resolve import resolve_teacher
-
-    return resolve_teacher(teacher, **{"raise_on_failure": False, **options})

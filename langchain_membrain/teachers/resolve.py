@@ -1,7 +1,7 @@
 """One resolver for every way of naming a teacher: :func:`resolve_teacher`.
 
 ``MembrainMemory(teacher=...)``, the CLI (``membrain add`` and the others) and
-:func:`~.llm.as_teacher` all go through it, so a teacher is built the same way everywhere:
+:func:`as_teacher` all go through it, so a teacher is built the same way everywhere:
 
 - ``None``: the offline :class:`~.heuristic.HeuristicTeacher`, unless ``env`` is given and
   configures an LLM (below). ``MembrainMemory()`` passes no ``env``: a library never makes
@@ -104,3 +104,18 @@ def describe_teacher(teacher: Any, env: Mapping[str, str] | None = None) -> str:
         where = (env or os.environ).get("OPENAI_BASE_URL") or "OpenAI"
         return f"LLM teacher {model} at {where}"
     return type(teacher).__name__
+
+
+def as_teacher(teacher: Any, **options: Any) -> Any:
+    """What ``MembrainMemory(teacher=...)`` and other entry points accept, as a Teacher.
+
+    :func:`~.resolve.resolve_teacher` (the one resolver), except that ``None`` stays
+    ``None`` (the caller's default teacher) and an LLM teacher it builds falls back to its
+    own fallback teacher instead of raising (``raise_on_failure=False`` unless given): a
+    LangChain chat model becomes an :class:`LLMTeacher` (``options`` are passed on); a
+    Teacher (anything with ``choose_stage1``, ``choose_stage2`` and ``name_aspect``) is
+    returned as it is. Anything else is a :class:`TypeError`.
+    """
+    if teacher is None:
+        return None
+    return resolve_teacher(teacher, **{"raise_on_failure": False, **options})

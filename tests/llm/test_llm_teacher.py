@@ -177,7 +177,7 @@ def test_retry_message_reaches_the_server(server, small_tree, fallback):
 
 
 def test_as_teacher(server, fallback):
-    from langchain_membrain.teachers.llm import as_teacher
+    from langchain_membrain.teachers.resolve import as_teacher
 
     teacher = as_teacher(chat(server), method="json_schema", mode="one_call", fallback=fallback)
     assert isinstance(teacher, LLMTeacher) and teacher.mode == "one_call"
