@@ -1,7 +1,7 @@
 """Cold start: each command run as a fresh process, several times (median, min, max).
 
 Times ``python -c "import langchain_membrain"``, ``membrain --help``, ``membrain stats``,
-``membrain show`` and ``membrain search`` on a SQLite store of ``--facts`` facts that it
+``membrain show``, ``membrain search`` and ``membrain add`` on a SQLite store of ``--facts`` facts that it
 builds first in a temporary directory (``membrain X`` is run as ``python -m
 langchain_membrain.cli X``, which is what the console script does), plus ``import torch``
 alone for reference. ``--pythonpath DIR`` runs everything (the store's build included)
@@ -110,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
             ("membrain stats", [*cli, "--db", db, "stats"]),
             ("membrain show", [*cli, "--db", db, "show"]),
             ("membrain search", [*cli, "--db", db, "search", "who is allergic to peanuts?", "-k", "3"]),
+            # One more fact per run (the store grows by warm-up + runs facts).
+            ("membrain add", [*cli, "--db", db, "add", "Maya adopted a cat named Pixel", "--ns", "users/maya"]),
         ]
         results = {}
         for label, argv in commands:
