@@ -144,6 +144,11 @@ _UPSERT = (
 )
 
 
+
+def _schema_table(conn: sqlite3.Connection) -> Any:
+    """The row naming membrain's schema table, or None (raises on a file that is no database)."""
+    return conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'membrain_schema'").fetchone()
+
 class SQLiteStorage(Storage):
     """Membrain storage in one SQLite file (or ``":memory:"``).
 
@@ -224,9 +229,7 @@ class SQLiteStorage(Storage):
         conn = self._connect()
         try:
             try:
-                found = conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'membrain_schema'"
-                ).fetchone()
+                found = _schema_table(conn)
             except sqlite3.DatabaseError as exc:  # "file is not a database", encrypted, ...
                 raise NotADatabaseError(f"{self.location!r} is not an SQLite database ({exc}); left untouched") from None
             version = self._check_schema(conn) if found else None
@@ -271,9 +274,7 @@ class SQLiteStorage(Storage):
         conn = self._connect()
         try:
             try:
-                found = conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'membrain_schema'"
-                ).fetchone()
+                found = _schema_table(conn)
             except sqlite3.DatabaseError as exc:
                 conn.close()
                 wal = self.location + "-wal"
@@ -286,9 +287,7 @@ class SQLiteStorage(Storage):
                 self._uri = target + "?mode=ro&immutable=1"
                 conn = self._connect()
                 try:
-                    found = conn.execute(
-                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'membrain_schema'"
-                    ).fetchone()
+                    found = _schema_table(conn)
                 except sqlite3.DatabaseError as exc:
                     raise NotADatabaseError(
                         f"{self.location!r} is not an SQLite database ({exc}); left untouched") from None
