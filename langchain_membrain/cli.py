@@ -40,7 +40,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -658,7 +658,9 @@ def cmd_stats(args: argparse.Namespace, console: Console) -> int:
             return 0
         if per_ns:
             table = Table(title="trees", title_justify="left")
-            for col, justify in (("namespace", "left"), ("facts", "right"), ("aspects", "right"), ("depth", "right")):
+            columns: tuple[tuple[str, JustifyMethod], ...] = (
+                ("namespace", "left"), ("facts", "right"), ("aspects", "right"), ("depth", "right"))
+            for col, justify in columns:
                 table.add_column(col, justify=justify)
             for row in per_ns:
                 table.add_row(escape(row["namespace"]), str(row["facts"]), str(row["aspects"]), str(row["depth"]))
@@ -745,6 +747,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     from .export import tree_to_rich
 
     ns = _namespace(args.ns) or _namespace(DEMO_NAMESPACE)
+    assert ns is not None  # DEMO_NAMESPACE is a namespace
     turns = [t for t in load_sample_conversation() if t["speaker"] == "user"]
     sessions = [(s, list(g)) for s, g in groupby(turns, key=lambda t: t["session"])]
     console.rule("[bold]membrain demo")
@@ -796,18 +799,20 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 def _teacher_rate(before: Mapping[str, Any], after: Mapping[str, Any], facts: int) -> float | None:
     """Teacher questions per new fact between two ``stats()`` (a memory reports nothing
     before its first insert: that counts as zero)."""
-    if teacher_calls(after) is None:
+    now = teacher_calls(after)
+    if now is None:
         return None
-    return (teacher_calls(after) - (teacher_calls(before) or 0)) / max(facts, 1)
+    return (now - (teacher_calls(before) or 0)) / max(facts, 1)
 
 
 def _print_teacher_rates(console: Console, rates: list[tuple[int, float | None]], stats: Mapping[str, Any]) -> None:
-    if not rates or any(rate is None for _, rate in rates):
+    known = [(session, rate) for session, rate in rates if rate is not None]
+    if not known or len(known) < len(rates):
         console.print("[dim]teacher questions: not reported by this build's MembrainMemory.stats()[/]")
         return
     console.print("[bold]teacher questions per new fact[/], session by session")
-    peak = max((rate for _, rate in rates), default=0.0) or 1.0
-    for session, rate in rates:
+    peak = max((rate for _, rate in known), default=0.0) or 1.0
+    for session, rate in known:
         bar = "█" * int(round(30 * rate / peak))
         console.print(f"  session {session}  [magenta]{bar:<30}[/] {rate:4.2f}")
     agree = _fmt_agreements(stats)

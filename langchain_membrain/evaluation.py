@@ -354,10 +354,10 @@ def wordnet_subtree_facts(
     order = [top]
     queue = deque([top])
     while queue:
-        cur = queue.popleft()
-        for child in synsets[cur][1]:
+        head = queue.popleft()
+        for child in synsets[head][1]:
             if child not in parent:
-                parent[child] = cur
+                parent[child] = head
                 order.append(child)
                 queue.append(child)
 

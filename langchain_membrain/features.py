@@ -121,6 +121,7 @@ def _node_vectors(tree: MembrainTree, ids: Sequence[str], dim: int) -> tuple[np.
         if node.embedding is not None:
             label[i] = node.embedding
         if node.emb_count:
+            assert node.emb_sum is not None  # a node with embedded facts below has their sum
             mean[i] = node.emb_sum / node.emb_count
     return label, mean
 
@@ -415,6 +416,7 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
     if gp is not None:
         gnode = tree.node(gp)
         if gnode.emb_count > p_cnt:
+            assert gnode.emb_sum is not None  # a node with embedded facts below has their sum
             g_out = (gnode.emb_sum - (p_sum if p_sum is not None else 0.0)) / (gnode.emb_count - p_cnt)
     # Leave-one-out affinity to P, vectorised: e . (S(P) - x) / (n(P) - 1) with x the fact's
     # raw embedding (what the sums hold); the cosine form divides by |S(P) - x| / (n(P) - 1).
@@ -435,6 +437,7 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
     sizes = np.stack([(coph >= c - 1e-9).sum(1) for c in cuts], axis=1)  # (F, cuts)
     c0 = S2["cluster@" + str(CLUSTER_CUTS[0])]
     kf = np.array(keep_f, np.int64)
+    ka = np.array(keep_a, np.int64)
     n_f = len(kf)  # facts are the first n_f tokens
     num[0, S2["is_focal"]] = 1.0
     num[:n_f, S2["aff_parent_loo"]] = aff_p[kf]
@@ -475,14 +478,14 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
 
     demote = np.zeros((n_f, n_a, DEMOTE_PAIR_NUM), np.float32)
     if n_a:
-        s = a_aff[np.ix_(kf, keep_a)]
+        s = a_aff[np.ix_(kf, ka)]
         srt = np.sort(s, axis=1)
         best = srt[:, -1:]
         second = srt[:, -2:-1] if n_a > 1 else np.zeros_like(best)
         is_best = s >= best
         demote[..., 0] = s
         demote[..., 1] = s - aff_p[kf][:, None]
-        demote[..., 2] = a_lcos[np.ix_(kf, keep_a)]
+        demote[..., 2] = a_lcos[np.ix_(kf, ka)]
         demote[..., 3] = np.array([_count(tree.node(a).n_facts) for a in aspects], np.float32)[None]
         demote[..., 4] = is_best
         demote[..., 5] = np.where(is_best, best - second, s - best)

@@ -257,7 +257,7 @@ def _content(label: str) -> frozenset[str]:
 
 def offline_label(
     texts: list[str],
-    embed: Callable[[list[str]], Sequence[Sequence[float]]] | None,
+    embed: Callable[[list[str]], Sequence[Sequence[float]] | np.ndarray] | None,
     *,
     mean: np.ndarray | None = None,
     avoid: Iterable[str] = (),

@@ -221,7 +221,8 @@ def _pad(arrays: list, fill=0, dtype=torch.float32) -> torch.Tensor:
     out_shape = [len(arrays)] + [max(s[d] for s in shapes) for d in range(len(shapes[0]))]
     out = np.full(out_shape, fill, dtype=arrays[0].dtype if len(arrays) else np.float32)
     for i, a in enumerate(arrays):
-        out[(i, *tuple(slice(0, n) for n in a.shape))] = a
+        index: tuple[int | slice, ...] = (i,) + tuple(slice(0, n) for n in a.shape)
+        out[index] = a
     return torch.as_tensor(out, dtype=dtype)
 
 

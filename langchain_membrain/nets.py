@@ -58,7 +58,7 @@ Weights = Mapping[str, np.ndarray]
 
 # ------------------------------------------------------------------------ shapes
 def _linear(name: str, n_in: int, n_out: int, bias: bool = True) -> dict[str, tuple[int, ...]]:
-    out = {f"{name}.weight": (n_out, n_in)}
+    out: dict[str, tuple[int, ...]] = {f"{name}.weight": (n_out, n_in)}
     if bias:
         out[f"{name}.bias"] = (n_out,)
     return out

@@ -34,7 +34,7 @@ import threading
 import warnings
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, cast
 
 import numpy as np
 
@@ -228,7 +228,8 @@ def validate_operation(answer: Any, question: OperationQuestion) -> tuple[Operat
         try:
             kind = str(answer.get("operation", answer.get("kind", ""))).upper()
             target = answer.get("target")
-            answer = Operation(kind, None if target in (None, "") else str(target), bool(answer.get("keep", False)))
+            answer = Operation(cast(OpKind, kind), None if target in (None, "") else str(target),
+                               bool(answer.get("keep", False)))  # __post_init__ rejects an unknown kind
         except (ValueError, TypeError) as exc:
             return ADD, f"malformed operation: {exc}"
     if not isinstance(answer, Operation):
@@ -290,7 +291,8 @@ def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], valu
         tree = forest.tree(ns, create=False)
         index = forest.index(ns)
         nearest = index.nearest(vec, k=decider.k) if tree is not None and index is not None else []
-        cands = candidates_for(tree, nearest) if tree is not None else ()
+        # the index of a namespace is keyed by its tree's fact ids
+        cands = candidates_for(tree, cast("list[tuple[str, float]]", nearest)) if tree is not None else ()
         snapshot = None
         if not getattr(decider.teacher, "fast", False):  # O(n), beside an LLM's latency
             snapshot = tree.copy() if tree is not None else MembrainTree("/".join(ns))
@@ -301,12 +303,13 @@ def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], valu
         return None
     if op.kind == "IGNORE":
         return forest.mutate(ns, lambda t: t.log_ignored(None, text, embedding=vec, metadata=meta))
+    target = op.target
     if op.kind == "UPDATE":
         def update(t: MembrainTree) -> str | None:
-            if op.target not in t or t.node(op.target).kind != "fact":
+            if target is None or target not in t or t.node(target).kind != "fact":
                 return None  # gone meanwhile (another process): fall back to ADD
-            t.supersede(op.target, text, embedding=vec, metadata=meta)
-            return op.target
+            t.supersede(target, text, embedding=vec, metadata=meta)
+            return target
 
         return forest.mutate(ns, update)
     # DELETE
@@ -316,8 +319,8 @@ def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], valu
         logged = None
         if not op.keep:
             logged = t.log_ignored(None, text, embedding=vec, metadata=meta, reason="retraction")
-        if op.target in t and t.node(op.target).kind == "fact":
-            t.retire(op.target, superseded_by=new_key or logged)
+        if target is not None and target in t and t.node(target).kind == "fact":
+            t.retire(target, superseded_by=new_key or logged)
         return new_key or logged
 
     return forest.mutate(ns, delete)
@@ -399,6 +402,7 @@ class OperationDecider:
         audit = can_audit and (self.student.audit_due() if audit is None else audit)
         alone = can_audit and not audit
         if alone:
+            assert student_op is not None  # alone implies can_audit
             op = student_op
             with self._guard:
                 c.student_decided += 1
@@ -407,7 +411,7 @@ class OperationDecider:
             op, failure = ask_teacher(self.teacher, question)
             after = requests_sent(self.teacher)
             requests = None if before is None or after is None else after - before
-            by = "teacher"
+            by: Literal["student", "teacher", "fallback"] = "teacher"
             with self._guard:
                 c.asked += 1 if requests is None else requests
                 if failure is not None:
@@ -418,6 +422,7 @@ class OperationDecider:
                     c.teacher_skipped += requests == 0
                     c.last_failure = failure
                     if can_audit:
+                        assert student_op is not None  # can_audit implies a proposal
                         op, by = student_op, "student"
                     else:
                         by = "fallback"
@@ -570,7 +575,7 @@ class OperationStudent:
         self.batch, self.steps, self.lr, self.replay_size = int(batch), int(steps), float(lr), int(replay)
         self.calibrator = Calibrator(128)
         self.net: _StudentNet | None = None
-        self._opt = None  # torch's Adam, made when the network first trains (it imports torch._dynamo)
+        self._opt: Any = None  # torch's Adam, made when the network first trains (it imports torch._dynamo)
         self._opt_state: Any = None  # the loaded optimiser state (numpy) until then
         self._pending: list = []
         self._replay: list = []
@@ -642,6 +647,7 @@ class OperationStudent:
         if self._opt is None:
             import torch
 
+            assert self.net is not None  # after _ensure (_train) or under state_bytes' check
             opt = torch.optim.Adam(self.net.params, lr=self.lr, weight_decay=1e-4)
             if self._opt_state is not None:
                 opt.load_state_dict(torchfile.as_tensors(self._opt_state))
@@ -710,6 +716,7 @@ class OperationStudent:
                     self._train()
 
     def _train(self) -> None:
+        assert self.net is not None  # learn calls _ensure first
         torch = self.net.torch
         opt = self._optimiser()
         data = self._pending

@@ -14,14 +14,15 @@ import re
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, cast
 
 import numpy as np
 
 from .actions import Action, Group, apply_actions
 from .decoding import DecodeConfig, action_key, decode, encode_actions
-from .errors import DimensionError, InvalidOperationError, MembrainError
+from .errors import DimensionError, InvalidOperationError, MembrainError, NodeNotFoundError
 from .features import S1, Stage1Features, Stage2Features, stage1_features, stage2_features
 from .nets import ModelConfig  # torch-free (models.py re-exports it)
 from .placement import (DEFAULT_TOP_K, MAX_DESCENT, NewFact, Placement, Subtree, cosine, descend, destination,
@@ -159,6 +160,9 @@ class Stage2Decision:
     teacher_actions: list[Action] | None = None
     calibrate: bool = False
     shadow_actions: list[Action] | None = None
+    # A row for the linear Idle student's gate (training.LinearIdle): the teacher was not
+    # asked *because* stage 2 was unsure (calibrate, or the question was stage 1's).
+    gate_sample: bool = False
 
 
 @dataclass
@@ -277,16 +281,48 @@ def nearby_labels(tree: MembrainTree, parent_id: str) -> list[str]:
     return out
 
 
+def _parent_of(tree: MembrainTree, node_id: str) -> str:
+    """``tree.parent(node_id)``; the root has none, and for it this raises the
+    NodeNotFoundError that looking up its (absent) parent would."""
+    parent = tree.parent(node_id)
+    if parent is None:
+        raise NodeNotFoundError(f"no node {parent!r} in the tree")  # as tree.node(None) says
+    return parent
+
+
 def relabel_avoid(tree: MembrainTree, aspect_id: str) -> list[str]:
     """The labels a renamed aspect must differ from: its ancestors' and siblings' (its own
     current label aside) and its child aspects'."""
     own = tree.node(aspect_id).text
-    return ([t for t in nearby_labels(tree, tree.parent(aspect_id)) if t != own]
+    return ([t for t in nearby_labels(tree, _parent_of(tree, aspect_id)) if t != own]
             + [tree.node(c).text for c in tree.child_aspects(aspect_id)])
 
 
 def _same_actions(a: list[Action], b: list[Action]) -> bool:
     return {action_key(x) for x in a} == {action_key(x) for x in b}
+
+
+# The classes of Learner.shadow_per_class: stage 1's "attach here" (index 0), stage 2's empty
+# series and its action kinds (decoding.action_key's first field).
+SHADOW_CLASSES: dict[str, tuple[str, ...]] = {"stage1": ("stop",), "stage2": ("idle", "promote", "demote", "group")}
+
+
+def _stage1_classes(student: int, shadow: int) -> Counter[tuple[str, str]]:
+    """One stage-1 level's per-class outcomes (Learner.shadow_classes)."""
+    return Counter({("stop", "student"): int(student == 0), ("stop", "shadow"): int(shadow == 0),
+                    ("stop", "agreed"): int(student == 0 and shadow == 0)})
+
+
+def _stage2_classes(executed: list[Action], shadow: list[Action]) -> Counter[tuple[str, str]]:
+    """One stage-2 decision's per-class outcomes: actions by kind, and the empty series as "idle"."""
+    mine, theirs = {action_key(a) for a in executed}, {action_key(a) for a in shadow}
+    out: Counter[tuple[str, str]] = Counter()
+    for keys, outcome in ((mine, "student"), (theirs, "shadow"), (mine & theirs, "agreed")):
+        out.update((k[0], outcome) for k in keys)
+    out[("idle", "student")] += not mine
+    out[("idle", "shadow")] += not theirs
+    out[("idle", "agreed")] += not mine and not theirs
+    return out
 
 
 class Learner:
@@ -323,6 +359,8 @@ class Learner:
         self.trainer = OnlineTrainer(self.config.model, self.config.training)
         # Stage 1's temperature is fitted for its gate (training.Calibrator).
         self.trainer.calib["stage1"].gate = self.config.stage1.confidence
+        self.trainer.linear1.calib.gate = self.config.stage1.confidence
+        self.trainer.idle2.gate = self.config.stage2.confidence
         self.embed_label = embed_label
         self.label_aspect = label_aspect or fallback_label
         self.shadow = shadow
@@ -339,6 +377,10 @@ class Learner:
         # With a shadow: of the decisions the student took alone, how many the shadow would
         # have taken too (stage 1 per level, the whole stage-2 series), as (agreed, total).
         self.shadow_agreement: dict[str, list[int]] = {"stage1": [0, 0], "stage2": [0, 0]}
+        # The same decisions per class (SHADOW_CLASSES), keyed (stage, class, outcome) with
+        # outcome "shadow" (the shadow chose the class), "student" (the student did) or "agreed"
+        # (both): a rare class the student never takes stays visible (shadow_per_class).
+        self.shadow_classes: Counter[tuple[str, str, str]] = Counter()
         self.shadow_seconds = 0.0  # time spent asking the shadow (left out of insert times)
         self._count_lock = threading.Lock()
         self.inserts = 0
@@ -474,7 +516,7 @@ class Learner:
             label = None
         ok = isinstance(label, str) and bool(label.strip())
         self._count("naming", None, failed=not ok, sent=self._sent_since(before))
-        return label if ok else self.label_aspect(texts, [])
+        return cast(str, label) if ok else self.label_aspect(texts, [])  # ok: a str
 
     def _labelled(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
         """``actions`` with every Group named: its own label when it has one that differs
@@ -484,17 +526,18 @@ class Learner:
         made: dict[str, list[str]] = {}
         for a in actions:
             if isinstance(a, Group) and a.node_ids and a.node_ids[0] in tree:
-                parent = tree.parent(a.node_ids[0])
+                parent = _parent_of(tree, a.node_ids[0])
                 avoid = nearby_labels(tree, parent) + made.setdefault(parent, [])
                 if a.label and a.label.casefold() not in {x.casefold() for x in avoid}:
                     made[parent].append(a.label)
                     out.append(a)
                     continue  # a teacher's label that differs from its neighbours' is kept
                 members = [i for i in a.node_ids if i in tree]
-                embs = [tree.node(i).embedding for i in members if tree.node(i).embedding is not None]
+                embs = [e for e in (tree.node(i).embedding for i in members) if e is not None]
                 mean = np.mean(embs, axis=0) if embs else None
-                a = Group(a.node_ids, self.label_aspect([tree.node(i).text for i in members], avoid, mean), a.metadata)
-                made[parent].append(a.label)
+                label = self.label_aspect([tree.node(i).text for i in members], avoid, mean)
+                a = Group(a.node_ids, label, a.metadata)
+                made[parent].append(label)
             out.append(a)
         return out
 
@@ -509,8 +552,12 @@ class Learner:
                 for sub, i in path_choices(tree, new_fact, plan.path, top_k=self.config.model.top_k)]
 
     def _plan_actions(self, tree: MembrainTree, fact_id: str, plan: Placement) -> list[Action]:
-        if plan.fell_back and callable(getattr(self.teacher, "placement_actions", None)):
-            return list(self.teacher.placement_actions(tree, fact_id, plan))
+        if plan.fell_back:
+            # An optional teacher method (teachers.guard's), not part of the Teacher protocol.
+            place = cast("Callable[[MembrainTree, str, Placement], Iterable[Action]] | None",
+                         getattr(self.teacher, "placement_actions", None))
+            if callable(place):
+                return list(place(tree, fact_id, plan))
         return plan.bind(fact_id)
 
     # ------------------------------------------------------------------ features
@@ -599,6 +646,8 @@ class Learner:
             logits = self.trainer.predict_stage1(feats)
             conf = self.trainer.confidence_stage1(logits)
             mchoice = int(np.argmax(logits))
+            if self._unsure(pol, "stage1", conf):
+                mchoice, conf = self._linear_second_opinion(feats, mchoice, conf)
             best_cos = feats.num[1:1 + feats.n_candidates, S1["is_best_cos"]]
             trivial = int(np.argmax(best_cos)) if best_cos.max() > 0 else 0
             step = Stage1Decision(rec.cursor, cands, feats, logits, mchoice, conf, mchoice, "model",
@@ -613,12 +662,25 @@ class Learner:
                 return True
             self.trainer.counters["stage1"].model_executed += 1
             if step.shadow_choice is not None:
-                self._shadowed("stage1", mchoice == step.shadow_choice)
+                self._shadowed("stage1", mchoice == step.shadow_choice, _stage1_classes(mchoice, step.shadow_choice))
             if mchoice == 0:
                 break
             rec.cursor = cands[mchoice]
         rec.descended = True
         return False
+
+    def _linear_second_opinion(self, feats: Stage1Features, choice: int, conf: float) -> tuple[int, float]:
+        """Where the network is unsure: the linear student's choice and confidence when its
+        own calibrated confidence passes the gate (training.LinearStage1), else the
+        network's. The linear student is trusted only once its calibration was fitted."""
+        linear = self.trainer.linear1
+        if not linear.calib.fitted:
+            return choice, conf
+        logits = linear.logits(feats)
+        lconf = linear.confidence(logits)
+        if self._unsure(self.config.stage1, "stage1", lconf):
+            return choice, conf
+        return int(np.argmax(logits)), lconf
 
     def teacher_place(self, tree: MembrainTree, rec: PlaceRecord) -> None:
         """Ask the joint question now and follow its path; if the answer is not valid, the
@@ -665,10 +727,11 @@ class Learner:
         """Attach the new fact where the descent stopped (the root if that node is gone).
         An audited insert the model decided alone keeps a snapshot of the tree first."""
         new_fact = rec.new_fact
-        if self.shadow is not None:
+        shadow = self.shadow
+        if shadow is not None:
             s0 = time.perf_counter()
             try:
-                rec.shadow_parent = destination(descend(tree, new_fact, lambda s: self.shadow.choose_stage1(new_fact, s),
+                rec.shadow_parent = destination(descend(tree, new_fact, lambda s: shadow.choose_stage1(new_fact, s),
                                                         top_k=self.config.model.top_k))
             except Exception:
                 rec.shadow_parent = None
@@ -699,15 +762,21 @@ class Learner:
             actions = self._plan_actions(tree, rec.fact_id, rec.plan)
             if decided is not None:
                 feats, logits, mine, conf = decided
-                rec.stage2 = Stage2Decision(feats, logits, mine, conf, actions, "teacher", actions, calibrate)
+                rec.stage2 = Stage2Decision(feats, logits, mine, conf, actions, "teacher", actions, calibrate,
+                                            gate_sample=calibrate or rec.move_to is None)
             elif actions:  # e.g. aspect moves, which the model does not decide: executed, not learned
                 rec.applied = actions
             return False
         if decided is None:
             return False
         feats, logits, mine, conf = decided
-        rec.stage2 = Stage2Decision(feats, logits, mine, conf, mine, "model", None, calibrate)
+        rec.stage2 = Stage2Decision(feats, logits, mine, conf, mine, "model", None, calibrate, gate_sample=calibrate)
         if rec.asked or not self._unsure(self.config.stage2, "stage2", conf):
+            return False
+        # Unsure: Idle alone when the network proposes Idle and the linear student is sure of it.
+        idle = self.trainer.idle2.prob(feats) if not mine and len(feats.fact_tok) else 0.0
+        if self.trainer.idle2.sure(idle) and not self._unsure(self.config.stage2, "stage2", idle):
+            rec.stage2.confidence = idle
             return False
         if self._waits(tree, rec.fact_id):
             rec.stage2.executed = []  # Idle until the parent's turn to ask comes
@@ -785,7 +854,8 @@ class Learner:
                         dec.shadow_actions = None
                     self._shadow_time(rec, time.perf_counter() - s0)
                     if dec.by == "model" and dec.shadow_actions is not None:
-                        self._shadowed("stage2", _same_actions(dec.executed, dec.shadow_actions))
+                        self._shadowed("stage2", _same_actions(dec.executed, dec.shadow_actions),
+                                       _stage2_classes(dec.executed, dec.shadow_actions))
                 rec.applied = self._rewrite(tree, dec.executed)
             elif rec.applied and rec.fact_id in tree:
                 rec.applied = self._rewrite(tree, rec.applied)
@@ -796,13 +866,35 @@ class Learner:
         rec.place_cpu_ms = max(time.process_time() - c0 - shadow_s, 0.0) * 1000
         return rec.applied
 
-    def _shadowed(self, stage: str, agreed: bool) -> None:
+    def _shadowed(self, stage: str, agreed: bool, classes: Counter[tuple[str, str]] | None = None) -> None:
         with self._count_lock:
             self.shadow_agreement[stage][0] += bool(agreed)
             self.shadow_agreement[stage][1] += 1
+            for (cls, outcome), n in (classes or {}).items():
+                self.shadow_classes[(stage, cls, outcome)] += n
+
+    def shadow_per_class(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per class (SHADOW_CLASSES), the student's own decisions against the shadow's:
+        ``{stage: {class: {"shadow", "student", "agreed", "recall", "precision"}}}`` with
+        recall ``agreed / shadow`` and precision ``agreed / student`` (None on no sample).
+        Stage 1 counts levels the student decided alone, class "stop" (index 0: attach here);
+        stage 2 counts the actions of the series the student executed alone (Group members
+        as a set, labels ignored), and "idle" counts such decisions whose series is empty."""
+        with self._count_lock:
+            counts = Counter(self.shadow_classes)
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for stage, classes in SHADOW_CLASSES.items():
+            out[stage] = {}
+            for cls in classes:
+                shadow, student, agreed = (counts[(stage, cls, k)] for k in ("shadow", "student", "agreed"))
+                out[stage][cls] = {"shadow": shadow, "student": student, "agreed": agreed,
+                                   "recall": agreed / shadow if shadow else None,
+                                   "precision": agreed / student if student else None}
+        return out
 
     def _shadow1(self, new_fact: NewFact, sub: Subtree) -> int | None:
         try:
+            assert self.shadow is not None  # called only with a shadow
             i = self.shadow.choose_stage1(new_fact, sub)
             return int(i) if 0 <= int(i) < len(sub.candidates) else None
         except Exception:
@@ -854,7 +946,7 @@ class Learner:
         if dec is not None and dec.teacher_actions is not None:
             labels = encode_actions(dec.feats, dec.teacher_actions)
             tr.observe_stage2(dec.feats, labels, dec.type_logits, _same_actions(dec.model_actions, dec.teacher_actions),
-                              calibrate=dec.calibrate)
+                              calibrate=dec.calibrate, gate_sample=dec.gate_sample)
         if train:
             t0 = time.perf_counter()
             res.steps = tr.train_ready()
@@ -879,9 +971,11 @@ class Learner:
         rec = self.place(tree, new_fact, node_id=node_id)
         sup = self.supervise(rec)
         extra = self.apply_corrections(tree, sup) if self.config.apply_corrections else []
+        parent_id = tree.parent(rec.fact_id)
+        assert parent_id is not None  # a fact is never the root
         return InsertResult(
             fact_id=rec.fact_id,
-            parent_id=tree.parent(rec.fact_id),
+            parent_id=parent_id,
             placed_under=rec.placed_under,
             stage1_by=rec.placed_by,
             stage2_by=rec.stage2.by if rec.stage2 is not None else "forced",
@@ -909,7 +1003,7 @@ class Learner:
 
 
 __all__ = [
-    "Correction", "InsertResult", "Learner", "LearnerConfig", "PlaceRecord", "QUESTION_KINDS", "Stage1Decision",
-    "Stage1Label", "Stage2Decision", "SupervisionResult", "ask_placement", "attach", "cosine", "descend",
+    "Correction", "InsertResult", "Learner", "LearnerConfig", "PlaceRecord", "QUESTION_KINDS", "SHADOW_CLASSES",
+    "Stage1Decision", "Stage1Label", "Stage2Decision", "SupervisionResult", "ask_placement", "attach", "cosine", "descend",
     "fallback_label", "insert_with_teacher", "nearby_labels", "relabel_avoid", "rewrite", "stage1_candidates",
 ]

@@ -82,7 +82,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 from typing import Any, Callable, Hashable, Iterable, Literal
 
@@ -183,7 +183,11 @@ class RetrievalConfig:
     tree_aspect_prior: float = 0.0  # + w * best score among the facts of the fact's aspect
     # Topic match (FactIndex docstring, "Topic match"): facts below the aspects that match
     # the query best get + tree_topic_weight * dense_weight * the aspect's z-scored cosine.
-    tree_topic_weight: float = 0.0  # opt-in: at 1.0 it lowered LoCoMo single-hop all@10 (bench/RESULTS.md)
+    # None ("auto"): MembrainMemory turns it on (TOPIC_WEIGHT) when its teacher names topics
+    # (an LLM, an endpoint, an evaluation teacher) and off under the offline rule, whose
+    # aspects are keyword clusters of the embeddings: boosting them lowered LoCoMo's
+    # single-hop recall. A FactIndex used alone reads None as off.
+    tree_topic_weight: float | None = None
     tree_topic_margin: float = 0.05  # aspects within this cosine of the best one match too
     tree_topic_min_facts: int = 3  # smaller aspects say too little about a topic
     tree_topic_min_z: float = 2.0  # the best aspect must stand this far above the facts
@@ -192,6 +196,22 @@ class RetrievalConfig:
     # cosine is the best over its own embedding and theirs.
     former_weight: float = 1.0
     former_dense: bool = True
+
+
+TOPIC_WEIGHT = 1.0  # the topic match's weight when "auto" turns it on
+
+
+def topic_weight(config: RetrievalConfig) -> float:
+    """The topic match's weight in effect: ``tree_topic_weight``, None (auto, unresolved) as 0."""
+    return float(config.tree_topic_weight or 0.0)
+
+
+def resolve_topic_weight(config: RetrievalConfig, *, teacher_names_topics: bool) -> RetrievalConfig:
+    """``config`` with an "auto" topic weight decided: :data:`TOPIC_WEIGHT` when the teacher
+    names topics, else 0; an explicit weight is kept."""
+    if config.tree_topic_weight is not None:
+        return config
+    return replace(config, tree_topic_weight=TOPIC_WEIGHT if teacher_names_topics else 0.0)
 
 
 def tokenize(text: str, stemmer: Any = None) -> list[str]:
@@ -531,7 +551,7 @@ class FactIndex:
                    and self._n_emb >= cfg.ann_min_facts and allowed is None)
         former = self._former_cos(qvec) if qvec is not None and cfg.dense_weight else None
         topics = (self._topic_match(tree, qvec) if tree is not None and qvec is not None and cfg.dense_weight
-                  and cfg.tree_topic_weight and self._n_emb else {})
+                  and topic_weight(cfg) and self._n_emb else {})
         # 1. lexical: walk only posting lists. In fast mode (ANN on) the lists of common
         # terms (df > common_df * N) are not walked: their weights are read from the
         # candidates' own fields below, so candidate scores stay exact.
@@ -590,7 +610,7 @@ class FactIndex:
             groups = self._aspect_groups(tree, cand)
             score = score + cfg.tree_aspect_prior * _group_max(groups, base)
         if topics:
-            score = score + cfg.tree_topic_weight * cfg.dense_weight * self._topic_boost(tree, topics, cand)
+            score = score + topic_weight(cfg) * cfg.dense_weight * self._topic_boost(tree, topics, cand)
         if score.size > k:
             top = np.argpartition(-score, k - 1)[:k]
             order = top[np.argsort(-score[top], kind="stable")]

@@ -95,6 +95,8 @@ class LearningStats:
     audits_shared: int = 0  # audits answered by an item's operation question (one request), not counted
     shadow_agreement: dict[str, Any] | None = None  # with a shadow teacher (``shadow_teacher``)
     shadow_seconds: float | None = None
+    # the same per class (stop; idle and each action kind): Learner.shadow_per_class
+    shadow_per_class: dict[str, Any] | None = None
 
     @property
     def teacher_questions(self) -> int:
@@ -115,7 +117,8 @@ class LearningStats:
                    teacher_skipped=int(counts.get("teacher_skipped") or 0),
                    asked_when_unsure=counts.get("asked_when_unsure"),
                    audits_shared=int(counts.get("audits_shared") or 0),
-                   shadow_agreement=counts.get("shadow_agreement"), shadow_seconds=counts.get("shadow_seconds"))
+                   shadow_agreement=counts.get("shadow_agreement"), shadow_seconds=counts.get("shadow_seconds"),
+                   shadow_per_class=counts.get("shadow_per_class"))
 
     def as_dict(self) -> dict[str, Any]:
         """The flat form a checkpoint saves and ``stats()[...]`` reads."""
@@ -128,6 +131,8 @@ class LearningStats:
         if self.shadow_agreement is not None:
             out["shadow_agreement"] = self.shadow_agreement
             out["shadow_seconds"] = self.shadow_seconds
+        if self.shadow_per_class is not None:
+            out["shadow_per_class"] = self.shadow_per_class
         return out
 
 

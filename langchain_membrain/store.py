@@ -38,7 +38,7 @@ import inspect
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
@@ -99,8 +99,8 @@ class MembrainStore(BaseStore):
     supports_ttl = False
 
     def __init__(self, memory: MembrainMemory | None = None, *, index: IndexConfig | None = None):
-        index = dict(index or {})
-        embed = index.get("embed")
+        spec: dict[str, Any] = dict(index or {})
+        embed = spec.get("embed")
         if memory is None:
             memory = MembrainMemory(embeddings=_resolve_embeddings(embed))
             self._owns_memory = True
@@ -111,14 +111,14 @@ class MembrainStore(BaseStore):
                     "pass embeddings=... to MembrainMemory instead"
                 )
             self._owns_memory = False
-        dims = index.get("dims")
+        dims = spec.get("dims")
         declared = getattr(memory.embeddings, "dimensions", None)
         if dims is not None and isinstance(declared, int) and dims != declared:
             raise ValueError(f"index['dims'] is {dims} but the embedder makes {declared}-d vectors")
-        fields = index.get("fields")
+        fields = spec.get("fields")
         self.memory = memory
         self.index_fields: list[str] | None = list(fields) if fields else None
-        self.index_config: IndexConfig | None = index or None  # type: ignore[assignment]
+        self.index_config: IndexConfig | None = cast(IndexConfig, spec) if spec else None
 
     @classmethod
     def from_conn_string(cls, path_or_url: str, *, index: IndexConfig | None = None) -> "MembrainStore":
@@ -130,9 +130,9 @@ class MembrainStore(BaseStore):
             with MembrainStore.from_conn_string("memories.db") as store:
                 ...
         """
-        index = dict(index or {})
-        memory = MembrainMemory(path_or_url, embeddings=_resolve_embeddings(index.pop("embed", None)))
-        store = cls(memory, index=index or None)  # type: ignore[arg-type]
+        spec: dict[str, Any] = dict(index or {})
+        memory = MembrainMemory(path_or_url, embeddings=_resolve_embeddings(spec.pop("embed", None)))
+        store = cls(memory, index=cast(IndexConfig, spec) if spec else None)
         store._owns_memory = True
         return store
 
@@ -154,7 +154,8 @@ class MembrainStore(BaseStore):
         if isinstance(op, SearchOp):
             return self._search(op)
         if isinstance(op, PutOp):
-            return self._put(op)
+            self._put(op)
+            return None
         return self._list_namespaces(op)
 
     # --------------------------------------------------------------------- ops

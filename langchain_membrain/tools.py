@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import string
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -181,12 +181,13 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         items = await store.asearch(ns, query=query, limit=limit)
         return json.dumps([_hit(store, item) for item in items])
 
-    specs = [
+    specs: list[tuple[Callable[..., str], Callable[..., Awaitable[str]], type[BaseModel]]] = [
         (save_memory, asave_memory, SaveMemoryInput),
         (update_memory, aupdate_memory, UpdateMemoryInput),
         (delete_memory, adelete_memory, DeleteMemoryInput),
         (search_memory, asearch_memory, SearchMemoryInput),
     ]
     return [StructuredTool.from_function(func=func, coroutine=afunc, name=func.__name__, args_schema=schema,
-                                         description=" ".join(func.__doc__.split()), handle_tool_error=True)
+                                         description=" ".join(cast(str, func.__doc__).split()),
+                                         handle_tool_error=True)
             for func, afunc, schema in specs]

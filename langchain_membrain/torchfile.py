@@ -22,12 +22,12 @@ import pickle
 import struct
 import zipfile
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable, cast
 
 import numpy as np
 
 # torch's legacy typed storage classes, as torch.save names them, and their dtypes.
-_STORAGE_DTYPES = {
+_STORAGE_DTYPES: dict[str, np.dtype] = {
     "FloatStorage": np.dtype("<f4"),
     "DoubleStorage": np.dtype("<f8"),
     "LongStorage": np.dtype("<i8"),
@@ -165,6 +165,9 @@ class _Storage:
 
 class _Pickler(pickle._Pickler):  # the Python pickler: its dispatch table can be extended
     dispatch = dict(pickle._Pickler.dispatch)
+    # The Python pickler's own methods, which typeshed's stub of pickle._Pickler leaves out.
+    write: Callable[[bytes], Any]
+    memoize: Callable[[Any], None]
 
     def __init__(self, file: io.BytesIO):
         super().__init__(file, protocol=2)
@@ -175,7 +178,7 @@ class _Pickler(pickle._Pickler):  # the Python pickler: its dispatch table can b
         self.write(pickle.GLOBAL + f"{obj.module}\n{obj.name}\n".encode("utf-8"))
         self.memoize(obj)
 
-    dispatch[_Global] = _save_global_ref
+    dispatch[_Global] = cast(Any, _save_global_ref)  # typeshed types the table's functions as an Unpickler's
 
     def persistent_id(self, obj: Any) -> Any:
         if isinstance(obj, _Storage):

@@ -190,6 +190,7 @@ class Calibrator:
         self.rows: deque[tuple[np.ndarray, int]] = deque(maxlen=window)
         self.temperature = 1.0
         self.gate = gate
+        self.fitted = False  # whether the temperature was ever fitted (a loaded one counts)
         self._since_fit = 0
 
     def add(self, logits: np.ndarray, label: int) -> None:
@@ -224,6 +225,7 @@ class Calibrator:
             while best > 0 and agrees_at(right[confidence[best - 1] >= self.gate], self.gate):
                 best -= 1
         self.temperature = float(self.GRID[best])
+        self.fitted = True
         return self.temperature
 
     def probs(self, logits: np.ndarray) -> np.ndarray:
@@ -231,6 +233,147 @@ class Calibrator:
         z = z - z.max(axis=-1, keepdims=True)
         e = np.exp(z)
         return e / e.sum(axis=-1, keepdims=True)
+
+
+class LinearStage1:
+    """Stage 1's second student: a conditional logit over the candidates' numeric features,
+    ``logit_j = w . num_j`` (softmax over the candidates), trained by a few plain gradient
+    steps on each label as it arrives.
+
+    Why beside the network: the network learns in batches, through a deep encoder that
+    starts from a prior taught by the offline rule, so a new teacher's rule (a topic
+    teacher: "the aspect whose topic this is") takes it hundreds of labels to follow; a
+    linear read of the same features follows it within tens. It decides only where the
+    network is unsure (:meth:`Learner.descend_model`), and only when its own confidence,
+    temperature-scaled with the gate's check (:class:`Calibrator`) on its prequential
+    predictions, passes the gate. Its state is small (one weight per feature) and is
+    checkpointed with the networks; priors do not carry it.
+    """
+
+    def __init__(self, n_features: int, *, lr: float = 0.5, steps: int = 3, window: int = 128,
+                 gate: float | None = None):
+        self.w = np.zeros(n_features)
+        self.lr, self.steps = float(lr), int(steps)
+        self.calib = Calibrator(window, gate=gate)
+        self.labelled = 0
+
+    @staticmethod
+    def _rows(feats: Stage1Features) -> np.ndarray:
+        return np.asarray(feats.num[1:1 + feats.n_candidates], np.float64)
+
+    def logits(self, feats: Stage1Features) -> np.ndarray:
+        return self._rows(feats) @ self.w
+
+    def confidence(self, logits: np.ndarray) -> float:
+        return float(self.calib.probs(logits).max())
+
+    def observe(self, feats: Stage1Features, target: int, *, calibrate_every: int) -> None:
+        """Score the label prequentially (a calibration row), then learn it. The weights are
+        replaced, never changed in place, so a reader sees the old ones or the new ones."""
+        x = self._rows(feats)
+        if not 0 <= target < len(x):
+            return
+        w = self.w
+        self.calib.add(x @ w, target)
+        self.calib.maybe_fit(calibrate_every)
+        for _ in range(self.steps):
+            z = x @ w
+            p = np.exp(z - z.max())
+            p /= p.sum()
+            w = w - self.lr * (x.T @ p - x[target])
+        self.w = w
+        self.labelled += 1
+
+    def state(self) -> dict[str, Any]:
+        return {"weights": [float(v) for v in self.w], "temperature": self.calib.temperature,
+                "labelled": self.labelled}
+
+    def load(self, state: Any) -> None:
+        """Read :meth:`state` back; anything else (an older checkpoint has none) resets it."""
+        try:
+            w = np.asarray([float(v) for v in state["weights"]])
+            temperature, labelled = float(state["temperature"]), int(state["labelled"])
+        except Exception:  # noqa: BLE001 - absent or foreign: start afresh
+            w, temperature, labelled = np.zeros_like(self.w), 1.0, 0
+        if w.shape != self.w.shape or not np.all(np.isfinite(w)) or not temperature > 0:
+            w, temperature, labelled = np.zeros_like(self.w), 1.0, 0
+        self.w, self.calib.temperature, self.labelled = w, temperature, labelled
+        self.calib.rows.clear()
+        self.calib.fitted = labelled > 0
+
+
+class LinearIdle:
+    """Stage 2's second student: the probability that the teacher's whole series on a
+    closure is empty (Idle), by a logistic read of the focal fact's numeric features, trained
+    by a few gradient steps on each label as it arrives (for the reason :class:`LinearStage1`
+    gives). It decides only where the network is unsure and proposes Idle too
+    (:meth:`Learner.propose_stage2`): its gate (:meth:`_gate_opens`) is checked on its
+    prequential predictions over a window, and then lets through a probability at or above
+    the gate.
+    """
+
+    def __init__(self, n_features: int, *, lr: float = 0.3, steps: int = 3, window: int = 128,
+                 gate: float | None = None):
+        self.w = np.zeros(n_features + 1)  # the last weight is the bias
+        self.lr, self.steps, self.gate = float(lr), int(steps), gate
+        self.rows: deque[tuple[float, bool]] = deque(maxlen=window)
+        self.open = False
+        self.labelled = 0
+
+    @staticmethod
+    def _row(feats: Stage2Features) -> np.ndarray:
+        return np.append(np.asarray(feats.num[int(feats.fact_tok[0])], np.float64), 1.0)
+
+    def prob(self, feats: Stage2Features) -> float:
+        return float(1.0 / (1.0 + np.exp(-np.clip(self._row(feats) @ self.w, -30, 30))))
+
+    def sure(self, p: float) -> bool:
+        return self.open and self.gate is not None and p >= self.gate
+
+    def observe(self, feats: Stage2Features, idle: bool, *, gate_row: bool) -> None:
+        """Learn a label; with ``gate_row`` (the teacher was not asked because stage 2 was
+        unsure, so the label is a fair sample of what the gate lets through) score it
+        prequentially first, as a row for the gate. The weights are replaced, never changed
+        in place."""
+        x, w = self._row(feats), self.w
+        if gate_row:
+            self.rows.append((float(1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))), bool(idle)))
+        if gate_row:
+            self.open = self._gate_opens()
+        for _ in range(self.steps):
+            w = w + self.lr * (float(idle) - 1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))) * x
+        self.w = w
+        self.labelled += 1
+
+    def state(self) -> dict[str, Any]:
+        return {"weights": [float(v) for v in self.w], "rows": [[p, y] for p, y in self.rows],
+                "labelled": self.labelled}
+
+    def load(self, state: Any) -> None:
+        """Read :meth:`state` back; anything else (an older checkpoint has none) resets it."""
+        try:
+            w = np.asarray([float(v) for v in state["weights"]])
+            rows = [(float(p), bool(y)) for p, y in state["rows"]]
+            labelled = int(state["labelled"])
+        except Exception:  # noqa: BLE001 - absent or foreign: start afresh
+            w, rows, labelled = np.zeros_like(self.w), [], 0
+        if w.shape != self.w.shape or not np.all(np.isfinite(w)):
+            w, rows, labelled = np.zeros_like(self.w), [], 0
+        self.w, self.labelled = w, labelled
+        self.rows.clear()
+        self.rows.extend(rows)
+        self.open = self._gate_opens()
+
+    def _gate_opens(self) -> bool:
+        """Over the window's fair rows: the Idles it would take alone (probability at or above
+        the gate) were right at the gate's rate, *and* the teacher's actions stayed below the
+        gate at that rate too. The second half keeps a teacher's rare actions from passing as
+        Idle behind a high Idle base rate (an offline rule that acts on 5% of inserts)."""
+        if self.gate is None:
+            return False
+        passed = np.array([y for p, y in self.rows if p >= self.gate], bool)
+        acted = np.array([p < self.gate for p, y in self.rows if not y], bool)
+        return agrees_at(passed, self.gate) and agrees_at(acted, self.gate)
 
 
 class PlattCalibrator:
@@ -416,6 +559,8 @@ class OnlineTrainer:
         self._lr_scale = 1.0
         self.counters = {"stage1": StageCounters(), "stage2": StageCounters()}
         self.calib = {"stage1": Calibrator(self.config.calibration_window)}
+        self.linear1 = LinearStage1(model_config.stage1_num, window=2 * self.config.calibration_window)
+        self.idle2 = LinearIdle(model_config.stage2_num, window=2 * self.config.calibration_window)
         self.decision_calib = PlattCalibrator(self.config.calibration_window)
         self.pending1: list[tuple[Stage1Features, int]] = []
         self.pending2: list[tuple[Stage2Features, Stage2Labels]] = []
@@ -547,7 +692,8 @@ class OnlineTrainer:
             weights = self._numpy_weights("stage2")
             if weights is not None:
                 with blas_threads(self.config.threads):
-                    return tuple(x.astype(np.float64) for x in stage2_logits(weights, self.model_config, feats))
+                    types, demote, group = stage2_logits(weights, self.model_config, feats)
+                    return types.astype(np.float64), demote.astype(np.float64), group.astype(np.float64)
         import torch
 
         from .models import collate_stage2, torch_threads
@@ -594,10 +740,13 @@ class OnlineTrainer:
                 self.calib["stage1"].add(model_logits, target)
                 self.calib["stage1"].maybe_fit(self.config.calibrate_every)
             self.pending1.append((feats, int(target)))
+            self.linear1.observe(feats, int(target), calibrate_every=self.config.calibrate_every)
         return agreed
 
     def observe_stage2(self, feats: Stage2Features, labels: Stage2Labels, model_type_logits: np.ndarray,
-                       agreed: bool, *, calibrate: bool) -> None:
+                       agreed: bool, *, calibrate: bool, gate_sample: bool | None = None) -> None:
+        """Record a teacher label (as :meth:`observe_stage1`). ``gate_sample``: whether it is a
+        row for the linear Idle student's gate (default: ``calibrate``)."""
         c = self.counters["stage2"]
         with self.lock:
             c.labelled += 1
@@ -607,6 +756,9 @@ class OnlineTrainer:
                 self.decision_calib.add(self.stage2_score(model_type_logits, mask), decided_facts(mask), agreed)
                 self.decision_calib.maybe_fit(self.config.calibrate_every)
             self.pending2.append((feats, labels))
+            if len(feats.fact_tok):
+                self.idle2.observe(feats, not labels.ignored and not np.any(labels.types),
+                                   gate_row=calibrate if gate_sample is None else gate_sample)
 
     # ------------------------------------------------------------------ train
     def labelled_count(self, stage: str) -> int:
@@ -746,6 +898,10 @@ class OnlineTrainer:
             "decision_score": DECISION_SCORE,
         }
 
+    def _checkpoint_extras(self) -> dict[str, Any]:
+        """What a checkpoint holds beyond a prior's state: the linear students."""
+        return {"linear1": self.linear1.state(), "idle2": self.idle2.state()}
+
     def state_dict(self) -> dict[str, Any]:
         with self.lock:
             return {
@@ -757,6 +913,7 @@ class OnlineTrainer:
                 "opt2": self.opt2.state_dict(),
                 "counters": {k: asdict(v) for k, v in self.counters.items()},
                 **self._calibration_state(),
+                **self._checkpoint_extras(),
                 "prior_labels": dict(self.prior_labels),
             }
 
@@ -855,6 +1012,7 @@ class OnlineTrainer:
                     "opt2": self._opt_states[1],
                     "counters": {k: asdict(v) for k, v in self.counters.items()},
                     **self._calibration_state(),
+                    **self._checkpoint_extras(),
                     "prior_labels": dict(self.prior_labels),
                 })
             import torch
@@ -937,4 +1095,6 @@ class OnlineTrainer:
             if platt is not None:
                 self.decision_calib.load(platt, rows)
             self.prior_labels = {k: int(v) for k, v in state.get("prior_labels", {}).items()}
+            self.linear1.load(state.get("linear1"))
+            self.idle2.load(state.get("idle2"))
             self.pending1, self.pending2 = [], []

@@ -536,7 +536,7 @@ class MembrainTree:
         self.remove(fact_id)
         return entry
 
-    def log_ignored(self, node_id: str, text: str, *, embedding: Any = None,
+    def log_ignored(self, node_id: str | None, text: str, *, embedding: Any = None,
                     metadata: dict[str, Any] | None = None, reason: str = "ignore") -> str:
         """Keep an item that is not a memory in the namespace's log (not the tree)."""
         text = _check_text(text, "text")

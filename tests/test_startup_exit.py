@@ -244,20 +244,20 @@ def test_exit_hook_holds_no_memory_alive():
     import gc
     import weakref
 
-    from langchain_membrain import memory as memory_module
+    from langchain_membrain import shutdown
     from langchain_membrain.memory import MembrainMemory
 
     from helpers import WordEmbeddings
 
     m = MembrainMemory(embeddings=WordEmbeddings())
-    assert m in memory_module._LIVE
+    assert m in shutdown._LIVE
     ref = weakref.ref(m)
     del m
     gc.collect()
     assert ref() is None
     with MembrainMemory(embeddings=WordEmbeddings()) as m:
         pass
-    assert m not in memory_module._LIVE  # closed: forgotten
+    assert m not in shutdown._LIVE  # closed: forgotten
 
 
 # ------------------------------------------------------------------ lock files

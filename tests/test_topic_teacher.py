@@ -137,3 +137,28 @@ def test_the_bundled_topic_sets_have_users_sharing_topics():
             for t in topics:
                 users_per_topic[t] = users_per_topic.get(t, 0) + 1
         assert min(users_per_topic.values()) >= 4
+
+
+def test_the_tree_joins_search_when_the_teacher_names_topics():
+    """"health" is no word of the health facts: flat cosine finds the dentist's facts and
+    not the sleep ones; the aspect the topic teacher named "health" holds both
+    (RetrievalConfig.tree_topic_weight "auto")."""
+    from langchain_membrain.retrieval import RetrievalConfig
+
+    health = {text for topic, _, text in FACTS if topic == "health"}
+
+    def top(retrieval: RetrievalConfig | None) -> tuple[float | None, set[str]]:
+        with MembrainMemory(embeddings=WordEmbeddings(), teacher=TopicTeacher(PATHS), learner=TEACHER_ONLY,
+                            operations=False, relabel=False, prior=False, background=False,
+                            retrieval=retrieval) as mem:
+            for _, _, text in FACTS:
+                mem.add(text, namespace="ana")
+            hits = mem.search("health dentist", namespace="ana", limit=len(health))
+            return mem.retrieval.tree_topic_weight, {h.text for h in hits}
+
+    weight, found = top(None)
+    assert weight and weight > 0 and found == health
+    weight, found = top(RetrievalConfig(tree_topic_weight=0.0))  # an explicit weight is kept
+    assert weight == 0.0 and found != health
+    with MembrainMemory(embeddings=WordEmbeddings(), prior=False, background=False) as mem:
+        assert mem.retrieval.tree_topic_weight == 0.0  # the offline rule's keyword clusters: not topics

@@ -160,6 +160,9 @@ class PrecomputedEmbeddings(Embeddings):
     def embed_array(self, texts: list[str]) -> np.ndarray:
         from ..embeddings import embed_texts
 
+        if not texts:
+            dim = len(next(iter(self.known.values()))) if self.known else 0
+            return np.zeros((0, dim), np.float32)
         todo = [t for t in texts if t not in self.known]
         if todo:
             self.misses += len(todo)

@@ -45,7 +45,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-Embed = Callable[[list[str]], Sequence[Sequence[float]]]
+Embed = Callable[[list[str]], Sequence[Sequence[float]] | np.ndarray]
 Labeller = Callable[[list[str], np.ndarray, list[str]], str]  # (texts, their mean embedding, avoid) -> label
 
 
@@ -113,7 +113,7 @@ def tree_labels(personas: dict[str, list[dict]], embed: Embed, make_memory: Call
                 if not below:
                     continue
                 topic, n = Counter(t for t in below if t).most_common(1)[0]
-                kw = {"facts": len(below), "majority_share": n / len(below)}
+                kw: dict[str, Any] = {"facts": len(below), "majority_share": n / len(below)}
                 label = tree.node(a).text
                 out["current"].append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed), **kw))
                 if labeller is not None:

@@ -41,7 +41,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from ..embeddings import embed_texts
-from ..retrieval import FactIndex, RetrievalConfig
+from ..retrieval import FactIndex, Mode, RetrievalConfig
 
 CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
 CATEGORY_ORDER = ["overall", "multi_hop", "temporal", "single_hop", "open_domain"]
@@ -188,7 +188,7 @@ class DenseRetriever(Retriever):
 class InMemoryStoreRetriever(Retriever):
     """LangGraph's ``InMemoryStore`` with an index config; embeddings served from the cache."""
 
-    def __init__(self, conv: Conversation, embs: np.ndarray, lookup: Callable[[list[str]], list[list[float]]]):
+    def __init__(self, conv: Conversation, embs: np.ndarray, lookup: Callable[[Sequence[str]], list[list[float]]]):
         from langgraph.store.memory import InMemoryStore
 
         self.ns = ("locomo", conv.sample_id)
@@ -208,7 +208,7 @@ class MembrainNamespace(Retriever):
     index: FactIndex
     tree: Any
     qvec: Callable[[str], np.ndarray]
-    mode: str = "exact"
+    mode: Mode = "exact"
 
     def search(self, q: str, k: int) -> list[str]:
         emb = self.qvec(self.index.dense_query_text(q))
@@ -364,7 +364,7 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         if "inmemorystore" in methods:
             known = {**by_text, **qfull}
 
-            def lookup_many(texts: list[str], known: dict = known) -> list[list[float]]:
+            def lookup_many(texts: Sequence[str], known: dict = known) -> list[list[float]]:
                 return [(known[t] if t in known else cache.embed([t])[0]).tolist() for t in texts]
 
             retrievers["inmemorystore"] = InMemoryStoreRetriever(conv, embs, lookup_many)
@@ -378,8 +378,9 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         log(f"{conv.sample_id}: {len(conv.turns)} turns, {len(conv.questions)} questions"
             f" ({conv.skipped} skipped: no valid evidence id)")
     results = score(ranked, questions, ks)
-    timing = {m: {"search_p50_ms": 1e3 * float(np.percentile(v, 50)),
-                  "search_p95_ms": 1e3 * float(np.percentile(v, 95))} for m, v in latency.items() if v}
+    timing: dict[str, dict[str, Any]] = {
+        m: {"search_p50_ms": 1e3 * float(np.percentile(v, 50)),
+            "search_p95_ms": 1e3 * float(np.percentile(v, 95))} for m, v in latency.items() if v}
     for m, st in ingest.items():
         if st:
             n_turns = sum(st["turns"]) or 1
@@ -448,15 +449,17 @@ def print_table(out: dict, ks: Sequence[int]) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
+
+        have_rich = True
     except ImportError:  # pragma: no cover
-        Console = None
+        have_rich = False
     rows = []
     for m, cats in res.items():
         for c in CATEGORY_ORDER:
             if c in cats:
                 rows.append([m, c, str(cats[c]["n"])] + [f"{cats[c][x]:.3f}" for x in metrics])
     head = ["method", "category", "n", *metrics]
-    if Console is not None:
+    if have_rich:
         t = Table(title=f"LoCoMo retrieval ({out['questions']} questions)")
         for h in head:
             t.add_column(h)

@@ -118,7 +118,7 @@ class OracleTeacher(BaseTeacher):
         ancestors = self._learn(new_fact.text, ground_truth(new_fact.metadata))
         if not ancestors:
             return 0
-        depth_of = {a: i for i, a in enumerate(ancestors)}
+        depth_of: dict[str | None, int] = {a: i for i, a in enumerate(ancestors)}
         best_i, best_depth = 0, -1
         for i, cand in enumerate(subtree.candidates[1:], start=1):
             d = depth_of.get(self._stands(subtree.tree, cand), -1)

@@ -22,7 +22,7 @@ import gc
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -126,7 +126,7 @@ def _bench_store(data: dict[str, Any], k: int) -> dict[str, Any]:
     vec_of = {t: v for t, v in zip(data["texts"], data["emb"])}
     vec_of.update({t: v for t, v in zip(data["qtexts"], data["q"])})
 
-    def embed(texts: list[str]) -> list[list[float]]:
+    def embed(texts: Sequence[str]) -> list[list[float]]:
         return [vec_of[t].tolist() for t in texts]
 
     store = InMemoryStore(index={"dims": data["emb"].shape[1], "embed": embed, "fields": ["text"]})

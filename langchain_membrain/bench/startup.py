@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from . import machine_description
 
@@ -123,8 +124,9 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             results[label] = {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
                               "runs": times}
-    machine = {"description": machine_description(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
-               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    machine: dict[str, Any] = {
+        "description": machine_description(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     source = args.pythonpath or str(Path(__file__).resolve().parents[2])
     table = Table(title=f"Cold start, fresh process per run ({args.runs} runs after {args.warmup} warm-up; "
                         f"store: {'given' if args.db else f'{args.facts} facts, SQLite'})", title_justify="left")

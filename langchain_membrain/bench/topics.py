@@ -127,7 +127,7 @@ class Third:
     rprec: dict[str, list[float]] = field(default_factory=dict)  # "membrain my", "flat my", ...
 
     def summary(self) -> dict[str, Any]:
-        def mean(v: list[float]) -> float | None:
+        def mean(v: Sequence[float]) -> float | None:
             return round(float(np.mean(v)), 3) if v else None
 
         n = max(self.inserts, 1)
@@ -205,7 +205,7 @@ def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool =
                 third.alone += now[2] - prev[2]
                 third.shadow[0] += now[3][0] - prev[3][0]
                 third.shadow[1] += now[3][1] - prev[3][1]
-                if prompts and sum(asked.values()):
+                if prompts and sum(asked.values()) != 0:
                     third.prompts.append(prompt_tokens(mem, ns, row["text"]))
                 prev = now
             mem.flush()
@@ -216,8 +216,8 @@ def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool =
             prev = now
             purity, rprec = score_persona(mem, ns, topic_of, embed, data.queries.get(persona, {}))
             third.purity.append(purity)
-            for k, v in rprec.items():
-                third.rprec.setdefault(k, []).extend(v)
+            for k, sims in rprec.items():
+                third.rprec.setdefault(k, []).extend(sims)
             if log is not None:
                 log(f"{persona}: purity {purity:.2f}, R-prec my {np.mean(rprec['membrain_my']):.2f} "
                     f"(flat {np.mean(rprec['flat_my']):.2f}), {done}/{total} facts")

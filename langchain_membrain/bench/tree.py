@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import cast
 
 import numpy as np
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     def naive_means(fact_id: str) -> None:
         for anc in tree.path(fact_id)[:-1]:
-            np.mean([tree.node(x).embedding for x in tree.facts_below(anc)[:5000]], axis=0)
+            np.mean([cast(np.ndarray, tree.node(x).embedding) for x in tree.facts_below(anc)[:5000]], axis=0)
 
     results["baseline: naive path means (5k facts cap)"] = _summary(_timed(naive_means, [(f,) for f in sample[:20]]))
 
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     promoted = half[: n // 4]
     results["promote"] = _summary(_timed(tree.promote, [(f,) for f in promoted]))
     # A promoted fact now sits beside aspects: demote it back into one of them.
-    demotes = [(f, tree.child_aspects(tree.parent(f))[0]) for f in promoted]
+    demotes = [(f, tree.child_aspects(cast(str, tree.parent(f)))[0]) for f in promoted]
     results["demote"] = _summary(_timed(tree.demote, demotes))
     groups = []
     for leaf in leaves[: min(200, len(leaves))]:

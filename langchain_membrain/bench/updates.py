@@ -40,7 +40,7 @@ import argparse
 import json
 from collections import defaultdict
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -128,7 +128,7 @@ def run_config(config: str, sets: list[tuple[str, dict]], embeddings: Any) -> di
                     op, by = (last.operation, last.by) if last is not None else (ADD, "none")
                     right_target = None
                     if op.kind in ("UPDATE", "DELETE") and ev["op"] == op.kind:
-                        hist = mem.history(op.target, namespace=ns)
+                        hist = mem.history(cast(str, op.target), namespace=ns)  # validated: has a target
                         right_target = any(r.value.get("gt_id") == ev.get("target") for r in hist)
                     decisions.append({"set": set_name, "gt": ev["op"], "op": op.kind, "by": by,
                                       "right_target": right_target,

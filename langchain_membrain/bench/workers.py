@@ -61,7 +61,7 @@ def namespace_rows(n_facts: int, seed: int = 0) -> list[dict[str, Any]]:
 
     rng = np.random.default_rng(seed)
     now = time.time() - 3600
-    rows = [{"id": "root", "kind": "root", "text": "bench", "parent": None, "seq": 0, "embedding": None,
+    rows: list[dict[str, Any]] = [{"id": "root", "kind": "root", "text": "bench", "parent": None, "seq": 0, "embedding": None,
              "created_at": now, "updated_at": now, "metadata": {}}]
     seq = 0
     n_leaves = max(1, -(-n_facts // LEAF))
@@ -150,7 +150,8 @@ def _worker(idx: int, n_proc: int, target: str, options: dict, ops: int, reload_
         sync["barrier"].wait()
         take_turns("after another's write", "alone", ops)
         sync["barrier"].wait()
-        storage.changes_since = lambda ns, version: None  # as before the change log: reload whole
+        # as before the change log: reload whole (on this instance only: setattr, not a method assignment)
+        setattr(storage, "changes_since", lambda ns, version: None)
         take_turns("reload (before)", None, reload_ops)
         sync["barrier"].wait()
         out["facts_at_end"] = len(mem.tree(NS).facts())

@@ -310,10 +310,11 @@ def resolve_actions(specs: list[prompts.ActionSpec], ids: list[str], view: Any, 
     actions: list[Action] = []
     used: set[str] = set()
     targets: set[str] = set()
+    action: Action  # each branch's assignment narrows it
     for k, spec in enumerate(specs, start=1):
         try:
             if spec.type == "promote":
-                action: Action = Promote(node(spec.node, "node", k))
+                action = Promote(node(spec.node, "node", k))
                 moved = [action.node_id]
             elif spec.type == "demote":
                 action = Demote(node(spec.node, "node", k), node(spec.target, "target", k))
@@ -395,7 +396,8 @@ def _classify(exc: BaseException) -> TeacherCallError:
         retry_after = None
         headers = getattr(getattr(exc, "response", None), "headers", None) or {}
         try:
-            retry_after = float(headers.get("retry-after")) if headers.get("retry-after") is not None else None
+            value = headers.get("retry-after")
+            retry_after = float(value) if value is not None else None
         except (TypeError, ValueError):
             retry_after = None
         kind = "rate_limit" if status == 429 else "http_error"

@@ -104,7 +104,7 @@ import re
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 import numpy as np
 
@@ -397,7 +397,7 @@ class HeuristicTeacher(BaseTeacher):
         if len(facts) <= cap or e is None:
             return facts
         others = [c for c in facts if c != fid and tree.node(c).embedding is not None]
-        x = np.stack([tree.node(c).embedding for c in others]).astype(np.float64)
+        x = np.stack([cast(np.ndarray, tree.node(c).embedding) for c in others]).astype(np.float64)
         sims = x @ e / np.maximum(np.linalg.norm(x, axis=1), 1e-12)
         keep = {others[i] for i in np.argsort(-sims)[: cap - 1]}
         return [c for c in facts if c == fid or c in keep]
@@ -422,8 +422,11 @@ class HeuristicTeacher(BaseTeacher):
         target = self._descent(tree, e, parent, cands, exclude=fid)
         if target is None:
             return None
-        if not new and self._affinity(e, tree.mean_embedding(target)) <= a_parent + cfg.demote_margin:
-            return None
+        if not new:
+            a_target = self._affinity(e, tree.mean_embedding(target))
+            assert a_target is not None  # _descent never picks an aspect without a mean (score -inf)
+            if a_target <= a_parent + cfg.demote_margin:
+                return None
         return Demote(fid, target)
 
     def _aspect_moves(self, tree: MembrainTree, parent: str, grand: str | None, aspects: list[str],
@@ -450,13 +453,14 @@ class HeuristicTeacher(BaseTeacher):
         means = {a: tree.mean_embedding(a) for a in aspects}
         coherence = self._coherence(c_sum, c_cnt)
         for a in focus:
-            if a in targets or a in moved or means[a] is None:
+            mean_a = means[a]
+            if a in targets or a in moved or mean_a is None:
                 continue
             a_sum, a_cnt = self._sum_count(tree, a)
             rest = self._mean(c_sum - a_sum, c_cnt - a_cnt) if c_cnt > a_cnt else None
             if rest is None:
                 continue
-            m_a = means[a].astype(np.float64)
+            m_a = mean_a.astype(np.float64)
             here = float(np.dot(m_a, rest))
             if up is not None:
                 u_sum, u_cnt = self._sum_count(tree, up)
@@ -468,7 +472,9 @@ class HeuristicTeacher(BaseTeacher):
             best = self._best_sibling(a, aspects, means, moved)
             if best is None or self._best_sibling(best, aspects, means, moved) != a:
                 continue
-            sim = float(np.dot(m_a, means[best]))
+            mean_best = means[best]
+            assert mean_best is not None  # _best_sibling skips aspects without a mean
+            sim = float(np.dot(m_a, mean_best))
             if sim > max(here, coherence) + cfg.aspect_margin:
                 small, big = (a, best) if tree.fact_count(a) <= tree.fact_count(best) else (best, a)
                 if small in targets or small in moved or big in moved:
@@ -507,7 +513,7 @@ class HeuristicTeacher(BaseTeacher):
         from scipy.cluster.hierarchy import fcluster, linkage
 
         cfg = self.config
-        x = np.stack([tree.node(c).embedding for c in facts]).astype(np.float64)
+        x = np.stack([cast(np.ndarray, tree.node(c).embedding) for c in facts]).astype(np.float64)
         norms = np.linalg.norm(x, axis=1, keepdims=True)
         x = x / np.where(norms == 0.0, 1.0, norms)
         cut = max(cfg.group_threshold, self._coherence(x.sum(axis=0), len(x)) + cfg.group_margin,

@@ -1,0 +1,82 @@
+"""Process exit: every memory still open is flushed, then closed.
+
+A memory that is never closed must still train its pending inserts and save its models
+when the interpreter exits, and must not take the process down. Its trainer is a daemon
+thread: left running torch code (which releases the GIL) while the interpreter finalises,
+CPython ends it with pthread_exit as it takes the GIL back, and unwinding that thread
+through torch's C++ frames calls std::terminate ("terminate called without an active
+exception", status 134). So every open memory is flushed before the interpreter starts
+shutting down its threads, and closed (worker stopped, checkpoint saved) at exit. Held by
+weak reference: registering never keeps a memory alive.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol
+
+logger = logging.getLogger("langchain_membrain")
+
+
+class Closable(Protocol):
+    """What the exit hooks call: ``flush`` (train what is pending, save) and ``close``."""
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+_LIVE: Any = None  # weakref.WeakSet of the open memories; created with the exit hooks
+_LIVE_LOCK = threading.Lock()
+
+
+def register(memory: Closable) -> None:
+    """Flush and close ``memory`` at interpreter exit unless it was closed (:func:`forget`) before."""
+    global _LIVE
+    import weakref
+
+    with _LIVE_LOCK:
+        if _LIVE is None:
+            _LIVE = weakref.WeakSet()
+            _install_exit_hooks()
+        _LIVE.add(memory)
+
+
+def forget(memory: Closable) -> None:
+    """``memory`` was closed: nothing to do for it at exit."""
+    with _LIVE_LOCK:
+        if _LIVE is not None:
+            _LIVE.discard(memory)
+
+
+def _install_exit_hooks() -> None:
+    import atexit
+    import concurrent.futures.thread  # noqa: F401 - registers its own exit hook first (see below)
+
+    atexit.register(_at_exit, close=True)
+    try:
+        # threading's exit hooks run before atexit's, before non-daemon threads are joined,
+        # in reverse order of registration: ours runs before concurrent.futures stops its
+        # executors, so an LLM teacher (whose requests run on one) still answers the flush.
+        threading._register_atexit(_at_exit, close=False)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # another Python; or already shutting down
+        pass
+
+
+def _at_exit(close: bool) -> None:
+    """Flush (before threads are joined) or close (at exit) every memory still open: still
+    registered when its turn comes (a memory forgets itself as it closes)."""
+    with _LIVE_LOCK:
+        memories = list(_LIVE) if _LIVE is not None else []
+    for memory in memories:
+        try:
+            if close:
+                memory.close()
+            else:
+                with _LIVE_LOCK:
+                    still_open = memory in _LIVE
+                if still_open:
+                    memory.flush()
+        except Exception as exc:  # noqa: BLE001 - one memory's failure must not stop the others
+            logger.warning("membrain: could not %s a memory at exit: %s", "close" if close else "flush", exc)

@@ -1,0 +1,60 @@
+"""MemoryConfig (config.py): the constructor's settings, one field per keyword argument,
+validated before anything is opened."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from langchain_membrain.config import MemoryConfig
+from langchain_membrain.errors import InvalidOperationError
+from langchain_membrain.memory import MembrainMemory
+
+
+def test_the_config_has_the_constructors_keywords_and_defaults():
+    params = {n: p.default for n, p in inspect.signature(MembrainMemory.__init__).parameters.items() if n != "self"}
+    fields = {f.name: f.default for f in dataclasses.fields(MemoryConfig)}
+    assert list(fields) == list(params)
+    assert fields == params
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"teacher_budget": 0}, "teacher_budget is a number of seconds > 0 or None"),
+    ({"teacher_budget": True}, "teacher_budget is a number of seconds > 0 or None"),
+    ({"operations": "sometimes"}, "operations is True, False or 'teacher'"),
+    ({"max_loaded_namespaces": 0}, "max_loaded_namespaces is at least 1"),
+    ({"search_mode": "slow"}, "search_mode is 'fast' or 'exact'"),
+    ({"max_training_lag": 0}, "max_training_lag is at least 1"),
+    ({"max_height": 0}, "max_height must be None or an int >= 1"),
+])
+def test_a_bad_setting_is_refused_before_the_storage_is_opened(tmp_path, kwargs, message):
+    with pytest.raises(InvalidOperationError, match=message):
+        MemoryConfig(**kwargs)
+    db = tmp_path / "m.db"
+    with pytest.raises(InvalidOperationError, match=message):
+        MembrainMemory(str(db), **kwargs)
+    assert not db.exists()
+
+
+def test_scalars_are_normalised():
+    cfg = MemoryConfig(teacher_budget=3, checkpoint_every=7.0, refresh_interval=2, background=0, index_fields=("a",))
+    assert cfg.teacher_budget == 3.0 and isinstance(cfg.teacher_budget, float)
+    assert cfg.checkpoint_every == 7 and isinstance(cfg.checkpoint_every, int)
+    assert cfg.refresh_interval == 2.0 and cfg.background is False and cfg.index_fields == ["a"]
+    assert MemoryConfig().index_fields == ["content", "text"]
+    assert MemoryConfig(teacher_budget=None).teacher_budget is None
+
+
+def test_the_settings_the_trainer_reads_stay_attributes_of_the_memory():
+    from helpers import WordEmbeddings
+
+    with MembrainMemory(embeddings=WordEmbeddings(), relabel=False, naming_interval=9) as mem:
+        assert (mem.background, mem.relabel, mem.naming_interval, mem.checkpoint_every, mem.prior) == (
+            True, False, 9, 50, True)
+        mem.relabel, mem.naming_interval = True, 3
+        assert mem._bg.relabel is True and mem._bg.naming_interval == 3  # what the trainer reads
+        assert mem.prior_used is None
+        mem.add("Maya is allergic to peanuts")
+        assert mem.prior_used == mem.stats()["prior"]
