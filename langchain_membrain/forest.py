@@ -41,9 +41,13 @@ Namespace = tuple[str, ...]
 T = TypeVar("T")
 #: What ``Storage.changes_since`` answers: (rows to upsert, ids removed, current version).
 Changes = tuple[list[dict[str, Any]], list[str], int]
+#: What an empty set field of :class:`Loaded` holds: one shared empty set, not 216 bytes of
+#: an empty ``set()`` in each of thousands of namespaces (a write that adds to one makes it
+#: its own set).
+NO_IDS: frozenset[str] = frozenset()
 
 
-@dataclass
+@dataclass(slots=True)
 class Loaded:
     """One namespace as this process holds it (read and written under its lock)."""
 
@@ -54,10 +58,11 @@ class Loaded:
     # moved a fact in the tree does not touch the index.
     indexed: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Facts stored without an embedding: listed, unscored, after a query's hits.
-    unindexed: set[str] = field(default_factory=set)
+    unindexed: set[str] | frozenset[str] = NO_IDS
     # The keys of facts with archived versions (a superset: the archive is scanned once per
     # load, then kept up to date by each write), whose former versions the index credits.
-    versioned: set[str] | None = None
+    # None until the first write reaches the index.
+    versioned: set[str] | frozenset[str] | None = None
 
 
 @dataclass
@@ -315,17 +320,21 @@ class Forest:
         if state is None:
             return
         if state.index is None:
-            state.index, state.indexed, state.unindexed = self.new_index(), {}, set()
-        index, seen, unindexed = state.index, state.indexed, state.unindexed
+            state.index, state.indexed, state.unindexed = self.new_index(), {}, NO_IDS
+        index, seen = state.index, state.indexed
+        # The sets are worked on in place (O(change)); an empty one is the shared NO_IDS,
+        # swapped for a set of its own here and back after (see NO_IDS).
+        unindexed = state.unindexed = state.unindexed if isinstance(state.unindexed, set) else set()
         # Facts whose former versions may have changed: the keys of history entries written
         # or removed (an entry is named "KEY@vN", MembrainTree.supersede), and written facts
         # with archived versions.
         if state.versioned is None:
             state.versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
                                for e in state.tree.archive.values() if e.kind == "history"}
-        versioned = state.versioned
+        versioned = state.versioned if isinstance(state.versioned, set) else set()
         changed = {r["metadata"].get(HISTORY_KEY, {}).get("key") for r in rows if r["kind"] == "history"}
         versioned |= changed
+        state.versioned = versioned or NO_IDS
         changed |= {rid.rpartition("@v")[0] for rid in removed} & versioned
         for rid in removed:
             if rid in index:
@@ -354,6 +363,8 @@ class Forest:
             seen[rid] = signature
             if rid in versioned:
                 changed.add(rid)
+        if not unindexed:
+            state.unindexed = NO_IDS
         changed = {k for k in changed if k in index}
         if changed:
             former = state.tree.former_versions(changed)

@@ -144,6 +144,9 @@ class MembrainMemory:
         self.retrieval = resolve_topic_weight(retrieval or RetrievalConfig(),
                                               teacher_names_topics=not isinstance(resolved, HeuristicTeacher))
         self.search_mode = search_mode
+        # Every namespace's index embeds its queries through this one bound method (not a
+        # closure of its own each).
+        self._embed_one = self._embed_query
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
         self._forest = Forest(self._storage, new_index=self._new_index, refresh_interval=cfg.refresh_interval,
                               max_loaded=cfg.max_loaded_namespaces, max_height=cfg.max_height)
@@ -201,7 +204,11 @@ class MembrainMemory:
 
     def _new_index(self) -> FactIndex:
         """An empty search index for a namespace (made by the forest at a namespace's first write)."""
-        return FactIndex(self.retrieval, embed_query=lambda t: self._embed([t])[0])
+        return FactIndex(self.retrieval, embed_query=self._embed_one)
+
+    def _embed_query(self, text: str) -> np.ndarray:
+        """One text's embedding (each search index's ``embed_query``)."""
+        return self._embed([text])[0]
 
     def namespaces(self) -> list[Namespace]:
         """Every namespace that holds memories."""

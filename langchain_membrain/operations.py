@@ -554,7 +554,7 @@ class _StudentNet:
 class OperationStudent:
     """The small network that learns the teacher's operations online (README, Memories
     that change), with the stages' gate: it decides alone once it has seen ``policy.warmup``
-    labels and its temperature-calibrated probability (training.Calibrator) of its answer is
+    labels and its temperature-calibrated probability (calibration.Calibrator) of its answer is
     at least ``policy.confidence``; a share ``policy.audit_rate`` of those decisions still
     goes to the teacher so agreement stays measured. Trained with cross-entropy on every
     teacher answer, in batches of ``batch`` labels plus a replay sample.
@@ -568,7 +568,8 @@ class OperationStudent:
     def __init__(self, k: int = 5, *, policy: Any = None, batch: int = 8, steps: int = 8, lr: float = 1e-2,
                  replay: int = 512, window: int = 64, seed: int = 0, threads: int | None = 1,
                  prior: Callable[[], tuple[bytes, bool] | None] | None = None):
-        from .training import Calibrator, Policy
+        from .calibration import Calibrator
+        from .training import Policy
 
         self.k = int(k)
         self.policy = policy or Policy(confidence=0.9, audit_rate=0.02, warmup=48)

@@ -103,7 +103,7 @@ class LearnerConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     # Both gates at 0.9: a decision the student takes alone should be one the teacher would
     # have taken at least 9 times in 10 (the bar for agreement). Stage 2's confidence is
-    # that the *whole* action series matches the teacher (training.PlattCalibrator).
+    # that the *whole* action series matches the teacher (calibration.PlattCalibrator).
     stage1: Policy = field(default_factory=Policy)
     stage2: Policy = field(default_factory=lambda: Policy(confidence=0.9))
     decode: DecodeConfig = field(default_factory=DecodeConfig)
@@ -160,7 +160,7 @@ class Stage2Decision:
     teacher_actions: list[Action] | None = None
     calibrate: bool = False
     shadow_actions: list[Action] | None = None
-    # A row for the linear Idle student's gate (training.LinearIdle): the teacher was not
+    # A row for the linear Idle student's gate (students.LinearIdle): the teacher was not
     # asked *because* stage 2 was unsure (calibrate, or the question was stage 1's).
     gate_sample: bool = False
 
@@ -357,7 +357,7 @@ class Learner:
         self.stand_in = stand_in
         self.config = config or LearnerConfig()
         self.trainer = OnlineTrainer(self.config.model, self.config.training)
-        # Stage 1's temperature is fitted for its gate (training.Calibrator).
+        # Stage 1's temperature is fitted for its gate (calibration.Calibrator).
         self.trainer.calib["stage1"].gate = self.config.stage1.confidence
         self.trainer.linear1.calib.gate = self.config.stage1.confidence
         self.trainer.idle2.gate = self.config.stage2.confidence
@@ -671,7 +671,7 @@ class Learner:
 
     def _linear_second_opinion(self, feats: Stage1Features, choice: int, conf: float) -> tuple[int, float]:
         """Where the network is unsure: the linear student's choice and confidence when its
-        own calibrated confidence passes the gate (training.LinearStage1), else the
+        own calibrated confidence passes the gate (students.LinearStage1), else the
         network's. The linear student is trusted only once its calibration was fitted."""
         linear = self.trainer.linear1
         if not linear.calib.fitted:

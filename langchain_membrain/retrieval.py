@@ -81,10 +81,11 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import date, datetime
-from typing import Any, Callable, Hashable, Iterable, Literal
+from typing import Any, Callable, Hashable, Iterable, Literal, Mapping
 
 import numpy as np
 
@@ -92,6 +93,24 @@ try:  # optional: Snowball stemmer (extra "bench"); without it terms are not ste
     import Stemmer as _PyStemmer
 except ImportError:  # pragma: no cover - exercised only where PyStemmer is missing
     _PyStemmer = None
+
+_STEMMERS = threading.local()
+
+
+def _shared_stemmer() -> Any:
+    """This thread's English stemmer, shared by every index: stemming is a pure function of
+    the word, and a PyStemmer object (a C stemmer with a cache of the words it stemmed, about
+    1 KB for a handful) is not to be used by two threads at once. One per index cost each
+    namespace that kilobyte."""
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = _PyStemmer.Stemmer("english")
+    return stemmer
+
+#: Rows an index allocates one at a time before it doubles its capacity: a namespace of a
+#: few facts holds no spare rows (an empty 384-d row is 1.5 KB), and from here on the
+#: capacities are the powers of two they always were.
+GROW_EXACT_BELOW = 8
 
 # Embeddings past which an index keeps running moments for the dense z-score (below, it
 # computes them from its rows: cheaper than a dim x dim matrix per small namespace).
@@ -267,19 +286,26 @@ class FactIndex:
     fact gets a *slot* (row of the embedding matrix, HNSW label); slots are not reused.
     """
 
+    # Slots, not a __dict__: a process may hold an index for each of thousands of namespaces.
+    __slots__ = ("config", "embed_query", "dim", "_stem", "_slot", "_ids", "_text", "_own", "_date", "_field",
+                 "_len", "_postings", "_posting_arrays", "_total_len", "_sessions", "_sess_key", "_sess_num",
+                 "_sess_arr", "_speaker", "_speaker_count", "_spk_num", "_spk_arr", "_emb", "_alive", "_has_emb",
+                 "_m1", "_m2", "_m2_pending", "_n_emb", "_hnsw", "_ann_pending", "_former", "_former_terms",
+                 "_former_stack")
+
     def __init__(self, config: RetrievalConfig | None = None, *,
                  embed_query: Callable[[str], Any] | None = None, dim: int | None = None):
         self.config = config or RetrievalConfig()
         self.embed_query = embed_query
         self.dim = dim
-        self._stemmer = _PyStemmer.Stemmer("english") if (self.config.stem and _PyStemmer) else None
+        self._stem = bool(self.config.stem and _PyStemmer)  # terms stemmed (by _shared_stemmer)
         self._slot: dict[Hashable, int] = {}  # fact id -> slot
         self._ids: list[Hashable | None] = []  # slot -> fact id (None once removed)
         self._text: list[str] = []
-        self._meta: list[dict[str, Any]] = []
         self._own: list[Counter] = []  # slot -> own terms
-        self._date: list[list[str]] = []  # slot -> date terms
-        self._field: list[dict[str, float]] = []  # slot -> full lexical field
+        self._date: list[tuple[str, ...]] = []  # slot -> date terms
+        # slot -> full lexical field (its own terms' Counter when nothing else joins them)
+        self._field: list[Mapping[str, float]] = []
         self._len = np.zeros(0, dtype=np.float64)  # slot -> field weight
         self._postings: dict[str, dict[int, float]] = {}
         self._posting_arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # cache
@@ -310,6 +336,11 @@ class FactIndex:
         self._former: dict[int, list[tuple[str, np.ndarray | None]]] = {}
         self._former_terms: dict[int, Counter] = {}
         self._former_stack: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @property
+    def _stemmer(self) -> Any:
+        """The stemmer of this index's terms (this thread's, see _shared_stemmer), or None."""
+        return _shared_stemmer() if self._stem else None
 
     # ------------------------------------------------------------------ reads
     def __len__(self) -> int:
@@ -355,10 +386,8 @@ class FactIndex:
         self._slot[fact_id] = slot
         self._ids.append(fact_id)
         self._text.append(text)
-        self._meta.append(meta)
         self._own.append(Counter(self.terms(text)))
-        self._date.append(date_tokens(meta.get("date")) if self.config.date_terms else [])
-        self._date[-1] = self._stem_list(self._date[-1])
+        self._date.append(self._date_terms(meta))
         self._field.append({})
         self._grow(slot + 1)
         self._alive[slot] = True
@@ -410,9 +439,7 @@ class FactIndex:
             self._spk_arr[slot] = self._spk_num.setdefault(spk, len(self._spk_num)) if spk else -1
             if spk:
                 self._speaker_count[spk] += 1
-            self._meta[slot] = meta
-            self._date[slot] = self._stem_list(
-                date_tokens(meta.get("date")) if self.config.date_terms else [])
+            self._date[slot] = self._date_terms(meta)
         if text is not None:
             self._text[slot] = text
             self._own[slot] = Counter(self.terms(text))
@@ -477,7 +504,6 @@ class FactIndex:
         self._ids[slot] = None
         self._own[slot] = Counter()
         self._text[slot] = ""
-        self._meta[slot] = {}
 
     # ----------------------------------------------------------------- search
     def dense_query_text(self, query: str) -> str:
@@ -620,7 +646,12 @@ class FactIndex:
 
     # -------------------------------------------------------------- internals
     def _stem_list(self, toks: list[str]) -> list[str]:
-        return self._stemmer.stemWords(toks) if (self._stemmer is not None and toks) else toks
+        return _shared_stemmer().stemWords(toks) if (self._stem and toks) else toks
+
+    def _date_terms(self, meta: dict[str, Any]) -> tuple[str, ...]:
+        """A fact's date terms (stemmed as its words are), as a tuple: most facts have
+        none, and the empty tuple is one object."""
+        return tuple(self._stem_list(date_tokens(meta.get("date")) if self.config.date_terms else []))
 
     @staticmethod
     def _session_key(meta: dict[str, Any]) -> str | None:
@@ -641,21 +672,26 @@ class FactIndex:
 
     def _refresh_field(self, slot: int) -> None:
         """Recompute one fact's lexical field from its own terms, neighbours and date."""
-        fld: dict[str, float] = dict(self._own[slot])
-        w = self.config.neighbour_weight
-        if w:
-            for nb in self._neighbours(slot):
-                for t, c in self._own[nb].items():
-                    fld[t] = fld.get(t, 0.0) + w * c
-        w = self.config.former_weight
-        if w:
-            for t, c in self._former_terms.get(slot, {}).items():
-                fld[t] = fld.get(t, 0.0) + w * c
+        own = self._own[slot]
+        w_next, w_former = self.config.neighbour_weight, self.config.former_weight
+        neighbours = self._neighbours(slot) if w_next else []
+        former = self._former_terms.get(slot) if w_former else None
+        if not neighbours and not former and not self._date[slot]:
+            # Nothing but its own terms: the field is their Counter itself, not a copy (both
+            # are replaced, never changed in place).
+            self._set_field(slot, own)
+            return
+        fld: dict[str, float] = dict(own)
+        for nb in neighbours:
+            for t, c in self._own[nb].items():
+                fld[t] = fld.get(t, 0.0) + w_next * c
+        for t, c in (former or {}).items():
+            fld[t] = fld.get(t, 0.0) + w_former * c
         for t in self._date[slot]:
             fld[t] = fld.get(t, 0.0) + 1.0
         self._set_field(slot, fld)
 
-    def _set_field(self, slot: int, fld: dict[str, float]) -> None:
+    def _set_field(self, slot: int, fld: Mapping[str, float]) -> None:
         """Replace a field, touching only the posting lists of terms that changed."""
         old = self._field[slot]
         for t in old.keys() - fld.keys():
@@ -738,7 +774,7 @@ class FactIndex:
         cap = self._alive.size
         if n <= cap:
             return
-        new = max(n, 2 * cap, 4)
+        new = n if cap < GROW_EXACT_BELOW else max(n, 2 * cap)
         emb = np.zeros((new, self.dim or 0), dtype=np.float32)
         emb[:cap] = self._emb[:cap]
         self._emb = emb

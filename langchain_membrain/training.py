@@ -6,19 +6,13 @@ The pieces:
   ``auto``: the model's when its calibrated confidence passes ``confidence``) and *when* the
   teacher is asked (``query``: always, only when the model is uncertain plus a random audit
   of ``audit_rate`` of the other decisions, or never).
-- :class:`Calibrator`: temperature scaling of stage 1. ``T`` minimises the negative
-  log-likelihood of the teacher's answers under ``softmax(logits / T)`` over a window of
-  *unbiasedly chosen* labelled decisions (teacher-forced, always-queried or randomly
-  audited; never the ones asked *because* the model was unsure). Stage-1 confidence is the
-  calibrated top probability.
-- :class:`PlattCalibrator`: stage 2's confidence. A stage-2 decision covers a whole
-  closure, so its confidence is the probability, fitted on the same unbiased decisions,
-  that a decision of its score (the log-probability of its per-fact action types under the
-  network's own softmax) and of its size (the facts it decided) agreed with the teacher
-  exactly. The score is not
-  temperature-scaled: a per-fact temperature fitted on the few facts of a handful of
-  audited closures swung between the ends of its grid, and every swing made the stored
-  Platt fit, made on scores of another temperature, wrong.
+- Calibration (calibration.py): stage 1's confidence is its temperature-scaled top
+  probability, the temperature fitted on a window of *unbiasedly chosen* labelled decisions
+  (teacher-forced, always-queried or randomly audited; never the ones asked *because* the
+  model was unsure); stage 2's is a Platt fit, on the same kind of decisions, of whether a
+  decision of its score and size agreed with the teacher exactly.
+- The linear students (students.py), trained on every label as it arrives, decide where a
+  network is unsure, behind their own gates.
 - :class:`OnlineTrainer`: both networks, their optimisers, replay buffers and counters.
   Each teacher-labelled decision is first scored *prequentially* (the model's argmax
   before it has trained on that label), then queued. Once ``batch_size`` decisions are
@@ -41,7 +35,6 @@ from __future__ import annotations
 
 import copy
 import io
-import math
 import random
 import threading
 import time
@@ -55,9 +48,11 @@ import numpy as np
 from . import torchfile
 from .decoding import Stage2Labels
 from .errors import CheckpointError
+from .calibration import Calibrator, PlattCalibrator
 from .features import Stage1Features, Stage2Features
 from .minilm import blas_threads
 from .nets import ModelConfig, check_weights, parameter_shapes, stage1_logits, stage2_logits
+from .students import LinearIdle, LinearStage1
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported where the networks are trained
     import torch
@@ -155,309 +150,6 @@ class StageCounters:
     @property
     def agreement(self) -> float:
         return self.agreed / self.labelled if self.labelled else 0.0
-
-
-WILSON_Z = 1.645  # one-sided 95%
-
-
-def agrees_at(right: np.ndarray, rate: float) -> bool:
-    """Whether decisions with these outcomes (True: agreed with the teacher) agree at
-    ``rate`` or more, by Wilson's one-sided 95% lower bound on their agreement (False for
-    none): what a gate's calibration may let through (Calibrator)."""
-    n = len(right)
-    if n == 0:
-        return False
-    p, z = float(np.mean(right)), WILSON_Z
-    low = (p + z * z / (2 * n) - z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n)
-    return low >= rate
-
-
-class Calibrator:
-    """Temperature scaling on a window of (logits, label) rows.
-
-    ``gate``: the confidence a decision needs to be taken without the teacher. With it, the
-    fitted temperature is lowered from the NLL fit as far as the rows the gate would then
-    pass still agree with the teacher at that rate, by a one-sided 95% lower bound (Wilson's)
-    on their agreement. Why: NLL weighs a few confident errors heavily (a new teacher that
-    the student already matches on 97% of its decisions got temperatures of 2 to 3, which
-    keep nearly every decision under a gate of 0.9, bench/RESULTS.md: a new teacher
-    starts expensive), while the gate needs only that what it lets through is right at its rate.
-    The temperature is never raised above the NLL fit."""
-
-    GRID = np.exp(np.linspace(math.log(0.2), math.log(10.0), 49))
-
-    def __init__(self, window: int, gate: float | None = None):
-        self.rows: deque[tuple[np.ndarray, int]] = deque(maxlen=window)
-        self.temperature = 1.0
-        self.gate = gate
-        self.fitted = False  # whether the temperature was ever fitted (a loaded one counts)
-        self._since_fit = 0
-
-    def add(self, logits: np.ndarray, label: int) -> None:
-        self.rows.append((np.asarray(logits, np.float64), int(label)))
-        self._since_fit += 1
-
-    MIN_ROWS = 32  # fewer rows fit a temperature to noise (the grid's ends: 0.2 or 10)
-
-    def maybe_fit(self, every: int) -> None:
-        if self._since_fit >= every and len(self.rows) >= self.MIN_ROWS:
-            self.fit()
-
-    def fit(self) -> float:
-        """Set ``temperature``: the grid value with the lowest mean NLL, then (with a
-        ``gate``) the lowest grid value below it down to which every temperature passes
-        :func:`agrees_at` (vectorised: rows of different widths are padded with -inf, which
-        adds nothing to the softmax)."""
-        self._since_fit = 0
-        width = max(len(r) for r, _ in self.rows)
-        logits = np.full((len(self.rows), width), -np.inf)
-        for i, (r, _) in enumerate(self.rows):
-            logits[i, :len(r)] = r
-        labels = np.array([y for _, y in self.rows])
-        z = logits[None] / self.GRID[:, None, None]  # (grid, rows, width)
-        zmax = z.max(axis=2, keepdims=True)
-        lse = np.log(np.exp(z - zmax).sum(axis=2)) + zmax[..., 0]
-        nll = (lse - z[:, np.arange(len(labels)), labels]).mean(axis=1)
-        best = int(np.argmin(nll))
-        if self.gate is not None:
-            confidence = np.exp(zmax[..., 0] - lse)  # (grid, rows): the argmax's probability
-            right = np.argmax(logits, axis=1) == labels
-            while best > 0 and agrees_at(right[confidence[best - 1] >= self.gate], self.gate):
-                best -= 1
-        self.temperature = float(self.GRID[best])
-        self.fitted = True
-        return self.temperature
-
-    def probs(self, logits: np.ndarray) -> np.ndarray:
-        z = np.asarray(logits, np.float64) / self.temperature
-        z = z - z.max(axis=-1, keepdims=True)
-        e = np.exp(z)
-        return e / e.sum(axis=-1, keepdims=True)
-
-
-class LinearStage1:
-    """Stage 1's second student: a conditional logit over the candidates' numeric features,
-    ``logit_j = w . num_j`` (softmax over the candidates), trained by a few plain gradient
-    steps on each label as it arrives.
-
-    Why beside the network: the network learns in batches, through a deep encoder that
-    starts from a prior taught by the offline rule, so a new teacher's rule (a topic
-    teacher: "the aspect whose topic this is") takes it hundreds of labels to follow; a
-    linear read of the same features follows it within tens. It decides only where the
-    network is unsure (:meth:`Learner.descend_model`), and only when its own confidence,
-    temperature-scaled with the gate's check (:class:`Calibrator`) on its prequential
-    predictions, passes the gate. Its state is small (one weight per feature) and is
-    checkpointed with the networks; priors do not carry it.
-    """
-
-    def __init__(self, n_features: int, *, lr: float = 0.5, steps: int = 3, window: int = 128,
-                 gate: float | None = None):
-        self.w = np.zeros(n_features)
-        self.lr, self.steps = float(lr), int(steps)
-        self.calib = Calibrator(window, gate=gate)
-        self.labelled = 0
-
-    @staticmethod
-    def _rows(feats: Stage1Features) -> np.ndarray:
-        return np.asarray(feats.num[1:1 + feats.n_candidates], np.float64)
-
-    def logits(self, feats: Stage1Features) -> np.ndarray:
-        return self._rows(feats) @ self.w
-
-    def confidence(self, logits: np.ndarray) -> float:
-        return float(self.calib.probs(logits).max())
-
-    def observe(self, feats: Stage1Features, target: int, *, calibrate_every: int) -> None:
-        """Score the label prequentially (a calibration row), then learn it. The weights are
-        replaced, never changed in place, so a reader sees the old ones or the new ones."""
-        x = self._rows(feats)
-        if not 0 <= target < len(x):
-            return
-        w = self.w
-        self.calib.add(x @ w, target)
-        self.calib.maybe_fit(calibrate_every)
-        for _ in range(self.steps):
-            z = x @ w
-            p = np.exp(z - z.max())
-            p /= p.sum()
-            w = w - self.lr * (x.T @ p - x[target])
-        self.w = w
-        self.labelled += 1
-
-    def state(self) -> dict[str, Any]:
-        return {"weights": [float(v) for v in self.w], "temperature": self.calib.temperature,
-                "labelled": self.labelled}
-
-    def load(self, state: Any) -> None:
-        """Read :meth:`state` back; anything else (an older checkpoint has none) resets it."""
-        try:
-            w = np.asarray([float(v) for v in state["weights"]])
-            temperature, labelled = float(state["temperature"]), int(state["labelled"])
-        except Exception:  # noqa: BLE001 - absent or foreign: start afresh
-            w, temperature, labelled = np.zeros_like(self.w), 1.0, 0
-        if w.shape != self.w.shape or not np.all(np.isfinite(w)) or not temperature > 0:
-            w, temperature, labelled = np.zeros_like(self.w), 1.0, 0
-        self.w, self.calib.temperature, self.labelled = w, temperature, labelled
-        self.calib.rows.clear()
-        self.calib.fitted = labelled > 0
-
-
-class LinearIdle:
-    """Stage 2's second student: the probability that the teacher's whole series on a
-    closure is empty (Idle), by a logistic read of the focal fact's numeric features, trained
-    by a few gradient steps on each label as it arrives (for the reason :class:`LinearStage1`
-    gives). It decides only where the network is unsure and proposes Idle too
-    (:meth:`Learner.propose_stage2`): its gate (:meth:`_gate_opens`) is checked on its
-    prequential predictions over a window, and then lets through a probability at or above
-    the gate.
-    """
-
-    def __init__(self, n_features: int, *, lr: float = 0.3, steps: int = 3, window: int = 128,
-                 gate: float | None = None):
-        self.w = np.zeros(n_features + 1)  # the last weight is the bias
-        self.lr, self.steps, self.gate = float(lr), int(steps), gate
-        self.rows: deque[tuple[float, bool]] = deque(maxlen=window)
-        self.open = False
-        self.labelled = 0
-
-    @staticmethod
-    def _row(feats: Stage2Features) -> np.ndarray:
-        return np.append(np.asarray(feats.num[int(feats.fact_tok[0])], np.float64), 1.0)
-
-    def prob(self, feats: Stage2Features) -> float:
-        return float(1.0 / (1.0 + np.exp(-np.clip(self._row(feats) @ self.w, -30, 30))))
-
-    def sure(self, p: float) -> bool:
-        return self.open and self.gate is not None and p >= self.gate
-
-    def observe(self, feats: Stage2Features, idle: bool, *, gate_row: bool) -> None:
-        """Learn a label; with ``gate_row`` (the teacher was not asked because stage 2 was
-        unsure, so the label is a fair sample of what the gate lets through) score it
-        prequentially first, as a row for the gate. The weights are replaced, never changed
-        in place."""
-        x, w = self._row(feats), self.w
-        if gate_row:
-            self.rows.append((float(1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))), bool(idle)))
-        if gate_row:
-            self.open = self._gate_opens()
-        for _ in range(self.steps):
-            w = w + self.lr * (float(idle) - 1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))) * x
-        self.w = w
-        self.labelled += 1
-
-    def state(self) -> dict[str, Any]:
-        return {"weights": [float(v) for v in self.w], "rows": [[p, y] for p, y in self.rows],
-                "labelled": self.labelled}
-
-    def load(self, state: Any) -> None:
-        """Read :meth:`state` back; anything else (an older checkpoint has none) resets it."""
-        try:
-            w = np.asarray([float(v) for v in state["weights"]])
-            rows = [(float(p), bool(y)) for p, y in state["rows"]]
-            labelled = int(state["labelled"])
-        except Exception:  # noqa: BLE001 - absent or foreign: start afresh
-            w, rows, labelled = np.zeros_like(self.w), [], 0
-        if w.shape != self.w.shape or not np.all(np.isfinite(w)):
-            w, rows, labelled = np.zeros_like(self.w), [], 0
-        self.w, self.labelled = w, labelled
-        self.rows.clear()
-        self.rows.extend(rows)
-        self.open = self._gate_opens()
-
-    def _gate_opens(self) -> bool:
-        """Over the window's fair rows: the Idles it would take alone (probability at or above
-        the gate) were right at the gate's rate, *and* the teacher's actions stayed below the
-        gate at that rate too. The second half keeps a teacher's rare actions from passing as
-        Idle behind a high Idle base rate (an offline rule that acts on 5% of inserts)."""
-        if self.gate is None:
-            return False
-        passed = np.array([y for p, y in self.rows if p >= self.gate], bool)
-        acted = np.array([p < self.gate for p, y in self.rows if not y], bool)
-        return agrees_at(passed, self.gate) and agrees_at(acted, self.gate)
-
-
-class PlattCalibrator:
-    """Platt scaling of a stage-2 decision, extended by its size:
-    ``P(right) = sigmoid(a * score + c * n + b)``, with ``score`` the decision's
-    log-probability and ``n`` the number of facts it decided (those with more than one
-    possible action). ``(a, c, b)`` maximise the likelihood of (score, n, agreed-with-the-
-    teacher) rows over a window, plus Platt's own smoothing: the targets are
-    ``(k + 1) / (k + 2)`` for the ``k`` rows that agreed and ``1 / (m + 2)`` for the ``m``
-    that did not, so that a window where every decision agreed (or none did) does not send
-    ``b`` to infinity. Newton's method with step halving, L2-regularised, bounded; ``a >= 0``
-    (a more probable series is never *less* likely right) and ``c <= 0`` (nor is a larger
-    one, at the same score).
-
-    Why the size: a prior is fitted on closures of the sizes its streams had, and long
-    chats grow larger ones. With the score alone the fit extrapolated to them with the
-    same confidence, and the student's stage-2 series alone agreed with a shadow of the
-    teacher in only 73 to 86% of LoCoMo turns (bench/RESULTS.md, economy). Trained on decisions of at
-    most 12 facts and tested on larger ones (teacher-forced LoCoMo), the gate at 0.9 let
-    through 75% of them at 0.89 agreement with the score alone, 54% at 0.98 with the size.
-    Fitted once the window holds MIN_ROWS rows; before, ``(a, c, b) = (1, 0, 0)``.
-
-    Not fitted for its gate as :class:`Calibrator` is: raising ``b`` as far as the window's
-    passing decisions agreed at 0.9 let a student trained from scratch go silent once its
-    own decisions shaped the tree (bench/RESULTS.md, economy: a new teacher starts expensive)."""
-
-    MIN_ROWS = 64
-    BOUND = 50.0
-
-    def __init__(self, window: int):
-        self.rows: deque[tuple[float, float, int]] = deque(maxlen=window)
-        self.w = (1.0, 0.0, 0.0)  # (a, c, b)
-        self._since_fit = 0
-
-    def add(self, score: float, n: float, right: bool) -> None:
-        self.rows.append((float(score), float(n), int(bool(right))))
-        self._since_fit += 1
-
-    def maybe_fit(self, every: int) -> None:
-        if self._since_fit >= every and len(self.rows) >= self.MIN_ROWS:
-            self.fit()
-
-    def fit(self) -> tuple[float, float, float]:
-        self._since_fit = 0
-        rows = np.array(self.rows, dtype=np.float64).reshape(-1, 3)
-        right = rows[:, 2] > 0.5
-        k, m = int(right.sum()), int((~right).sum())
-        y = np.where(right, (k + 1) / (k + 2), 1 / (m + 2))
-        X = np.stack([rows[:, 0], rows[:, 1], np.ones(len(rows))], axis=1)
-        lam = 1e-2
-
-        def loss(w: np.ndarray) -> float:
-            z = X @ w
-            return float(np.sum(np.logaddexp(0, z) - y * z) + 0.5 * lam * w @ w)
-
-        lo, hi = np.array([0.0, -self.BOUND, -self.BOUND]), np.array([self.BOUND, 0.0, self.BOUND])
-        w = np.array([1.0, 0.0, 0.0])
-        for _ in range(50):
-            p = 1.0 / (1.0 + np.exp(-np.clip(X @ w, -30, 30)))
-            grad = X.T @ (p - y) + lam * w
-            hess = X.T @ (X * (p * (1 - p))[:, None]) + lam * np.eye(3)
-            step = np.linalg.solve(hess, grad)
-            t, before = 1.0, loss(w)
-            while t > 1e-4 and loss(np.clip(w - t * step, lo, hi)) > before:
-                t /= 2
-            new = np.clip(w - t * step, lo, hi)
-            done = np.abs(new - w).max() < 1e-8
-            w = new
-            if done:
-                break
-        self.w = (float(w[0]), float(w[1]), float(w[2]))
-        return self.w
-
-    def prob(self, score: float, n: float) -> float:
-        a, c, b = self.w
-        return float(1.0 / (1.0 + np.exp(-np.clip(a * score + c * n + b, -30, 30))))
-
-    def load(self, w: tuple[float, float, float], rows: list[tuple[float, float, int]]) -> None:
-        """Continue from a stored fit and its window (a prior's or a checkpoint's): new
-        rows then replace the stored ones one by one instead of starting from nothing."""
-        self.w = (float(w[0]), float(w[1]), float(w[2]))
-        self.rows.clear()
-        self.rows.extend(rows[-self.rows.maxlen:] if self.rows.maxlen else rows)
-        self._since_fit = 0
 
 
 def _decision_fit(state: dict[str, Any]) -> tuple[tuple[float, float, float] | None, list]:

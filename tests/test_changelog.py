@@ -207,7 +207,8 @@ def test_a_memory_further_behind_than_the_log_reloads(tmp_path) -> None:
 
 
 def _count_calls(storage, name: str) -> list:
-    """Count the calls of one storage method (a list that grows by one per call)."""
+    """Count the calls of one method of a Storage the test made and handed to a memory
+    (a list that grows by one per call); it wraps that object's own attribute only."""
     calls: list = []
     method = getattr(storage, name)
 
@@ -223,14 +224,15 @@ def test_a_check_reads_the_version_and_the_changes_in_one_query(shared_storage) 
     """A memory holding a namespace learns whether another process wrote it, and what it
     wrote, from one ``changes_since`` query, when reading and when writing (under the
     namespace lock): no separate version lookup; nothing is applied when nothing changed."""
+    b_storage = shared_storage()  # the Storage b is given: the test counts its calls
     a = MembrainMemory(embeddings=WordEmbeddings(), storage=shared_storage(), refresh_interval=0.0)
-    b = MembrainMemory(embeddings=WordEmbeddings(), storage=shared_storage(), refresh_interval=0.0)
+    b = MembrainMemory(embeddings=WordEmbeddings(), storage=b_storage, refresh_interval=0.0)
     try:
         a.add("my dog rex loves the park", namespace="team")
         b.add("the cat sleeps on the sofa", namespace="team")  # b's first load: whole
         before = b.stats()
-        versions = _count_calls(b._storage, "namespace_version")
-        reads = _count_calls(b._storage, "changes_since")
+        versions = _count_calls(b_storage, "namespace_version")
+        reads = _count_calls(b_storage, "changes_since")
         b.search("cat", namespace="team")  # nothing changed since b's write
         assert len(reads) == 1 and not versions
         assert b.refresh_counts.refreshed_by_change == before["refreshed_by_change"]

@@ -1,4 +1,4 @@
-"""The linear students beside the networks (training.LinearStage1, training.LinearIdle):
+"""The linear students beside the networks (students.LinearStage1, students.LinearIdle):
 they follow a teacher's rule within tens of labels, decide only behind their own gates,
 and travel in checkpoints."""
 
@@ -13,7 +13,8 @@ from langchain_membrain.features import S1, STAGE1_NUM, STAGE2_NUM, Stage1Featur
 from langchain_membrain.models import ModelConfig
 from langchain_membrain.pipeline import Learner, LearnerConfig
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
-from langchain_membrain.training import LinearIdle, LinearStage1, OnlineTrainer, TrainingConfig
+from langchain_membrain.students import LinearIdle, LinearStage1
+from langchain_membrain.training import OnlineTrainer, TrainingConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 DIM = 16

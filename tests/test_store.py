@@ -44,12 +44,15 @@ def keys(items) -> list[str]:
 # ------------------------------------------------------------------ put / get
 def test_put_then_get_returns_langgraph_item_with_value_unchanged(store):
     value = {"content": "Alice likes tea", "tags": ["drink", "pref"], "meta": {"n": 1}}
+    before = time.time()
     store.put(("users", "alice"), "k1", value)
+    after = time.time()
     item = store.get(("users", "alice"), "k1")
     assert type(item) is Item
     assert (item.namespace, item.key, item.value) == (("users", "alice"), "k1", value)
     assert item.created_at.tzinfo == timezone.utc and item.created_at == item.updated_at
-    assert abs(item.created_at.timestamp() - time.time()) < 60
+    # stamped by the put, on the wall clock (datetime keeps microseconds: 1e-6 of slack)
+    assert before - 1e-6 <= item.created_at.timestamp() <= after + 1e-6
 
 
 def test_stored_value_is_isolated_from_caller_mutations(store):

@@ -14,7 +14,8 @@ from langchain_membrain.models import ModelConfig
 from langchain_membrain.pipeline import Learner, LearnerConfig, descend, insert_with_teacher
 from langchain_membrain.teachers.base import BaseTeacher, NewFact, Subtree
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
-from langchain_membrain.training import Calibrator, OnlineTrainer, Policy, StageTraining, TrainingConfig
+from langchain_membrain.calibration import Calibrator
+from langchain_membrain.training import OnlineTrainer, Policy, StageTraining, TrainingConfig
 from langchain_membrain.tree import MembrainTree
 
 DIM = 16
@@ -226,7 +227,7 @@ def test_gate_fit_lowers_the_temperature_while_what_passes_stays_right():
     """A few confident errors push the NLL temperature up until the gate passes almost
     nothing; fitted for the gate, it comes down as far as the decisions passing at 0.9
     still agree at 0.9 (lower bound), and never above the NLL fit."""
-    from langchain_membrain.training import agrees_at
+    from langchain_membrain.calibration import agrees_at
 
     rng = np.random.default_rng(1)
     rows = _gated_rows(rng, 128, 2)
@@ -397,7 +398,7 @@ def test_traced_inference_follows_the_trained_network(trained):
 def test_platt_calibration_stays_finite_and_increasing():
     """A window where every decision agreed (the prior's DAgger passes come close) must not
     send the fit to infinity: the stage-2 gate would then pass every decision."""
-    from langchain_membrain.training import PlattCalibrator
+    from langchain_membrain.calibration import PlattCalibrator
 
     rng = np.random.default_rng(0)
     all_right = PlattCalibrator(256)

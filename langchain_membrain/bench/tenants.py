@@ -2,7 +2,7 @@
 
 ``python -m langchain_membrain.bench tenants --namespaces 20000`` adds ``--facts`` memories
 (default 3) to each of N namespaces and reports the process's resident memory over its
-base, in memory and on SQLite with ``max_loaded_namespaces`` (``--cap``), then reads every
+base (and per namespace, from the growth over the second half of the namespaces), in memory and on SQLite with ``max_loaded_namespaces`` (``--cap``), then reads every
 write back (after unloading, from storage). Embeddings are deterministic random unit
 vectors (a hash of the text), so the embedder's cost and memory are not measured.
 """
@@ -57,16 +57,24 @@ def fill(storage, n: int, facts: int, cap: int) -> dict:
         mem.flush()
         base, t0 = rss_mb(), time.perf_counter()
         keys = {}
+        half = base
         for i in range(n):
+            if i == n // 2:
+                mem.flush()
+                half = rss_mb()
             ns = f"tenant/{i}"
             keys[ns] = mem.add_many([f"tenant {i} note {j}" for j in range(facts)], namespace=ns)
         mem.flush()
-        grown, seconds = rss_mb() - base, time.perf_counter() - t0
+        end, seconds = rss_mb(), time.perf_counter() - t0
+        grown = end - base
         loaded = mem.stats()["loaded_namespaces"]
         sample = list(keys.items())[:: max(n // 200, 1)]
         readable = all(mem.get(k, namespace=ns) is not None for ns, ks in sample for k in ks)
-    return {"mb_over_base": grown, "kb_per_namespace": 1000 * grown / n, "seconds": seconds,
-            "loaded_at_end": loaded, "writes_readable": readable}
+    # Per namespace from the second half's growth: costs paid once during the first writes
+    # (torch and the optimisers, built at the first training step, hundreds of MB) are not
+    # spread over the namespaces.
+    return {"mb_over_base": grown, "kb_per_namespace": 1000 * (end - half) / max(n - n // 2, 1),
+            "seconds": seconds, "loaded_at_end": loaded, "writes_readable": readable}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         rows[f"SQLite, max_loaded_namespaces={args.cap}"] = fill(Path(tmp) / "t.db", args.namespaces, args.facts,
                                                                  args.cap)
     table = Table(title=f"{args.namespaces} namespaces x {args.facts} memories")
-    for col in ("storage", "MB over base", "KB per namespace", "loaded at end", "seconds", "every write readable"):
+    for col in ("storage", "MB over base", "KB per namespace (second half)", "loaded at end", "seconds",
+                "every write readable"):
         table.add_column(col, justify="right")
     for name, r in rows.items():
         table.add_row(name, f"{r['mb_over_base']:.0f}", f"{r['kb_per_namespace']:.1f}", str(r["loaded_at_end"]),

@@ -155,6 +155,7 @@ class OpenAITestServer:
         self.inflight = 0
         self.max_inflight = 0  # most requests handled at once (concurrency-limit tests)
         self._lock = threading.Lock()
+        self._stopped = threading.Event()  # set by stop(): no slow reply outlives its test
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -173,8 +174,8 @@ class OpenAITestServer:
                 server._enter()
                 try:
                     resp = server._handle(self.path, body)
-                    if resp.delay:
-                        time.sleep(resp.delay)
+                    if resp.delay:  # a slow server; stop() cuts the wait short
+                        server._stopped.wait(resp.delay)
                 except Exception:  # a bug in a test's script: recorded, and the test fails
                     server.errors.append(traceback.format_exc())
                     resp = Response(500, {"error": {"message": "test server error", "type": "server_error"}})
@@ -215,6 +216,7 @@ class OpenAITestServer:
         return self
 
     def stop(self) -> None:
+        self._stopped.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

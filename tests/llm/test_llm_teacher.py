@@ -3,7 +3,7 @@ langchain-openai's ChatOpenAI against the local server (tool calls and json_sche
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -90,14 +90,25 @@ def test_model_raising_is_counted_not_raised(fake_model_factory, small_tree, fal
 
 
 def test_sync_timeout_on_a_slow_model(fake_model_factory, small_tree, fallback):
-    def sleepy(m, t):
-        time.sleep(1.5)
+    """The model answers only when the test lets it, after the question has been answered:
+    the call gave up at its timeout instead of waiting for the model (no sleep, no clock)."""
+    asked, release = threading.Event(), threading.Event()
+    answered: list[bool] = []
+
+    def stuck(m, t):
+        asked.set()
+        release.wait(30)
+        answered.append(True)
         return tool_answer(t, {"choice": 1})
-    teacher = LLMTeacher(fake_model_factory(sleepy), mode="per_decision", fallback=fallback, timeout=0.1, max_retries=0)
+    teacher = LLMTeacher(fake_model_factory(stuck), mode="per_decision", fallback=fallback, timeout=0.1, max_retries=0)
     sub = root_subtree(small_tree)
-    assert teacher.choose_stage1(new_fact("laptop"), sub) == len(sub.candidates) - 1
-    assert teacher.stats()["stage1"]["failure_kinds"] == {"timeout": 1}
-    teacher.close()
+    try:
+        assert teacher.choose_stage1(new_fact("laptop"), sub) == len(sub.candidates) - 1
+        assert asked.is_set() and answered == []  # the model was asked and has not answered yet
+        assert teacher.stats()["stage1"]["failure_kinds"] == {"timeout": 1}
+    finally:
+        release.set()
+        teacher.close()
 
 
 def test_model_without_structured_output_is_a_typed_error():
