@@ -14,6 +14,11 @@ from .calibration import Calibrator, agrees_at
 from .features import Stage1Features, Stage2Features
 
 
+def _sigmoid(z: Any) -> float:
+    """The logistic function, its argument clipped so that exp cannot overflow."""
+    return float(1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0))))
+
+
 class LinearStage1:
     """Stage 1's second student: a conditional logit over the candidates' numeric features,
     ``logit_j = w . num_j`` (softmax over the candidates), trained by a few plain gradient
@@ -104,7 +109,7 @@ class LinearIdle:
         return np.append(np.asarray(feats.num[int(feats.fact_tok[0])], np.float64), 1.0)
 
     def prob(self, feats: Stage2Features) -> float:
-        return float(1.0 / (1.0 + np.exp(-np.clip(self._row(feats) @ self.w, -30, 30))))
+        return _sigmoid(self._row(feats) @ self.w)
 
     def sure(self, p: float) -> bool:
         return self.open and self.gate is not None and p >= self.gate
@@ -116,11 +121,11 @@ class LinearIdle:
         in place."""
         x, w = self._row(feats), self.w
         if gate_row:
-            self.rows.append((float(1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))), bool(idle)))
+            self.rows.append((_sigmoid(x @ w), bool(idle)))
         if gate_row:
             self.open = self._gate_opens()
         for _ in range(self.steps):
-            w = w + self.lr * (float(idle) - 1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))) * x
+            w = w + self.lr * (float(idle) - _sigmoid(x @ w)) * x
         self.w = w
         self.labelled += 1
 
