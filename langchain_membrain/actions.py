@@ -40,6 +40,9 @@ class Group:
     label: str | None = None  # None: named when applied
     # Metadata of the new aspect (e.g. what a teacher means it to stand for); not compared.
     metadata: Mapping[str, Any] | None = field(default=None, compare=False)
+    # The new aspect's id (None: a fresh one), so that a later answer of the same batch
+    # question can place a fact under it (Learner.settle_batch); not compared.
+    aspect_id: str | None = field(default=None, compare=False)
 
 
 Action = Union[Promote, Demote, Group]
@@ -105,7 +108,7 @@ def apply_action(
             texts = [tree.node(i).text for i in action.node_ids]
             label = name_aspect(texts) if name_aspect else "group"
         emb = embed_label(label) if embed_label else None
-        return tree.group(action.node_ids, label, embedding=emb,
+        return tree.group(action.node_ids, label, embedding=emb, node_id=action.aspect_id,
                           metadata=None if action.metadata is None else dict(action.metadata))
     return None
 

@@ -28,6 +28,7 @@ import queue
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
@@ -37,7 +38,7 @@ from .forest import Forest
 from .inputs import Namespace
 from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
 from .operations import OperationDecider
-from .pipeline import QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, relabel_avoid
+from .pipeline import DEFAULT_BATCH, QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, relabel_avoid
 from .prior import load_prior, teacher_identity
 from .stats import Counters, LearningStats, read_stored
 from .storage import Storage
@@ -74,6 +75,15 @@ def teacher_stats(teacher: Any) -> dict[str, Any]:
     health = getattr(teacher, "health", None)
     out["health"] = health() if callable(health) else {**CircuitBreaker().snapshot(), "slow": None}
     return out
+
+
+@dataclass
+class _BatchJob:
+    """A slow teacher's batch question, for the trainer thread: the namespace and the
+    inserts it is about."""
+
+    ns: Namespace
+    records: list[PlaceRecord]
 
 
 class Background:
@@ -156,10 +166,54 @@ class Background:
         if not self.background:
             self.supervise(ns, record)
             return
+        self._start_worker()
+        self.queue.put((ns, record))
+
+    def _start_worker(self) -> None:
         if self.worker is None or not self.worker.is_alive():
             self.worker = threading.Thread(target=self._work, name="membrain-trainer", daemon=True)
             self.worker.start()
-        self.queue.put((ns, record))
+
+    def settle_batch(self, ns: Namespace, carrier: PlaceRecord | None = None) -> None:
+        """The batch question about the inserts waiting in ``ns`` (Learner.settle_batch).
+        An in-process teacher answers now, within this write; any other is asked by the
+        trainer thread, holding no lock (as audits are), on the tree as the namespace's
+        earlier batches left it, and its answer is carried out then as one committed write."""
+        learner = self.current
+        assert learner is not None, "a batch fills after its inserts made the learner"
+        if getattr(self.teacher, "fast", False) or not self.background or not self.is_trainer:
+            def write(tree: MembrainTree) -> None:
+                with self.lock:
+                    learner.settle_batch(tree, learner.take_batch(ns), carrier)
+
+            self.forest.mutate(ns, write)
+            return
+        with self.lock:
+            records = learner.take_batch(ns)
+        if records:
+            self._start_worker()
+            self.queue.put(_BatchJob(ns, records))
+
+    def _answer_batch(self, job: _BatchJob) -> None:
+        """The trainer thread's half of a slow teacher's batch question."""
+        learner = self.current
+        assert learner is not None
+        with self.forest.lock(job.ns):
+            tree = self.forest.tree(job.ns, create=False)
+            if tree is None:
+                return
+            with self.lock:
+                view, live = learner.batch_view(tree, job.records)
+        plans = learner.answer_batch(view, live) if live else None
+        if plans is None:
+            return
+        learner.trainer.train_ready()
+
+        def write(tree: MembrainTree) -> None:
+            with self.lock:
+                learner.carry_out_batch(tree, live, plans)
+
+        self.forest.mutate(job.ns, write)
 
     @contextlib.contextmanager
     def insert_scope(self) -> Iterator[None]:
@@ -182,6 +236,8 @@ class Background:
         if self.current is None:
             cfg = self.learner_config
             cfg.model.dim = int(dim)
+            if cfg.batch is None:
+                cfg.batch = DEFAULT_BATCH
             learner = Learner(self.teacher, cfg, embed_label=lambda label: self.embed_label([label])[0],
                               label_aspect=self.label_aspect, shadow=self.shadow, stand_in=self.offline_rule())
             restored = False
@@ -259,7 +315,10 @@ class Background:
             try:
                 if item is None:
                     return
-                self.supervise(*item)
+                if isinstance(item, _BatchJob):
+                    self._answer_batch(item)
+                else:
+                    self.supervise(*item)
             except Exception as exc:  # noqa: BLE001 - the worker must survive anything
                 self.counts["worker_errors"] += 1
                 self.last_worker_error = f"{type(exc).__name__}: {exc}"
@@ -400,7 +459,13 @@ class Background:
 
     # --------------------------------------------------------------- lifecycle
     def flush(self) -> None:
-        """Wait until background training has caught up (and save a checkpoint)."""
+        """Ask the batch questions of inserts still waiting (graph.settle_batch), wait until
+        background training has caught up, and save a checkpoint."""
+        learner = self.current
+        for ns in ([] if learner is None else list(learner.waiting_batches())):
+            self.settle_batch(ns)
+        if learner is not None and self.is_trainer:
+            learner.trainer.train_ready()
         if self.worker is not None and self.worker.is_alive():
             self.queue.join()
         self.save_checkpoint()

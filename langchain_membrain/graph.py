@@ -4,13 +4,18 @@
 
     START -> embed -> stage1_descend -(unsure)-> stage1_teacher -> attach
                           +---------(attach here)-------------------^
-    attach -> stage2_rewrite -(unsure, not asked yet)-> stage2_teacher -> apply_actions -> train -> END
+    attach -> stage2_rewrite -(unsure, not asked yet)-> stage2_teacher -> apply_actions
                    +------------------------------------------------------^
+    apply_actions -(its namespace's batch is full)-> batch_teacher -> train -> END
+          +-----------------------------------------------------------^
 
 The teacher is asked at most once per insert, one joint question (where the fact goes, the
 stage-2 actions, the names of new aspects): in ``stage1_teacher`` when the model is unsure
 during its descent, else in ``stage2_teacher`` when it is unsure of stage 2; a drawn audit
-is asked later, by the background trainer (``train``).
+is asked later, by the background trainer (``train``). With batch questions
+(``LearnerConfig.batch``, a teacher with ``place_batch``) those two nodes ask nothing: the
+insert waits where the student put it, and the insert that fills its namespace's batch asks
+one question about all of them in ``batch_teacher``.
 
 The nodes are plain functions (methods of :class:`InsertPipeline`) and the routing is two
 plain functions, so the same definition runs either compiled (``mem.graph``, composable
@@ -66,6 +71,10 @@ class InsertHost(Protocol):
     def placed(self, ns: Namespace, record: PlaceRecord) -> None:
         """An insert was placed: count it and hand it to training."""
 
+    def settle_batch(self, ns: Namespace, carrier: PlaceRecord | None = None) -> None:
+        """Ask the batch question about the inserts waiting in ``ns`` and carry out its
+        answer (``Learner.settle_batch``): now, or in the background for a slow teacher."""
+
 
 class InsertState(TypedDict, total=False):
     """The insert graph's state. Inputs: text, namespace, metadata, key."""
@@ -91,7 +100,7 @@ class InsertPipeline:
     """The nodes and routes of the insert graph, bound to one memory (its :class:`InsertHost`)."""
 
     NODES = ("embed", "stage1_descend", "stage1_teacher", "attach", "stage2_rewrite", "stage2_teacher",
-             "apply_actions", "train")
+             "apply_actions", "batch_teacher", "train")
 
     # A record left behind by a run that raised inside a compiled graph is kept this long, so
     # that a run resumed from the user's checkpointer can still find it, then dropped.
@@ -221,6 +230,15 @@ class InsertPipeline:
                 learner.apply_stage2(tree, rec)
 
         self.forest.mutate(ns, write)
+        with self.host.learner() as learner:
+            full = learner.wait_in_batch(ns, rec)
+        return {"route": "batch" if full else "train"}
+
+    def batch_teacher(self, state: InsertState) -> dict[str, Any]:
+        """Ask the batch question about the namespace's waiting inserts and carry out its
+        answer (one committed write)."""
+        ns, rec, _ = self._get(state)
+        self.host.settle_batch(ns, rec)
         return {}
 
     def train(self, state: InsertState) -> dict[str, Any]:
@@ -246,16 +264,21 @@ class InsertPipeline:
     def after_stage2(state: InsertState) -> Literal["stage2_teacher", "apply_actions"]:
         return "stage2_teacher" if state["route"] == "teacher" else "apply_actions"
 
+    @staticmethod
+    def after_apply(state: InsertState) -> Literal["batch_teacher", "train"]:
+        return "batch_teacher" if state["route"] == "batch" else "train"
+
     EDGES: dict[str, str] = {
         "embed": "stage1_descend",
         "stage1_teacher": "attach",
         "attach": "stage2_rewrite",
         "stage2_teacher": "apply_actions",
-        "apply_actions": "train",
+        "batch_teacher": "train",
     }
 
     def routes(self) -> dict[str, Callable[[InsertState], str]]:
-        return {"stage1_descend": self.after_descend, "stage2_rewrite": self.after_stage2}
+        return {"stage1_descend": self.after_descend, "stage2_rewrite": self.after_stage2,
+                "apply_actions": self.after_apply}
 
     # ------------------------------------------------------------------ running
     def compile(self):

@@ -86,6 +86,8 @@ def insert_with_teacher(tree: MembrainTree, new_fact: NewFact, teacher: Teacher,
 By = Literal["model", "teacher", "forced", "offline rule"]
 WAITING_TRACKED = 10_000  # parents whose waiting stage-2 decisions are counted (stage2_defer)
 QUESTION_KINDS = ("placement", "audit", "operation", "naming")
+DEFAULT_BATCH = 4  # inserts one batch question is about, through a memory (LearnerConfig.batch)
+MAX_BATCH = 16  # the most: each new fact then still gets a fair share of the question's prompt budget
 
 
 @dataclass
@@ -113,11 +115,25 @@ class LearnerConfig:
     # the others wait, executed as Idle (bench/RESULTS.md, learning: the oracle teacher). 1: ask at
     # every unsure decision.
     stage2_defer: int = 1
+    # Inserts the student is unsure of wait, placed by the student meanwhile, until this many
+    # have gathered in a namespace; then one question about all of them (the teacher's
+    # ``place_batch``) places and tidies them. 1: each asks on its own, during its insert.
+    # Only for a teacher that answers batches (an LLM's, the evaluation teachers that stand
+    # for one); the offline rule asks one by one whatever this says. None: DEFAULT_BATCH
+    # through a memory (whose insert graph asks the batches and whose flush() asks what
+    # still waits), 1 for a Learner driven directly.
+    batch: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.stage2_defer, int) or self.stage2_defer < 1:
-            raise ValueError(f"stage2_defer must be an int >= 1, not {self.stage2_defer!r}")
+        for name in ("stage2_defer", "batch"):
+            value = getattr(self, name)
+            if value is None and name == "batch":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+        if self.batch is not None and self.batch > MAX_BATCH:
+            raise ValueError(f"batch is at most {MAX_BATCH}, not {self.batch!r}")
 
 
 @dataclass
@@ -211,6 +227,7 @@ class PlaceRecord:
     asked: bool = False
     shared: bool = False  # the memory operation's one-call question answered the placement too
     deferred: str | None = None  # the stage whose question got no answer: asked again in supervise
+    batched: str | None = None  # the unsure stage, while placed by the student to wait for its batch question
     placed_by: str = "forced"
     plan: Placement | None = None
     move_to: str | None = None  # the teacher's parent, when it differs from the model's
@@ -387,6 +404,8 @@ class Learner:
         # (subject, parent id) -> unsure stage-2 decisions that waited since the teacher was
         # last asked about that parent (stage2_defer > 1); least recently seen dropped first.
         self._waiting: OrderedDict[tuple[str, str], int] = OrderedDict()
+        # namespace -> inserts waiting for its batch question (config.batch), oldest first
+        self._batches: dict[Any, list[PlaceRecord]] = {}
 
     # ------------------------------------------------------------------ policies
     @property
@@ -536,7 +555,7 @@ class Learner:
                 embs = [e for e in (tree.node(i).embedding for i in members) if e is not None]
                 mean = np.mean(embs, axis=0) if embs else None
                 label = self.label_aspect([tree.node(i).text for i in members], avoid, mean)
-                a = Group(a.node_ids, label, a.metadata)
+                a = Group(a.node_ids, label, a.metadata, a.aspect_id)
                 made[parent].append(label)
             out.append(a)
         return out
@@ -684,8 +703,13 @@ class Learner:
 
     def teacher_place(self, tree: MembrainTree, rec: PlaceRecord) -> None:
         """Ask the joint question now and follow its path; if the answer is not valid, the
-        model descends on its own from where it stopped."""
+        model descends on its own from where it stopped. With batch questions the insert
+        waits instead, where the model's descent ends (:meth:`settle_batch`)."""
         if rec.descended:
+            return
+        if self.batching and not rec.shared:
+            rec.batched, rec.descended = "stage1", True
+            rec.cursor, rec.placed_by = self._model_descend_from(tree, rec.new_fact, rec.cursor), "model"
             return
         rec.asked = True
         self.unsure["stage1"] += 1
@@ -736,7 +760,7 @@ class Learner:
             except Exception:
                 rec.shadow_parent = None
             self._shadow_time(rec, time.perf_counter() - s0)
-        if (rec.drawn and not rec.asked) or rec.deferred:
+        if (rec.drawn and not rec.asked and not rec.batched) or rec.deferred:
             rec.snapshot = tree.copy()
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id
@@ -751,8 +775,8 @@ class Learner:
         """The stage-2 decision on the new fact's closure: the teacher's actions when the
         joint question was answered, else the model's. True when the model is unsure and
         the teacher has not been asked yet (it is then asked now)."""
-        if rec.fact_id not in tree:
-            return False
+        if rec.fact_id not in tree or rec.batched:
+            return False  # a waiting insert's stage 2 comes with its batch's answer
         try:
             decided = self._model_stage2(tree, rec.fact_id)
         except MembrainError:
@@ -777,6 +801,9 @@ class Learner:
         idle = self.trainer.idle2.prob(feats) if not mine and len(feats.fact_tok) else 0.0
         if self.trainer.idle2.sure(idle) and not self._unsure(self.config.stage2, "stage2", idle):
             rec.stage2.confidence = idle
+            return False
+        if self.batching and not rec.shared:
+            rec.batched, rec.stage2, rec.snapshot = "stage2", None, None
             return False
         if self._waits(tree, rec.fact_id):
             rec.stage2.executed = []  # Idle until the parent's turn to ask comes
@@ -866,6 +893,111 @@ class Learner:
         rec.place_cpu_ms = max(time.process_time() - c0 - shadow_s, 0.0) * 1000
         return rec.applied
 
+    # ------------------------------------------------------------------ batch questions
+    @property
+    def batching(self) -> bool:
+        """Whether unsure inserts wait for a batch question: ``config.batch`` > 1 and the
+        teacher answers batches (``place_batch(facts, tree)``)."""
+        return (self.config.batch or 1) > 1 and callable(getattr(self.teacher, "place_batch", None))
+
+    def wait_in_batch(self, key: Any, rec: PlaceRecord) -> bool:
+        """Queue a waiting insert under ``key`` (its namespace); whether that batch is full."""
+        if not rec.batched:
+            return False
+        with self._count_lock:
+            batch = self._batches.setdefault(key, [])
+            batch.append(rec)
+            return len(batch) >= (self.config.batch or 1)
+
+    def take_batch(self, key: Any) -> list[PlaceRecord]:
+        """The inserts waiting under ``key``, removed from the queue."""
+        with self._count_lock:
+            return self._batches.pop(key, [])
+
+    def waiting_batches(self) -> dict[Any, int]:
+        """Waiting inserts per key."""
+        with self._count_lock:
+            return {k: len(v) for k, v in self._batches.items() if v}
+
+    def settle_batch(self, tree: MembrainTree, records: list[PlaceRecord], carrier: PlaceRecord | None = None) -> int:
+        """Ask the batch question about the waiting inserts ``records`` and carry out its
+        answer on ``tree`` (:meth:`batch_view`, :meth:`answer_batch`, :meth:`carry_out_batch`
+        in turn); returns how many facts it placed. ``carrier``: the insert whose question
+        this is (its ``teacher_calls`` count the requests)."""
+        view, live = self.batch_view(tree, records)
+        plans = self.answer_batch(view, live, carrier) if live else None
+        return 0 if plans is None else self.carry_out_batch(tree, live, plans)
+
+    def batch_view(self, tree: MembrainTree, records: list[PlaceRecord]) -> tuple[MembrainTree, list[PlaceRecord]]:
+        """The batch question's tree, a copy of ``tree`` without the waiting facts, and the
+        records still waiting (a fact deleted or rewritten meanwhile is left out; a key
+        written twice, its latest insert only)."""
+        live: list[PlaceRecord] = []
+        for r in reversed(records):
+            if r.fact_id in tree and r.fact_id not in {x.fact_id for x in live} \
+                    and tree.node(r.fact_id).text == r.new_fact.text:
+                live.append(r)
+        live.reverse()
+        view = tree.copy()
+        for r in live:
+            view.remove(r.fact_id)
+        return view, live
+
+    def answer_batch(self, view: MembrainTree, live: list[PlaceRecord],
+                     carrier: PlaceRecord | None = None) -> list[Placement] | None:
+        """The teacher's placements of ``live`` on ``view`` (which this changes), checked one
+        after another (each parent a container, each action applicable once the earlier ones
+        are applied), and each fact's labels, read as from a joint answer (stage 1 along its
+        path, stage 2 on its closure), queued for training. None, a counted failure, when the
+        answer is unusable: the facts then stay where the student put them. Reads no live
+        tree, so a slow teacher is asked holding no lock."""
+        before = requests_sent(self.teacher)
+        learned: list[tuple[list[Stage1Label], Stage2Decision | None]] = []
+        try:
+            plans = list(self.teacher.place_batch([(r.fact_id, r.new_fact) for r in live], view))  # type: ignore[attr-defined]
+            if len(plans) != len(live):
+                raise InvalidOperationError(f"{len(plans)} placements for {len(live)} facts")
+            for r, plan in zip(live, plans):
+                if plan.fell_back or plan.parent_id not in view or view.node(plan.parent_id).kind == "fact":
+                    raise InvalidOperationError(f"the parent of {r.fact_id!r} is not a container")
+                plan.path = view.path(plan.parent_id)
+                calibrate1 = r.batched == "stage2" or self._unbiased(r, self.config.stage1, "stage1")
+                labels1 = self._plan_labels(view, r.new_fact, plan, calibrate1)
+                attach(view, r.new_fact, plan.parent_id, node_id=r.fact_id)
+                actions = plan.bind(r.fact_id)
+                decided = self._model_stage2(view, r.fact_id)
+                dec = None
+                if decided is not None:
+                    calibrate2 = self._unbiased(r, self.config.stage2, "stage2")
+                    dec = Stage2Decision(*decided, actions, "teacher", actions, calibrate2,
+                                         gate_sample=calibrate2 or r.batched == "stage1")
+                _, skipped = rewrite(view, actions, name_aspect=lambda texts: "group")
+                if skipped:
+                    raise InvalidOperationError(f"an action does not apply: {skipped[0][1]}")
+                learned.append((labels1, dec))
+        except Exception:  # an untrusted teacher: any exception is a failed answer
+            self._count("placement", carrier, failed=True, sent=self._sent_since(before))
+            return None
+        self._count("placement", carrier, sent=self._sent_since(before))
+        for labels1, dec in learned:
+            self._observe(labels1, dec)
+        return plans
+
+    def carry_out_batch(self, tree: MembrainTree, live: list[PlaceRecord], plans: list[Placement]) -> int:
+        """Move each fact of an answered batch under its parent in ``tree`` and apply its
+        actions (re-validated: the tree may have changed since the question); returns the
+        facts placed."""
+        placed = 0
+        for r, plan in zip(live, plans):
+            try:
+                if tree.parent(r.fact_id) != plan.parent_id and plan.parent_id in tree:
+                    tree.move(r.fact_id, plan.parent_id)
+            except MembrainError:
+                continue
+            self._rewrite(tree, plan.bind(r.fact_id))
+            placed += 1
+        return placed
+
     def _shadowed(self, stage: str, agreed: bool, classes: Counter[tuple[str, str]] | None = None) -> None:
         with self._count_lock:
             self.shadow_agreement[stage][0] += bool(agreed)
@@ -940,18 +1072,22 @@ class Learner:
                         res.actions = actions
                 elif actions:
                     res.actions = actions
-        for lab in record.labels1:
-            tr.observe_stage1(lab.feats, lab.target, tr.predict_stage1(lab.feats), calibrate=lab.calibrate)
-        dec = record.stage2
-        if dec is not None and dec.teacher_actions is not None:
-            labels = encode_actions(dec.feats, dec.teacher_actions)
-            tr.observe_stage2(dec.feats, labels, dec.type_logits, _same_actions(dec.model_actions, dec.teacher_actions),
-                              calibrate=dec.calibrate, gate_sample=dec.gate_sample)
+        self._observe(record.labels1, record.stage2)
         if train:
             t0 = time.perf_counter()
             res.steps = tr.train_ready()
             res.train_ms = (time.perf_counter() - t0) * 1000
         return res
+
+    def _observe(self, labels1: list[Stage1Label], dec: Stage2Decision | None) -> None:
+        """Queue an insert's labels for training (each scored first: prequential)."""
+        tr = self.trainer
+        for lab in labels1:
+            tr.observe_stage1(lab.feats, lab.target, tr.predict_stage1(lab.feats), calibrate=lab.calibrate)
+        if dec is not None and dec.teacher_actions is not None:
+            labels = encode_actions(dec.feats, dec.teacher_actions)
+            tr.observe_stage2(dec.feats, labels, dec.type_logits, _same_actions(dec.model_actions, dec.teacher_actions),
+                              calibrate=dec.calibrate, gate_sample=dec.gate_sample)
 
     def apply_corrections(self, tree: MembrainTree, res: SupervisionResult) -> list[Action]:
         """Apply a supervision's corrections to ``tree`` (moves first, then the teacher's

@@ -80,7 +80,7 @@ class Placement:
             elif isinstance(a, Demote):
                 out.append(Demote(sub(a.node_id), a.target_id))
             else:
-                out.append(Group(tuple(sub(i) for i in a.node_ids), a.label, a.metadata))
+                out.append(Group(tuple(sub(i) for i in a.node_ids), a.label, a.metadata, a.aspect_id))
         return out
 
     def next_choice(self, subtree: Subtree) -> int | None:

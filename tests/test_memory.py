@@ -270,7 +270,7 @@ def test_graph_is_the_pipeline_and_composes_as_a_subgraph():
     with memory() as mem:
         mermaid = mem.graph.get_graph().draw_mermaid()
         for node in ("embed", "stage1_descend", "stage1_teacher", "attach", "stage2_rewrite",
-                     "stage2_teacher", "apply_actions", "train"):
+                     "stage2_teacher", "apply_actions", "batch_teacher", "train"):
             assert node in mermaid
         out = mem.graph.invoke({"text": "the dog needs a bath", "namespace": "me"})
         assert mem.get(out["key"], namespace="me").text == "the dog needs a bath"

@@ -12,6 +12,7 @@ import pytest
 
 from langchain_membrain.placement import stage1_candidates
 from langchain_membrain.teachers import prompts
+from langchain_membrain.pipeline import MAX_BATCH
 from langchain_membrain.teachers.prompts import PROMPT_BUDGET_TOKENS, place_messages, prompt_tokens
 from langchain_membrain.tree import MembrainTree
 
@@ -67,6 +68,8 @@ def questions(tree: MembrainTree, facts: list[str], crowded: str, wide: str) -> 
         "place, no embedding": place_messages(LONG_NEW, tree)[0],
         "operation and placement": prompts.operation_place_messages(LONG_NEW, cands, tree, near=near)[0],
         "operation": prompts.operation_messages(LONG_NEW, cands),
+        "batch of 4": prompts.place_batch_messages([LONG_NEW] * 4, tree, near=near)[0],
+        "batch of 16 (the most)": prompts.place_batch_messages([LONG_NEW] * MAX_BATCH, tree, near=near)[0],
         "stage 1 at the root": prompts.stage1_messages(LONG_NEW, tree, tree.root_id,
                                                        stage1_candidates(tree, tree.root_id, near), near=near),
         "stage 1 under 40 aspects": prompts.stage1_messages(LONG_NEW, tree, wide,

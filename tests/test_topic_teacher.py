@@ -39,6 +39,7 @@ def teacher_tree(teacher: TopicTeacher) -> MembrainTree:
                         relabel=False, prior=False, background=False) as mem:
         for _, _, text in FACTS:
             mem.add(text, namespace="ana")
+        mem.flush()  # the inserts still waiting for a batch question are placed
         return mem.tree("ana").copy()
 
 
@@ -153,6 +154,7 @@ def test_the_tree_joins_search_when_the_teacher_names_topics():
                             retrieval=retrieval) as mem:
             for _, _, text in FACTS:
                 mem.add(text, namespace="ana")
+            mem.flush()  # the inserts still waiting for a batch question are placed
             hits = mem.search("health dentist", namespace="ana", limit=len(health))
             return mem.retrieval.tree_topic_weight, {h.text for h in hits}
 

@@ -38,7 +38,8 @@ from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..actions import Action, Demote, Group, Promote
-from ..teachers.base import BaseTeacher, NewFact, Subtree
+from ..placement import Placement
+from ..teachers.base import BaseTeacher, NewFact, Subtree, sequential_placements
 from ..tree import Closure, MembrainTree
 
 __all__ = ["TopicTeacher"]
@@ -104,6 +105,11 @@ class TopicTeacher(BaseTeacher):
             return ()
         label, n = Counter(p[:depth] for p in paths).most_common(1)[0]
         return label if len(label) == depth and 2 * n > len(paths) else ()
+
+    def place_batch(self, facts: Sequence[tuple[str, NewFact]], tree: MembrainTree) -> list[Placement]:
+        """The batch question (one question: the teacher stands for an LLM shown all the
+        facts in one request), answered fact by fact; see ``sequential_placements``."""
+        return sequential_placements(self, facts, tree)
 
     # ------------------------------------------------------------------ stage 1
     def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:

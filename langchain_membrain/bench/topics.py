@@ -12,9 +12,10 @@ third its last fact fell in):
 
 - **questions per insert**: every counted teacher question (placement, audit, operation,
   naming) over the third's inserts, and by kind;
-- **prompt tokens**: characters / 4 of the joint question an LLM teacher would be sent
-  (``operation_place_messages`` with the operation's candidates, else ``place_messages``)
-  for the tree as it stands at each insert that asked; the largest and the mean;
+- **prompt tokens**: characters / 4 of the question an LLM teacher would be sent for the
+  tree as it stands at each insert that asked: the batch question about the persona's last
+  ``LearnerConfig.batch`` facts when the teacher answers batches (``place_batch_messages``),
+  else the joint question (``place_messages``); the largest and the mean;
 - **student share**: stage-1 and stage-2 decisions the student took alone;
 - **shadow agreement**: the share of those the shadow teacher would have taken too
   (stage 1 per level and stage 2 per action series, pooled);
@@ -105,11 +106,13 @@ def r_precision(ranked: Sequence[str], relevant: set[str]) -> float:
     return sum(1 for t in ranked[:r] if t in relevant) / r if r else 0.0
 
 
-def prompt_tokens(mem: Any, namespace: Sequence[str], text: str) -> int:
-    """Characters / 4 of the joint question an LLM teacher would get for ``text`` now."""
-    from ..teachers.prompts import place_messages
+def prompt_tokens(mem: Any, namespace: Sequence[str], texts: Sequence[str]) -> int:
+    """Characters / 4 of the question an LLM teacher would get now: the joint question about
+    one text, the batch question about several."""
+    from ..teachers.prompts import place_batch_messages, place_messages
 
-    messages, _ = place_messages(text, mem.tree(namespace))
+    tree = mem.tree(namespace)
+    messages = place_messages(texts[0], tree)[0] if len(texts) == 1 else place_batch_messages(texts, tree)[0]
     return sum(len(m["content"]) for m in messages) // 4
 
 
@@ -191,7 +194,7 @@ def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool =
         for persona, rows in data.facts.items():
             ns = ("topics", persona)
             topic_of = {r["text"]: r["topic"] for r in rows}
-            for row in rows:
+            for i, row in enumerate(rows):
                 third = thirds[min(3 * done // max(total, 1), 2)]
                 mem.add(row["text"], namespace=ns)
                 done += 1
@@ -206,7 +209,9 @@ def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool =
                 third.shadow[0] += now[3][0] - prev[3][0]
                 third.shadow[1] += now[3][1] - prev[3][1]
                 if prompts and sum(asked.values()) != 0:
-                    third.prompts.append(prompt_tokens(mem, ns, row["text"]))
+                    learner = mem._learner  # a batch question is about the inserts that waited: at most its size
+                    size = learner.config.batch if learner is not None and learner.batching else 1
+                    third.prompts.append(prompt_tokens(mem, ns, [r["text"] for r in rows[max(0, i + 1 - size): i + 1]]))
                 prev = now
             mem.flush()
             now = _snapshot(mem.stats())

@@ -28,7 +28,8 @@ thread by default.
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol, runtime_checkable
+import uuid
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -76,13 +77,41 @@ def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -
             label = teacher.name_aspect([view.node(i).text for i in a.node_ids if i in view])
             if not isinstance(label, str) or not label.strip():
                 raise TeacherError(f"aspect label {label!r} is empty")
-            a = Group(a.node_ids, label, a.metadata)
+            a = Group(a.node_ids, label, a.metadata, a.aspect_id)
         try:
             apply_action(view, a)
         except MembrainError as exc:
             raise TeacherError(f"stage-2 action {a!r} does not apply: {exc}") from None
         actions.append(a)
     return Placement(parent, tree.path(parent), actions)
+
+
+def sequential_placements(teacher: Teacher, facts: Sequence[tuple[str, NewFact]],
+                          tree: MembrainTree) -> list[Placement]:
+    """The batch question answered one fact after another, on a copy of ``tree``: each
+    placement is the teacher's joint answer on the tree as the earlier ones left it (the
+    earlier facts attached under their ids, their actions applied). Actions name the facts
+    by their ids, and every Group carries the id of the aspect it creates, so that a later
+    placement may put its fact under it. What a teacher that answers in-process, standing
+    for an LLM that reads all the facts in one request, gives as its ``place_batch``."""
+    view = tree.copy()
+    out: list[Placement] = []
+    for fact_id, new_fact in facts:
+        place = getattr(teacher, "place", None)
+        plan = place(new_fact, view) if callable(place) else teacher_placement(teacher, new_fact, view)
+        view.add_fact(plan.parent_id, new_fact.text, embedding=new_fact.embedding, node_id=fact_id,
+                      metadata=new_fact.metadata)
+        actions: list[Action] = []
+        for a in plan.bind(fact_id):
+            if isinstance(a, Group) and a.aspect_id is None:
+                a = Group(a.node_ids, a.label, a.metadata, f"aspect-{uuid.uuid4().hex}")
+            try:
+                apply_action(view, a)
+            except MembrainError as exc:
+                raise TeacherError(f"stage-2 action {a!r} does not apply: {exc}") from None
+            actions.append(a)
+        out.append(Placement(plan.parent_id, plan.path, actions))
+    return out
 
 
 class BaseTeacher:

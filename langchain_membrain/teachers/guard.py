@@ -69,11 +69,12 @@ from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Literal, TypeVar, Union
+from typing import Any, Callable, Generator, Literal, Sequence, TypeVar, Union
 
+import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from ..actions import Action, Demote, Group, Promote, validate_action
+from ..actions import Action, Demote, Group, Promote, apply_action, validate_action
 from ..errors import MembrainError, TeacherError
 from ..tree import Closure, MembrainTree
 from . import budget, prompts
@@ -806,6 +807,52 @@ class GuardedTeacher(BaseTeacher):
                 continue  # the tree changed since the placement (concurrent writer)
             out.append(action)
         return out
+
+    # ------------------------------------------------------ batch question
+    def place_batch(self, facts: Sequence[tuple[str, NewFact]], tree: MembrainTree) -> list[Placement]:
+        """One request about several new facts (``(id, fact)`` pairs, none of them in
+        ``tree``): where each goes and the actions once it is attached, each placement
+        valid on the tree as the earlier ones leave it (Learner.settle_batch). Raises
+        TeacherCallError when the answer is unusable; there is no fallback."""
+        self._stats.add("place", decisions=len(facts), inserts=len(facts))
+        embs = [np.asarray(f.embedding, dtype=np.float32) for _, f in facts if f.embedding is not None]
+        near = np.mean(embs, axis=0) if embs else None
+        msgs, ids, first = prompts.place_batch_messages(
+            [f.text for _, f in facts], tree, max_aspects=self.outline_max_aspects,
+            facts_per_node=self.outline_facts_per_node, near=near,
+            budget_chars=self._question_budget(prompts.PlaceBatchAnswer))
+        return self._run(self._ask_core("place", msgs, prompts.PlaceBatchAnswer,
+                                        self._batch_validator(tree, ids, first, facts)))
+
+    def _batch_validator(self, tree: MembrainTree, ids: list[str], first: int,
+                         facts: Sequence[tuple[str, NewFact]]) -> Callable[[prompts.PlaceBatchAnswer], list[Placement]]:
+        def validate(answer: prompts.PlaceBatchAnswer) -> list[Placement]:
+            numbers = [e.fact for e in answer.placements]
+            if numbers != list(range(first, first + len(facts))):
+                raise TeacherCallError("invalid", f"give one placement per new fact, numbered {first} to "
+                                                  f"{first + len(facts) - 1}, in that order")
+            numbered = [*ids, *(fid for fid, _ in facts)]
+            view, out = tree.copy(), []
+            for (fid, fact), entry in zip(facts, answer.placements):
+                p = entry.parent
+                if not 1 <= p < len(ids) or tree.node(ids[p]).kind == "fact":
+                    raise TeacherCallError("invalid", f"fact {entry.fact}: parent {p} is not the root or an aspect shown")
+                parent = ids[p]
+                view.add_fact(parent, fact.text, embedding=fact.embedding, node_id=fid)
+                grand = view.parent(parent)
+                allowed = {fid, parent, *view.children(parent)}
+                if grand is not None:
+                    allowed.update([grand, *view.children(grand)])
+                actions = resolve_actions(entry.actions, numbered, view, allowed=allowed,
+                                          allow_aspects=self.allow_aspects)
+                for a in actions:
+                    try:
+                        apply_action(view, a, allow_aspects=self.allow_aspects)
+                    except MembrainError as exc:
+                        raise TeacherCallError("invalid", f"fact {entry.fact}: {exc}") from None
+                out.append(Placement(parent, tree.path(parent), actions))
+            return out
+        return validate
 
     # --------------------------------------------- one-call via the protocol
     def _cached_placement(self, new_fact: NewFact, tree: MembrainTree) -> Placement | None:

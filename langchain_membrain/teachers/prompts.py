@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -98,6 +98,20 @@ class PlaceAnswer(BaseModel):
                                                   "(0 is the new fact); [] to change nothing")
 
 
+class BatchEntry(BaseModel):
+    """Where one of several new facts goes, and the actions once it is attached."""
+
+    fact: int = Field(description="the new fact's number")
+    parent: int = Field(description="number of the root or outline aspect the fact goes under")
+    actions: list[ActionSpec] = Field(description="actions to apply after the fact is attached; [] to change nothing")
+
+
+class PlaceBatchAnswer(BaseModel):
+    """The batch question: one entry per new fact, in the order shown."""
+
+    placements: list[BatchEntry] = Field(description="one entry per new fact, in the order shown")
+
+
 class OperationAnswer(BaseModel):
     """The memory operation for a new item (operations.py)."""
 
@@ -131,6 +145,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "stage2": Stage2Answer,
     "name": AspectName,
     "place": PlaceAnswer,
+    "place_batch": PlaceBatchAnswer,
     "operation": OperationAnswer,
     "operation_place": OperationPlaceAnswer,
 }
@@ -610,6 +625,46 @@ def place_messages(new_text: str, tree: MembrainTree, *, max_aspects: int = 200,
         payload["outline_truncated"] = True
     return ([{"role": "system", "content": PLACE_SYSTEM},
              {"role": "user", "content": data_block(payload)}], ids)
+
+
+PLACE_BATCH_SYSTEM = f"""You organise a long-term memory shaped like a tree. The root is the subject; \
+aspects are sub-topics of their parent; facts are the memories and are always leaves. Several new \
+facts must be placed. You see an outline of the tree (the root is number 1; "under" gives an \
+entry's parent) and the new facts, numbered after the outline.
+
+Answer one entry per new fact, in the order shown. Each entry is applied before the next:
+1. "parent": the number of the root or outline aspect the fact belongs directly under: the \
+deepest aspect whose topic covers it, or 1 (the root) when none does.
+2. "actions": how to rearrange that neighbourhood once the fact is attached. They may name \
+outline nodes, this fact and new facts already placed. For new facts that share a topic no \
+aspect covers, give them the same parent and group them in the actions of the last of them.
+
+{_ACTIONS_RULES}
+
+{_DATA_RULE} Schema: {{"placements": [{{"fact": <number>, "parent": <number>, "actions": [...]}}, ...]}}."""
+
+
+def place_batch_messages(new_texts: Sequence[str], tree: MembrainTree, *, max_aspects: int = 200,
+                         facts_per_node: int = 5, max_chars: int = OUTLINE_FACT_CHARS, near: Any = None,
+                         budget_chars: int = QUESTION_BUDGET_CHARS) -> tuple[list[Message], list[str], int]:
+    """The batch question about several new facts and the ids behind the outline's numbers;
+    the new facts are numbered from the third value returned, in order. Each new fact is
+    clipped to an equal share of a third of ``budget_chars``; the outline takes the rest
+    (:func:`tree_outline`, expanded nearest ``near``)."""
+    clip = max(80, min(NEW_TEXT_CHARS, budget_chars // 3 // max(len(new_texts), 1)))
+    payload: dict[str, Any] = {"subject": _clip(tree.subject, LABEL_CHARS), "outline": [],
+                               "new_facts": [{"number": 99_999, "text": _clip(t, clip)} for t in new_texts]}
+    room = budget_chars - len(PLACE_BATCH_SYSTEM) - len(data_block({**payload, "outline_truncated": True})) - 8
+    entries, ids, truncated = tree_outline(tree, max_aspects=max_aspects, facts_per_node=facts_per_node,
+                                           max_chars=max_chars, budget_chars=max(room, 0), near=near)
+    payload["outline"] = entries
+    first = len(ids)
+    for k, entry in enumerate(payload["new_facts"]):
+        entry["number"] = first + k
+    if truncated:
+        payload["outline_truncated"] = True
+    return ([{"role": "system", "content": PLACE_BATCH_SYSTEM},
+             {"role": "user", "content": data_block(payload)}], ids, first)
 
 
 # ------------------------------------------------------------------ operation

@@ -93,9 +93,53 @@ def keyword_llm(request: dict) -> object:
         if name == "OperationPlaceAnswer":  # the memory operation with it: every fact here is new
             return answer({"operation": "ADD", "target": None, "keep": None, **placed})
         return answer(placed)
+    if name == "PlaceBatchAnswer":
+        return answer({"placements": _batch_placements(data)})
     if name == "AspectName":
         return answer({"label": "things"})
     raise AssertionError(f"unexpected request {name}")
+
+
+def _batch_placements(data: dict) -> list[dict]:
+    """The batch question, as the prompt asks: each new fact under the deepest outline aspect
+    of its topic; it demotes into a sibling aspect of its next topic, or, when the last of
+    the new facts there with that next topic, groups them with the outline's facts that share it."""
+    numbered = {e["number"]: e for e in data["outline"] if "number" in e}
+
+    def depth(num: int) -> int:
+        d, up = 0, numbered[num]
+        while "under" in up:
+            d, up = d + 1, numbered[up["under"]]
+        return d
+
+    spots = []
+    for f in data["new_facts"]:
+        cur = 1
+        for want in topics(f["text"]):
+            nxt = [e for e in numbered.values() if e["kind"] == "aspect" and e.get("under") == cur and e["label"] == want]
+            if not nxt:
+                break
+            cur = nxt[0]["number"]
+        path = topics(f["text"])
+        d = depth(cur)
+        spots.append((f["number"], cur, path[d] if d < len(path) else None))
+    out = []
+    for k, (num, cur, want) in enumerate(spots):
+        actions: list[dict] = []
+        sibs = [e for e in numbered.values() if e.get("under") == cur]
+        aspect = [e["number"] for e in sibs if e["kind"] == "aspect" and e.get("label") == want]
+        later = any(c == cur and w == want for _, c, w in spots[k + 1:])
+        if want is not None and aspect:
+            actions = [{**NULLS, "type": "demote", "node": num, "target": aspect[0]}]
+        elif want is not None and not later:
+            d = depth(cur)
+            mates = [e["number"] for e in sibs if e["kind"] == "fact" and len(topics(e["text"])) > d
+                     and topics(e["text"])[d] == want]
+            mates += [n for n, c, w in spots[:k] if c == cur and w == want]
+            if mates:
+                actions = [{**NULLS, "type": "group", "members": [*mates, num], "label": want}]
+        out.append({"fact": num, "parent": cur, "actions": actions})
+    return out
 
 
 FACTS = [
