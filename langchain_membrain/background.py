@@ -525,5 +525,6 @@ class Background:
         recent = sum(self.recent_calls) / len(self.recent_calls) if self.recent_calls else None
         return {"process": self.process_counts(), "stored": stored, "learning": learning,
                 "pending_training": self.queue.unfinished_tasks, "last_worker_error": self.last_worker_error,
+                "waiting_for_batch": 0 if learner is None else sum(learner.waiting_batches().values()),
                 "checkpoint_error": self.checkpoint_error, "trainer": self.is_trainer, "prior": self.prior_used,
                 "recent_teacher_calls_per_insert": recent, "teacher": teacher_stats(self.teacher)}

@@ -8,8 +8,9 @@ embedded or asked: no database file is created for a memory that cannot be made.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .errors import InvalidOperationError
 from .tree import check_max_height
@@ -115,6 +116,9 @@ class MemoryConfig:
             Counted in ``stats()["without_teacher"]``; see also the teacher's circuit
             breaker (``stats()["teacher"]["health"]``). Applies to LLM teachers (an
             in-process teacher answers at once).
+        clock: what stamps ``created_at``, ``updated_at`` and archive times (seconds since
+            the epoch); default the wall clock (``time.time``). A test or a replay of dated
+            data passes its own.
     """
 
     storage: str | os.PathLike[str] | Storage | None = None
@@ -139,8 +143,11 @@ class MemoryConfig:
     shadow_teacher: Any = None
     max_height: int | None = 4
     teacher_budget: float | None = 2.0
+    clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
+        if not callable(self.clock):
+            raise InvalidOperationError(f"clock is a callable returning seconds, not {self.clock!r}")
         self.max_height = check_max_height(self.max_height)
         self.teacher_budget = check_teacher_budget(self.teacher_budget)
         if self.operations not in (True, False, "teacher"):

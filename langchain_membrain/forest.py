@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from .errors import InvariantError
+from .inputs import Namespace
 from .retrieval import FactIndex
 from .storage import Storage
 from .tree import HISTORY_KEY, MembrainTree, check_max_height
 
-Namespace = tuple[str, ...]
 T = TypeVar("T")
 #: What ``Storage.changes_since`` answers: (rows to upsert, ids removed, current version).
 Changes = tuple[list[dict[str, Any]], list[str], int]
@@ -89,8 +89,10 @@ class Forest:
     """
 
     def __init__(self, storage: Storage | None, *, new_index: Callable[[], FactIndex],
-                 refresh_interval: float = 1.0, max_loaded: int = 1000, max_height: int | None = None):
+                 refresh_interval: float = 1.0, max_loaded: int = 1000, max_height: int | None = None,
+                 clock: Callable[[], float] = time.time):
         self.storage = storage
+        self.clock = clock  # every tree's (MembrainTree.clock)
         self.max_height = check_max_height(max_height)
         self.new_index = new_index
         self.refresh_interval = float(refresh_interval)
@@ -267,8 +269,8 @@ class Forest:
         return self._load(ns)
 
     def _load(self, ns: Namespace) -> Loaded | None:
-        """(Re)load a namespace from storage, indexing every fact oldest first (the order
-        sessions read); None if it is not stored."""
+        """(Re)load a namespace from storage, indexing every fact and ignored item oldest
+        first (the order sessions read); None if it is not stored."""
         assert self.storage is not None
         found = self.storage.load_tree(ns)
         self._checked[ns] = time.monotonic()
@@ -276,15 +278,17 @@ class Forest:
             self.drop(ns)
             return None
         tree, version = found
-        tree.max_height = self.max_height
+        tree.max_height, tree.clock = self.max_height, self.clock
         state = self._loaded[ns] = Loaded(tree, synced=version)
-        facts = sorted(tree.facts(), key=lambda f: (tree.node(f).created_at, tree.node(f).seq))
-        self._sync_index(ns, [tree.node_row(f) for f in facts], [])
+        # Facts and ignored items in the order they came, so that sessions read as they were said.
+        entries = [tree.node(f) for f in tree.facts()] + tree.archived("ignored")
+        entries.sort(key=lambda n: (n.created_at, n.seq))
+        self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
         self._touch(ns)
         return state
 
     def _new_tree(self, ns: Namespace) -> MembrainTree:
-        return MembrainTree("/".join(ns), max_height=self.max_height)
+        return MembrainTree("/".join(ns), max_height=self.max_height, clock=self.clock)
 
     def _touch(self, ns: Namespace) -> None:
         """Mark a namespace as just used; with storage, unload the least recently used
@@ -337,11 +341,15 @@ class Forest:
         state.versioned = versioned or NO_IDS
         changed |= {rid.rpartition("@v")[0] for rid in removed} & versioned
         for rid in removed:
+            index.remove_context(rid)  # a purged ignored item (no-op otherwise)
             if rid in index:
                 index.remove(rid)
             seen.pop(rid, None)
             unindexed.discard(rid)
         for row in rows:
+            if row["kind"] == "ignored":  # its words join its session neighbours' fields
+                index.add_context(row["id"], row["text"], row["metadata"].get("value") or {})
+                continue
             if row["kind"] != "fact":
                 continue
             rid, meta = row["id"], row["metadata"]

@@ -8,13 +8,11 @@ text that was embedded, and its metadata holds
   ``{"content": text, **metadata}``),
 - ``"indexed"``: False for values stored without an embedding (not placed by the models).
 
-Every public method is a thin wrapper over a handful of operations that take the
-namespace's lock, so many threads can add and search at once. The work lies in the modules
-this one composes: :mod:`.config` (the constructor's settings, validated), :mod:`.forest`
-(the namespaces), :mod:`.writes` (dedupe, memory operations, placement, deletes),
-:mod:`.reads` (records, history and search across namespaces), :mod:`.background` (the
-learner, its trainer thread, checkpoints and counters) and :mod:`.shutdown` (flush and
-close at exit).
+Public methods are thin wrappers over operations that take the namespace's lock, so many
+threads add and search at once. The work lies in :mod:`.config` (settings, validated),
+:mod:`.forest` (namespaces), :mod:`.writes` (dedupe, memory operations, placement, deletes),
+:mod:`.reads` (records, history, search across namespaces), :mod:`.background` (learner,
+trainer thread, checkpoints, counters) and :mod:`.shutdown` (flush and close at exit).
 """
 
 from __future__ import annotations
@@ -23,7 +21,8 @@ import asyncio
 import json
 import os
 import sys
-from typing import Any, Sequence, cast
+import time
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -105,6 +104,7 @@ class MembrainMemory:
         shadow_teacher: Any = None,
         max_height: int | None = 4,
         teacher_budget: float | None = 2.0,
+        clock: Callable[[], float] = time.time,
     ):
         """Open a memory. Each argument is the field of the same name of
         :class:`~.config.MemoryConfig`, documented there; all of them are validated before
@@ -115,7 +115,7 @@ class MembrainMemory:
             checkpoint_every=checkpoint_every, retrieval=retrieval, search_mode=search_mode, dedupe=dedupe,
             relabel=relabel, naming_interval=naming_interval, prior=prior, max_loaded_namespaces=max_loaded_namespaces,
             max_training_lag=max_training_lag, operations=operations, shadow_teacher=shadow_teacher,
-            max_height=max_height, teacher_budget=teacher_budget)
+            max_height=max_height, teacher_budget=teacher_budget, clock=clock)
         self.teacher_budget = cfg.teacher_budget
         self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(cfg.index_fields or ())
@@ -149,7 +149,7 @@ class MembrainMemory:
         self._embed_one = self._embed_query
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
         self._forest = Forest(self._storage, new_index=self._new_index, refresh_interval=cfg.refresh_interval,
-                              max_loaded=cfg.max_loaded_namespaces, max_height=cfg.max_height)
+                              max_loaded=cfg.max_loaded_namespaces, max_height=cfg.max_height, clock=cfg.clock)
         self._closed = False
         # The learner, its trainer thread, its checkpoints and this process's counters; the
         # insert graph reaches the forest, the embedder and the learner through it.

@@ -85,7 +85,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import date, datetime
-from typing import Any, Callable, Hashable, Iterable, Literal, Mapping
+from typing import Any, Callable, Hashable, Iterable, Literal, Mapping, cast
 
 import numpy as np
 
@@ -291,7 +291,7 @@ class FactIndex:
                  "_len", "_postings", "_posting_arrays", "_total_len", "_sessions", "_sess_key", "_sess_num",
                  "_sess_arr", "_speaker", "_speaker_count", "_spk_num", "_spk_arr", "_emb", "_alive", "_has_emb",
                  "_m1", "_m2", "_m2_pending", "_n_emb", "_hnsw", "_ann_pending", "_former", "_former_terms",
-                 "_former_stack")
+                 "_former_stack", "_context")
 
     def __init__(self, config: RetrievalConfig | None = None, *,
                  embed_query: Callable[[str], Any] | None = None, dim: int | None = None):
@@ -336,6 +336,10 @@ class FactIndex:
         self._former: dict[int, list[tuple[str, np.ndarray | None]]] = {}
         self._former_terms: dict[int, Counter] = {}
         self._former_stack: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # Context entries (add_context): id -> slot. A context slot stands in its session's
+        # order (so its words join its neighbours' fields) but is never alive, has no field
+        # and no embedding: search never returns it, and the lexical statistics leave it out.
+        self._context: dict[Hashable, int] = {}
 
     @property
     def _stemmer(self) -> Any:
@@ -411,6 +415,41 @@ class FactIndex:
             self._refresh_field(s)
         if vec is not None:
             self._set_vec(slot, vec, defer_ann)
+
+    def add_context(self, item_id: Hashable, text: str, metadata: dict[str, Any] | None = None) -> None:
+        """Hold an item that is not a memory (an ignored turn) in its session's order: it is
+        never returned, but its words join its neighbours' fields as a neighbour fact's do
+        (``neighbour_weight``), so the answer after an ignored question still carries the
+        question's words. Nothing happens without a session, or when the id is held already."""
+        key = self._session_key(dict(metadata or {}))
+        if key is None or item_id in self._context or item_id in self._slot:
+            return
+        slot = len(self._ids)
+        self._context[item_id] = slot
+        self._ids.append(item_id)
+        self._text.append(text)
+        self._own.append(Counter(self.terms(text)))
+        self._date.append(())
+        self._field.append({})
+        self._grow(slot + 1)
+        self._speaker.append(None)
+        self._spk_arr[slot] = -1
+        self._sess_key.append(key)
+        order = self._sessions.setdefault(key, [])
+        order.append(slot)
+        self._sess_arr[slot] = self._sess_num.setdefault(key, len(self._sess_num))
+        for s in self._neighbours(slot):
+            self._refresh_field(s)
+
+    def remove_context(self, item_id: Hashable) -> None:
+        """Forget a context entry (its neighbours' fields are recomputed); no-op if absent."""
+        slot = self._context.pop(item_id, None)
+        if slot is None:
+            return
+        prev_next = self._neighbours(slot)
+        self._sessions[cast(str, self._sess_key[slot])].remove(slot)  # a context entry has a session
+        for s in prev_next:
+            self._refresh_field(s)
 
     def update(self, fact_id: Hashable, *, text: str | None = None, embedding: Any = None,
                metadata: dict[str, Any] | None = None, defer_ann: bool = False) -> None:
@@ -672,6 +711,8 @@ class FactIndex:
 
     def _refresh_field(self, slot: int) -> None:
         """Recompute one fact's lexical field from its own terms, neighbours and date."""
+        if not self._alive[slot]:
+            return  # a context entry's or a removed fact's: it has no field
         own = self._own[slot]
         w_next, w_former = self.config.neighbour_weight, self.config.former_weight
         neighbours = self._neighbours(slot) if w_next else []
@@ -865,7 +906,8 @@ class FactIndex:
                     firsts.append(len(rows))
                     rows.extend(vecs)
             self._former_stack = (np.asarray(slots, dtype=np.int64), np.asarray(firsts, dtype=np.int64),
-                                  np.asarray(rows, dtype=np.float32).reshape(len(rows), -1))
+                                  np.asarray(rows, dtype=np.float32).reshape(len(rows), -1) if rows
+                                  else np.zeros((0, 0), dtype=np.float32))
         owners, starts, mat = self._former_stack
         if not owners.size:
             return None

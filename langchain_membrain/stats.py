@@ -166,6 +166,7 @@ class MemoryStats(Mapping[str, Any]):
     learning: LearningStats | None = None  # None before any model or checkpoint exists
     loaded_namespaces: int = 0  # namespaces this process holds now
     pending_training: int = 0  # inserts queued for the background trainer
+    waiting_for_batch: int = 0  # inserts placed by the student, waiting for their batch question
     inserts_in_flight: int = 0  # started in the insert graph and not finished
     last_worker_error: str | None = None
     checkpoint_error: str | None = None  # why a stored checkpoint was ignored
@@ -198,7 +199,8 @@ class MemoryStats(Mapping[str, Any]):
                                "max_depth": f.max_depth, **self.lifetime.as_dict()}
         if self.stored is not None:
             out["saved_inserts"] = self.stored.inserts
-        out.update(pending_training=self.pending_training, inserts_in_flight=self.inserts_in_flight,
+        out.update(pending_training=self.pending_training, waiting_for_batch=self.waiting_for_batch,
+                   inserts_in_flight=self.inserts_in_flight,
                    last_worker_error=self.last_worker_error, checkpoint_error=self.checkpoint_error,
                    trainer=self.trainer, loaded_namespaces=self.loaded_namespaces, prior=self.prior,
                    recent_teacher_calls_per_insert=self.recent_teacher_calls_per_insert)

@@ -58,11 +58,11 @@ from langgraph.store.base import (
 )
 
 from .errors import InvalidOperationError
+from .inputs import Namespace
 from .memory import MembrainMemory, MemoryRecord
 
 __all__ = ["MembrainStore"]
 
-Namespace = tuple[str, ...]
 
 #: Embedder names resolved without any network access (all name the bundled MiniLM).
 OFFLINE_EMBEDDERS = frozenset(

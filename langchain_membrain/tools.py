@@ -20,7 +20,7 @@ import json
 import string
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -99,6 +99,17 @@ def _hit(store: BaseStore, item: Any) -> dict[str, Any]:
     return hit
 
 
+# What the agent reads about each tool (constants, not docstrings: ``python -OO`` drops those).
+TOOL_DESCRIPTIONS = {
+    "save_memory": ("Save a new long-term memory: a fact about the user or the task worth remembering "
+                    "in later conversations (preferences, plans, facts about people). Returns its id."),
+    "update_memory": "Replace the text of an existing memory when it has become wrong or outdated.",
+    "delete_memory": "Delete a memory that is wrong or that the user asked you to forget.",
+    "search_memory": ("Search long-term memories relevant to a question, best match first. Returns a "
+                      "JSON list of {id, content, score, path}; use an id to update or delete a memory."),
+}
+
+
 def memory_tools(memory: MembrainMemory | BaseStore | None,
                  namespace: str | Sequence[str] = ("memories",)) -> list[BaseTool]:
     """Tools for an LLM agent to manage its long-term memory in ``namespace``.
@@ -120,8 +131,6 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
 
     # -- sync
     def save_memory(content: str, config: RunnableConfig) -> str:
-        """Save a new long-term memory: a fact about the user or the task worth remembering in
-        later conversations (preferences, plans, facts about people). Returns its id."""
         store, ns = target.store(), target.namespace(config)
         if isinstance(store, MembrainStore):  # add() does not store the same memory twice
             return f"Saved memory {store.memory.add(content, namespace=ns)}."
@@ -130,7 +139,6 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         return f"Saved memory {key}."
 
     def update_memory(memory_id: str, content: str, config: RunnableConfig) -> str:
-        """Replace the text of an existing memory when it has become wrong or outdated."""
         store, ns = target.store(), target.namespace(config)
         old = store.get(ns, memory_id)
         if old is None:
@@ -139,7 +147,6 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         return f"Updated memory {memory_id}."
 
     def delete_memory(memory_id: str, config: RunnableConfig) -> str:
-        """Delete a memory that is wrong or that the user asked you to forget."""
         store, ns = target.store(), target.namespace(config)
         if store.get(ns, memory_id) is None:
             raise missing(memory_id)
@@ -147,8 +154,6 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         return f"Deleted memory {memory_id}."
 
     def search_memory(query: str, config: RunnableConfig, limit: int = 5) -> str:
-        """Search long-term memories relevant to a question, best match first. Returns a JSON
-        list of {id, content, score, path}; use an id to update or delete a memory."""
         store, ns = target.store(), target.namespace(config)
         return json.dumps([_hit(store, item) for item in store.search(ns, query=query, limit=limit)])
 
@@ -188,6 +193,6 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         (search_memory, asearch_memory, SearchMemoryInput),
     ]
     return [StructuredTool.from_function(func=func, coroutine=afunc, name=func.__name__, args_schema=schema,
-                                         description=" ".join(cast(str, func.__doc__).split()),
+                                         description=TOOL_DESCRIPTIONS[func.__name__],
                                          handle_tool_error=True)
             for func, afunc, schema in specs]

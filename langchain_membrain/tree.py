@@ -33,7 +33,7 @@ import gc
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 import networkx as nx
 import numpy as np
@@ -155,7 +155,10 @@ class MembrainTree:
     """
 
     def __init__(self, subject: str = "", *, root_id: str = ROOT_ID, dim: int | None = None,
-                 max_height: int | None = None):
+                 max_height: int | None = None, clock: Callable[[], float] = time.time):
+        # What stamps created_at / updated_at / archive times (seconds since the epoch): the
+        # wall clock, or a caller's (tests, replays of dated data).
+        self.clock = clock
         self.graph: nx.DiGraph = nx.DiGraph()
         self.root_id = root_id
         self.dim = dim
@@ -167,7 +170,7 @@ class MembrainTree:
         self._dirty: dict[str, None] = {root_id: None}
         self._removed: dict[str, None] = {}
         self.archive: dict[str, Node] = {}  # history and ignored entries, in insertion order
-        now = time.time()
+        now = self.clock()
         self.graph.add_node(root_id, node=Node(root_id, "root", _check_text(subject, "subject"), None, now, now))
 
     # ------------------------------------------------------------------ reads
@@ -291,7 +294,7 @@ class MembrainTree:
         vec = _as_vector(embedding, self.dim)
         node_id = self._new_id(node_id, "a")
         self._claim_dim(vec)
-        now = time.time()
+        now = self.clock()
         node = Node(node_id, "aspect", label, vec, now, now, dict(metadata or {}), seq=self._next_seq())
         self.graph.add_node(node_id, node=node)
         self.graph.add_edge(parent_id, node_id)
@@ -314,7 +317,7 @@ class MembrainTree:
         vec = _as_vector(embedding, self.dim)
         node_id = self._new_id(node_id, "f")
         self._claim_dim(vec)
-        now = time.time()
+        now = self.clock()
         created = now if created_at is None else float(created_at)
         node = Node(node_id, "fact", text, vec, created, now, dict(metadata or {}), n_facts=1,
                     seq=self._next_seq())
@@ -435,7 +438,7 @@ class MembrainTree:
             node.text = text
         if metadata is not None:
             node.metadata = dict(metadata)
-        node.updated_at = time.time()
+        node.updated_at = self.clock()
         self._touch(fact_id)
 
     def set_label(self, aspect_id: str, label: str, *, embedding: Any = None,
@@ -454,7 +457,7 @@ class MembrainTree:
             node.embedding = vec
         if metadata is not None:
             node.metadata = dict(metadata)
-        node.updated_at = time.time()
+        node.updated_at = self.clock()
         self._touch(aspect_id)
 
     # ---------------------------------------------------------------- archive
@@ -518,7 +521,7 @@ class MembrainTree:
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidOperationError("metadata must be a dict")
         _as_vector(embedding, self.dim)  # checked before anything changes
-        now = time.time() if when is None else float(when)
+        now = self.clock() if when is None else float(when)
         entry = self._archive_version(fact_id, "update", now, superseded_by=fact_id, source=source)
         meta = dict(node.metadata if metadata is None else metadata)
         meta[VALID_FROM_KEY] = now
@@ -532,7 +535,7 @@ class MembrainTree:
         node = self.node(fact_id)
         if node.kind != "fact":
             raise InvalidOperationError(f"only facts can be retired; {fact_id!r} is a {node.kind}")
-        now = time.time() if when is None else float(when)
+        now = self.clock() if when is None else float(when)
         entry = self._archive_version(fact_id, "delete", now, superseded_by=superseded_by, source=superseded_by)
         self.remove(fact_id)
         return entry
@@ -546,7 +549,7 @@ class MembrainTree:
             raise InvalidOperationError("metadata must be a dict")
         node_id = self._new_id(node_id, "i")
         self._claim_dim(vec)
-        now = time.time()
+        now = self.clock()
         meta = {**dict(metadata or {}), HISTORY_KEY: {"key": node_id, "operation": reason}}
         self.archive[node_id] = Node(node_id, "ignored", text, vec, now, now, meta, seq=self._next_seq())
         self._touch(node_id)
@@ -848,7 +851,7 @@ class MembrainTree:
         self.graph.remove_edge(old_parent, node_id)
         self.graph.add_edge(new_parent, node_id)
         self._add_to_ancestors(node_id, +1)
-        node.updated_at = time.time()
+        node.updated_at = self.clock()
         node.seq = self._next_seq()
         if prune:
             self._prune_empty(old_parent)
@@ -885,7 +888,7 @@ class MembrainTree:
     def _copy(self) -> "MembrainTree":
         out = MembrainTree.__new__(MembrainTree)
         out.root_id, out.dim, out.version, out._seq = self.root_id, self.dim, self.version, self._seq
-        out.max_height = self.max_height
+        out.max_height, out.clock = self.max_height, self.clock
         out._dirty, out._removed = {}, {}
         out.archive = {k: _node_copy(n) for k, n in self.archive.items()}
         # The graph's adjacency is built as networkx's DiGraph lays it out (_node, _succ is

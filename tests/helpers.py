@@ -25,3 +25,18 @@ class WordEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self._vec(text)
+
+
+class StrictClock:
+    """The wall clock, strictly increasing: each call is at least 1 µs (datetime's resolution)
+    after the one before, so consecutive writes get distinct, ordered timestamps without a
+    sleep (MembrainMemory(clock=...))."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def __call__(self) -> float:
+        import time
+
+        self.last = max(round(time.time(), 6), round(self.last + 1e-6, 6))  # whole microseconds
+        return self.last

@@ -28,6 +28,7 @@ def test_the_config_has_the_constructors_keywords_and_defaults():
     ({"search_mode": "slow"}, "search_mode is 'fast' or 'exact'"),
     ({"max_training_lag": 0}, "max_training_lag is at least 1"),
     ({"max_height": 0}, "max_height must be None or an int >= 1"),
+    ({"clock": 12.0}, "clock is a callable returning seconds"),
 ])
 def test_a_bad_setting_is_refused_before_the_storage_is_opened(tmp_path, kwargs, message):
     with pytest.raises(InvalidOperationError, match=message):

@@ -94,6 +94,35 @@ def test_texts_with_a_memory_are_added(text: str) -> None:
     assert conservative_operation(OperationQuestion(text, None, ())) == ADD
 
 
+def test_an_ignored_question_still_leads_search_to_its_answer(tmp_path) -> None:
+    """The question is not a memory, but its words find the facts said around it (the ignored
+    item stands in its session, FactIndex.add_context), also after a reload; once purged,
+    its words count no more."""
+    db = tmp_path / "m.db"
+    turns = [("I collect jerseys from every club.", 1), ("Who is your favourite basketball player?", 1),
+             ("LeBron is the man, I love his leadership.", 1), ("We painted the kitchen yellow.", 2),
+             ("The tram to work was late again.", 2), ("My sister moved to Porto.", 2)]
+    around = {turns[0][0], turns[2][0]}
+
+    def top2(mem: MembrainMemory) -> tuple[set[str], float]:
+        hits = mem.search("favourite basketball player", namespace="chat", limit=2)
+        return {h.text for h in hits}, min(h.score for h in hits)
+
+    with memory(storage=db) as mem:
+        for text, session in turns:
+            mem.add(text, namespace="chat", metadata={"session": session})
+        assert [r.text for r in mem.ignored(namespace="chat")] == [turns[1][0]]
+        found, _ = top2(mem)
+        assert found == around
+    with memory(storage=db) as mem:
+        found, score = top2(mem)
+        assert found == around
+        mem.purge_history(namespace="chat")
+        assert mem.ignored(namespace="chat") == []
+        hits = mem.search("favourite basketball player", namespace="chat", limit=6)
+        assert all(h.score < score for h in hits if h.text in around)
+
+
 def test_the_rule_reads_what_was_said_after_a_speaker_label() -> None:
     assert utterance("Melanie: Thanks!") == "Thanks!"
     assert utterance("Mary Ann Lee: hi") == "hi"

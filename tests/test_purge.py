@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import WordEmbeddings  # noqa: E402
+from helpers import StrictClock, WordEmbeddings  # noqa: E402
 
 from langchain_membrain import MembrainMemory  # noqa: E402
 from langchain_membrain.bench.updates import GroundTruthTeacher, gt_value  # noqa: E402
@@ -35,6 +35,7 @@ class Place:
     def __init__(self, kind: str, tmp_path):
         self.kind, self.path = kind, str(tmp_path / "m.db")
         self.schema = f"membrain_test_{uuid.uuid4().hex[:12]}"
+        self.clock = StrictClock()  # every memory opened here stamps with it
 
     def open(self, **kw) -> MembrainMemory:
         storage = None
@@ -45,7 +46,7 @@ class Place:
 
             storage = open_storage(PG_URL, schema=self.schema)
         return MembrainMemory(storage, teacher=GroundTruthTeacher(), embeddings=WordEmbeddings(), background=False,
-                              relabel=False, prior=False, operations="teacher", **kw)
+                              relabel=False, prior=False, operations="teacher", clock=self.clock, **kw)
 
     def sql(self, statement: str) -> None:
         if self.kind == "sqlite":
@@ -93,15 +94,13 @@ def add(mem: MembrainMemory, ev_id: str, text: str, op: str = "ADD", target: str
     return mem.add(text, namespace=NS, metadata=gt_value(ev))
 
 
-def fill(mem: MembrainMemory) -> tuple[dict[str, str], float]:
+def fill(mem: MembrainMemory, clock: StrictClock) -> tuple[dict[str, str], float]:
     """Two chains of versions, a retraction, an ignored greeting; returns the keys and a
     time between the first archived version and the others."""
     keys = {"home": add(mem, "home1", "I live in a flat in Leeds."),
             "job": add(mem, "job1", "I work nights as a ward nurse.")}
     add(mem, "home2", "We bought a house in Headingley.", "UPDATE", "home1")
-    time.sleep(0.02)
-    between = time.time()
-    time.sleep(0.02)
+    between = clock()  # after every stamp so far, before every later one
     add(mem, "job2", "I am a practice nurse at a GP surgery now.", "UPDATE", "job1")
     keys["gym"] = add(mem, "gym1", "I joined the climbing gym on Kirkstall Road.")
     add(mem, "gym1x", "Forget what I said about the climbing gym.", "DELETE", "gym1", keep=False)
@@ -115,7 +114,7 @@ def current(mem: MembrainMemory) -> list[tuple[str, str, dict]]:
 
 def test_purge_forgets_archived_entries_and_never_a_current_fact(place) -> None:
     with place.open() as mem:
-        keys, between = fill(mem)
+        keys, between = fill(mem, place.clock)
         facts = current(mem)
         reader = None
         if place.kind != "memory":
@@ -155,7 +154,7 @@ def test_purge_forgets_archived_entries_and_never_a_current_fact(place) -> None:
 def test_a_namespace_with_nothing_left_is_gone_and_others_are_untouched(place) -> None:
     with place.open() as mem:
         mem.add("Thanks!", namespace="log-only", metadata=gt_value({"id": "t", "op": "IGNORE"}))
-        fill(mem)
+        fill(mem, place.clock)
         assert mem.purge_history("log-only") == 1
         assert ("log-only",) not in mem.namespaces() and NS in mem.namespaces()
         assert len(mem.ignored(namespace=NS)) == 2
@@ -219,7 +218,7 @@ def test_a_purge_that_fails_part_way_stores_none_of_it(place) -> None:
     if place.kind == "memory":
         pytest.skip("no transaction to fail in memory")
     with place.open() as mem:
-        keys, _ = fill(mem)
+        keys, _ = fill(mem, place.clock)
         archived = sorted(e.id for e in mem.tree(NS).archive.values())
         place.refuse_deleting(archived[-1])  # the last row the purge deletes
         with pytest.raises(StorageError, match="refused"):
@@ -245,7 +244,7 @@ def test_bad_purge_arguments_are_refused(kw) -> None:
 
 def test_cli_history_purge(place, capsys) -> None:
     with place.open() as mem:
-        keys, _ = fill(mem)
+        keys, _ = fill(mem, place.clock)
         argv = ["history", "--ns", "u"]
         assert cli_main([*argv, "--purge", "--before", "2000-01-01"], memory=mem) == 0
         assert "purged 0 superseded or deleted versions archived before 2000-01-01" in capsys.readouterr().out

@@ -389,6 +389,41 @@ def test_a_fact_answers_what_its_former_versions_said():
         idx.set_former("home", [("x", np.ones(DIM + 1))])
 
 
+def test_an_ignored_turn_lends_its_words_to_its_neighbours_and_is_never_returned():
+    """A question the memory ignored stands in its session between the facts around it: the
+    answer after it is found by the question's words, as if the question were stored; the
+    ignored turn itself is never a hit, and once forgotten its words leave the fields."""
+    rng = np.random.default_rng(7)
+    v = unit(rng, 3)
+    idx = FactIndex(RetrievalConfig(stem=False, session_prior=0.0))
+    s1 = {"session": 1}
+    idx.add("jerseys", "I like to collect jerseys", v[0], s1)
+    idx.add_context("q", "Who is your favourite basketball player?", s1)
+    idx.add("answer", "The Wolves are my team and LeBron is the man", v[1], s1)
+    idx.add("other", "We painted the kitchen yellow", v[2], {"session": 2})
+    assert len(idx) == 3 and "q" not in idx
+    assert idx.search("favourite basketball player", None, 1)[0][0] in {"jerseys", "answer"}
+    assert "basketball" in idx.field_of("answer") and "basketball" in idx.field_of("jerseys")
+    assert "q" not in {f for f, _ in idx.search("favourite basketball player", v[1], 10, mode="exact")}
+    idx.add_context("no session", "hello there", {})  # nothing to stand between
+    idx.remove_context("q")
+    assert "basketball" not in idx.field_of("answer") and "jerseys" in idx.field_of("answer")
+    idx.remove_context("q")  # absent: nothing happens
+
+
+def test_former_versions_without_embeddings_are_found_by_their_words_only():
+    """Former versions archived without an embedding (an old store) take part lexically; the
+    dense search goes on over the facts' own vectors."""
+    rng = np.random.default_rng(5)
+    v = unit(rng, 3)
+    idx = FactIndex(RetrievalConfig(stem=False, session_prior=0.0))
+    idx.add("home", "bought a house in Headingley", v[0])
+    idx.add("pet", "the ferret lives aboard", v[1])
+    idx.set_former("home", [("rent a flat in Leeds", None)])
+    assert idx.search("flat Leeds", v[2], 1, mode="exact")[0][0] == "home"
+    assert idx.search("ferret", v[1], 1)[0][0] == "pet"
+
+
 def test_a_term_said_by_several_former_versions_counts_once_per_version_that_says_it_most():
     idx = FactIndex(RetrievalConfig(stem=False))
     idx.add("job", "lead nurse", np.ones(DIM))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import timezone
 from types import MappingProxyType
 
@@ -20,21 +20,18 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from helpers import WordEmbeddings
+from helpers import StrictClock, WordEmbeddings
 from langchain_membrain.embeddings import MiniLMEmbeddings
 from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.store import MembrainStore
 
 
 @pytest.fixture
-def store() -> MembrainStore:
-    return MembrainStore(index={"embed": WordEmbeddings(), "dims": 64})
-
-
-def put_slowly(store: MembrainStore, namespace, key, value, **kw) -> None:
-    """Put, then wait a little so consecutive writes get distinct timestamps."""
-    store.put(namespace, key, value, **kw)
-    time.sleep(0.002)
+def store() -> Iterator[MembrainStore]:
+    """A store whose consecutive writes get distinct, ordered timestamps (StrictClock)."""
+    embed = WordEmbeddings()
+    with MembrainMemory(embeddings=embed, clock=StrictClock()) as mem:
+        yield MembrainStore(mem, index={"embed": embed, "dims": 64})
 
 
 def keys(items) -> list[str]:
@@ -71,7 +68,7 @@ def test_put_accepts_any_mapping(store):
 
 
 def test_update_replaces_value_and_keeps_created_at(store):
-    put_slowly(store, ("users",), "k", {"content": "Alice likes tea"})
+    store.put(("users",), "k", {"content": "Alice likes tea"})
     first = store.get(("users",), "k")
     store.put(("users",), "k", {"content": "Alice likes coffee now"})
     second = store.get(("users",), "k")
@@ -133,25 +130,25 @@ def test_search_with_query_is_best_first_with_scores_across_sub_namespaces(store
 
 def test_search_without_query_is_newest_first_without_scores(store):
     for k in ["a", "b", "c"]:
-        put_slowly(store, ("notes",), k, {"content": f"note {k}"})
+        store.put(("notes",), k, {"content": f"note {k}"})
     assert keys(store.search(("notes",))) == ["c", "b", "a"]
     assert all(h.score is None for h in store.search(("notes",)))
-    put_slowly(store, ("notes",), "a", {"content": "note a, edited"})
+    store.put(("notes",), "a", {"content": "note a, edited"})
     assert keys(store.search(("notes",))) == ["a", "c", "b"]
 
 
 def test_empty_query_means_no_query(store):
     for k in ["a", "b"]:
-        put_slowly(store, ("notes",), k, {"content": f"note {k}"})
+        store.put(("notes",), k, {"content": f"note {k}"})
     for query in ["", "   "]:
         hits = store.search(("notes",), query=query)
         assert keys(hits) == ["b", "a"] and all(h.score is None for h in hits)
 
 
 def test_search_under_empty_prefix_spans_the_whole_store(store):
-    put_slowly(store, ("a",), "1", {"content": "apples are red"})
-    put_slowly(store, ("b", "c"), "2", {"content": "bananas are yellow"})
-    put_slowly(store, ("d",), "3", {"content": "cherries are red too"})
+    store.put(("a",), "1", {"content": "apples are red"})
+    store.put(("b", "c"), "2", {"content": "bananas are yellow"})
+    store.put(("d",), "3", {"content": "cherries are red too"})
     assert keys(store.search(())) == ["3", "2", "1"]
     assert keys(store.search((), limit=2, offset=1)) == ["2", "1"]
     assert keys(store.search((), query="yellow bananas", limit=1)) == ["2"]
@@ -180,7 +177,7 @@ def people(store) -> MembrainStore:
         ("dot", {"content": "Dot", "role": "guest"}),
     ]
     for key, value in rows:
-        put_slowly(store, ("people",), key, value)
+        store.put(("people",), key, value)
     return store
 
 
@@ -212,7 +209,7 @@ def test_unknown_filter_operator_is_rejected(people):
 @pytest.mark.parametrize("query", [None, "note about things"])
 def test_limit_and_offset_page_through_results_in_order(store, query):
     for i in range(7):
-        put_slowly(store, ("notes",), f"n{i}", {"content": f"note {i} about things" + " x" * i})
+        store.put(("notes",), f"n{i}", {"content": f"note {i} about things" + " x" * i})
     everything = keys(store.search(("notes",), query=query, limit=100))
     assert len(everything) == 7
     pages = [keys(store.search(("notes",), query=query, limit=3, offset=o)) for o in (0, 3, 6)]

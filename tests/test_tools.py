@@ -197,3 +197,15 @@ async def test_saving_a_memory_again_returns_the_same_id(store):
     assert saved_id(tools["save_memory"].invoke({"content": "alice is vegetarian."}, ALICE)) == key
     assert saved_id(await tools["save_memory"].ainvoke({"content": "Alice is vegetarian"}, ALICE)) == key
     assert [item.key for item in store.search(("memories", "alice"))] == [key]
+
+
+def test_tools_keep_their_descriptions_under_python_oo():
+    """An agent reads each tool's description; ``python -OO`` strips docstrings, not them."""
+    import subprocess
+    import sys
+
+    code = ("from langchain_membrain.tools import memory_tools; from langgraph.store.memory import InMemoryStore; "
+            "print([len(t.description) for t in memory_tools(InMemoryStore())])")
+    out = subprocess.run([sys.executable, "-OO", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert all(n > 40 for n in json.loads(out.stdout.strip()))

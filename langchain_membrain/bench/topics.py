@@ -181,7 +181,7 @@ def score_persona(mem: Any, ns: Sequence[str], topic_of: Mapping[str, str], embe
     return purity, out
 
 
-def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool = True,
+def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool = True, batch: int = 1,
                log: Any = None) -> tuple[list[Third], dict[str, Any], list[int]]:
     """Stream every persona through one memory: the per-third counters, the final stats and
     the questions counted at each insert (a persona's flush counts at its last insert)."""
@@ -209,9 +209,8 @@ def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool =
                 third.shadow[0] += now[3][0] - prev[3][0]
                 third.shadow[1] += now[3][1] - prev[3][1]
                 if prompts and sum(asked.values()) != 0:
-                    learner = mem._learner  # a batch question is about the inserts that waited: at most its size
-                    size = learner.config.batch if learner is not None and learner.batching else 1
-                    third.prompts.append(prompt_tokens(mem, ns, [r["text"] for r in rows[max(0, i + 1 - size): i + 1]]))
+                    # a batch question is about the inserts that waited: at most ``batch`` of them
+                    third.prompts.append(prompt_tokens(mem, ns, [r["text"] for r in rows[max(0, i + 1 - batch): i + 1]]))
                 prev = now
             mem.flush()
             now = _snapshot(mem.stats())
@@ -265,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
     from ..memory import MembrainMemory
     from . import machine_description
     from .economy import PrecomputedEmbeddings
+    from ..pipeline import DEFAULT_BATCH
     from .topic_teacher import TopicTeacher
 
     data = load_topics(args.data)
@@ -287,7 +287,8 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(width=max(Console().width, 120))
     t0 = time.perf_counter()
-    thirds, final, per_insert = run_topics(data, make_memory, served.embed_array,
+    batch = DEFAULT_BATCH if args.teacher == "topics" else 1  # the offline rule answers no batches
+    thirds, final, per_insert = run_topics(data, make_memory, served.embed_array, batch=batch,
                                            log=lambda s: console.print(f"[dim]{s}[/]"))
     seconds = time.perf_counter() - t0
     rows = [t.summary() for t in thirds]

@@ -43,6 +43,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import StorageError
+from ..inputs import Namespace
 from ..tree import MembrainTree
 
 #: Version of the database layout written by this code. A database whose recorded version
@@ -70,7 +71,6 @@ STORE_VALUE_KEY = "value"
 #: operations (superseded/deleted facts and ignored items; their parent is the root).
 NODE_KINDS = ("root", "aspect", "fact", "history", "ignored")
 
-Namespace = tuple[str, ...]
 
 
 # --------------------------------------------------------------------------- errors

@@ -79,8 +79,10 @@ def test_a_waiting_fact_deleted_before_its_batch_is_left_out(server):
     server.responder = keyword_llm
     with memory(server, 4, background=False) as mem:
         keys = [mem.add(f, namespace="computer") for f in FACTS[:3]]
+        assert mem.stats()["waiting_for_batch"] == 2  # the first had nothing to decide
         mem.delete(keys[1], namespace="computer")
         mem.flush()
+        assert mem.stats()["waiting_for_batch"] == 0
         tree = mem.tree("computer")
         tree.check_invariants()
         assert sorted(tree.node(f).text for f in tree.facts()) == sorted([FACTS[0], FACTS[2]])
