@@ -459,7 +459,7 @@ class Background:
 
     # --------------------------------------------------------------- lifecycle
     def flush(self) -> None:
-        """Ask the batch questions of inserts still waiting (graph.settle_batch), wait until
+        """Ask the batch questions of inserts still waiting (:meth:`settle_batch`), wait until
         background training has caught up, and save a checkpoint."""
         learner = self.current
         for ns in ([] if learner is None else list(learner.waiting_batches())):

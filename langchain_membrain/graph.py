@@ -17,7 +17,7 @@ is asked later, by the background trainer (``train``). With batch questions
 insert waits where the student put it, and the insert that fills its namespace's batch asks
 one question about all of them in ``batch_teacher``.
 
-The nodes are plain functions (methods of :class:`InsertPipeline`) and the routing is two
+The nodes are plain functions (methods of :class:`InsertPipeline`) and the routing is three
 plain functions, so the same definition runs either compiled (``mem.graph``, composable
 into a user's graph as a subgraph) or walked directly by :meth:`InsertPipeline.run`,
 which ``MembrainMemory.add`` uses because a compiled graph costs about 0.2 ms per step.
