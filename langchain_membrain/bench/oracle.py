@@ -31,10 +31,11 @@ A fact without ground truth is left where stage 1 put it (attach at the root, no
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 from ..actions import Action, Demote, Group, Promote
-from ..teachers.base import BaseTeacher, NewFact, Subtree
+from ..placement import Placement
+from ..teachers.base import BaseTeacher, NewFact, Subtree, sequential_placements
 from ..tree import Closure, MembrainTree
 
 __all__ = ["GT_NODE", "META_ID", "META_PATH", "META_PATH_IDS", "OracleTeacher", "oracle_metadata"]
@@ -80,6 +81,11 @@ class OracleTeacher(BaseTeacher):
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------- ground truth
+
+    def place_batch(self, facts: Sequence[tuple[str, NewFact]], tree: MembrainTree) -> list[Placement]:
+        """The batch question, answered fact by fact (it stands for an LLM shown all the facts
+        in one request, as TopicTeacher does); see ``sequential_placements``."""
+        return sequential_placements(self, facts, tree)
     def _learn(self, text: str, metadata: dict[str, Any]) -> list[str] | None:
         """The fact's ancestor ids (None without ground truth); remembers names on the way."""
         ids = metadata.get(META_PATH_IDS)

@@ -54,11 +54,21 @@ class Teacher(Protocol):
     async def aname_aspect(self, fact_texts: list[str]) -> str: ...
 
 
+def _past_height(tree: MembrainTree, group: Group) -> bool:
+    """Whether ``group``'s facts share a parent with no room for a new aspect (max_height):
+    such a group is left out of an answer, as the LLM teachers' validation leaves it out."""
+    members = [m for m in group.node_ids if m in tree]
+    parents = {tree.parent(m) for m in members}
+    parent = parents.pop() if len(parents) == 1 else None
+    return parent is not None and len(members) == len(group.node_ids) and not tree.has_room(parent, 2)
+
+
 def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
     """The joint answer of a teacher that only answers the elementary questions: descend by
     ``choose_stage1``, attach the fact to a copy of ``tree`` as :data:`NEW_FACT`, ask
     ``choose_stage2`` on its closure, and name each Group's aspect with ``name_aspect``
-    (``tree`` is not changed). Raises :class:`~langchain_membrain.errors.TeacherError` when
+    (``tree`` is not changed); a Group the tree's height bound has no room for is left
+    out. Raises :class:`~langchain_membrain.errors.TeacherError` when
     an answer is not valid: an index that is not a candidate's, an action that does not
     apply, an empty label."""
     def choose(sub: Subtree) -> int:
@@ -73,6 +83,8 @@ def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -
                   metadata=new_fact.metadata)
     actions: list[Action] = []
     for a in teacher.choose_stage2(view, view.closure(NEW_FACT)):
+        if isinstance(a, Group) and _past_height(view, a):
+            continue  # the tree's height bound: this group is left out, the rest of the answer stands
         if isinstance(a, Group) and not a.label:
             label = teacher.name_aspect([view.node(i).text for i in a.node_ids if i in view])
             if not isinstance(label, str) or not label.strip():
