@@ -48,6 +48,17 @@ class Group:
 Action = Union[Promote, Demote, Group]
 
 
+def past_height(tree: Any, group: Group) -> bool:
+    """Whether ``group``'s facts share a parent with no room for a new aspect (the tree's
+    max_height): a teacher's answer leaves such a group out, and the rest of it stands.
+    False when the members do not share one parent or are unknown (validation says why)."""
+    try:
+        parents = {tree.parent(m) for m in group.node_ids}
+    except NodeNotFoundError:
+        return False
+    return len(parents) == 1 and None not in parents and not tree.has_room(parents.pop(), 2)
+
+
 def validate_action(tree: MembrainTree, action: Action, *, allow_aspects: bool = False) -> None:
     """Raise InvalidOperationError unless ``action`` can be applied to ``tree`` now."""
     if isinstance(action, Promote):

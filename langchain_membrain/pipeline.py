@@ -27,7 +27,7 @@ from .features import S1, Stage1Features, Stage2Features, stage1_features, stage
 from .nets import ModelConfig  # torch-free (models.py re-exports it)
 from .placement import (DEFAULT_TOP_K, MAX_DESCENT, NewFact, Placement, Subtree, cosine, descend, destination,
                         path_choices, stage1_candidates)
-from .teachers.base import Teacher, teacher_placement
+from .teachers.base import Teacher, ask_placement
 from .teachers.budget import requests_sent
 from .training import OnlineTrainer, Policy, TrainingConfig
 from .tree import MembrainTree
@@ -45,12 +45,6 @@ def rewrite(tree: MembrainTree, actions: list[Action], *, name_aspect: Callable[
     """Stage 2: apply an action series in order, each re-validated; see actions.apply_actions."""
     return apply_actions(tree, actions, name_aspect=name_aspect, embed_label=embed_label,
                          allow_aspects=allow_aspects)
-
-
-def ask_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
-    """The teacher's answer to the joint question (its own ``place`` when it has one)."""
-    place = getattr(teacher, "place", None)
-    return place(new_fact, tree) if callable(place) else teacher_placement(teacher, new_fact, tree)
 
 
 def insert_with_teacher(tree: MembrainTree, new_fact: NewFact, teacher: Teacher, *,
@@ -933,10 +927,11 @@ class Learner:
         records still waiting (a fact deleted or rewritten meanwhile is left out; a key
         written twice, its latest insert only)."""
         live: list[PlaceRecord] = []
+        seen: set[str] = set()
         for r in reversed(records):
-            if r.fact_id in tree and r.fact_id not in {x.fact_id for x in live} \
-                    and tree.node(r.fact_id).text == r.new_fact.text:
+            if r.fact_id in tree and r.fact_id not in seen and tree.node(r.fact_id).text == r.new_fact.text:
                 live.append(r)
+                seen.add(r.fact_id)
         live.reverse()
         view = tree.copy()
         for r in live:

@@ -386,32 +386,14 @@ class FactIndex:
             raise ValueError(f"fact {fact_id!r} is already indexed")
         vec = self._check_vec(embedding)
         meta = dict(metadata or {})
-        slot = len(self._ids)
-        self._slot[fact_id] = slot
-        self._ids.append(fact_id)
-        self._text.append(text)
-        self._own.append(Counter(self.terms(text)))
-        self._date.append(self._date_terms(meta))
-        self._field.append({})
-        self._grow(slot + 1)
-        self._alive[slot] = True
         spk = meta.get("speaker")
         spk = str(spk) if spk not in (None, "") else None
-        self._speaker.append(spk)
-        self._spk_arr[slot] = self._spk_num.setdefault(spk, len(self._spk_num)) if spk else -1
+        slot = self._new_slot(fact_id, text, self._date_terms(meta), spk, self._session_key(meta))
+        self._slot[fact_id] = slot
+        self._alive[slot] = True
         if spk:
             self._speaker_count[spk] += 1
-        key = self._session_key(meta)
-        self._sess_key.append(key)
-        self._sess_arr[slot] = -1
-        touched = [slot]
-        if key is not None:
-            order = self._sessions.setdefault(key, [])
-            if order:
-                touched.append(order[-1])  # the previous fact gains this one as "next"
-            order.append(slot)
-            self._sess_arr[slot] = self._sess_num.setdefault(key, len(self._sess_num))
-        for s in touched:
+        for s in (slot, *self._previous(slot)):  # the previous one gains this one as "next"
             self._refresh_field(s)
         if vec is not None:
             self._set_vec(slot, vec, defer_ann)
@@ -424,21 +406,8 @@ class FactIndex:
         key = self._session_key(dict(metadata or {}))
         if key is None or item_id in self._context or item_id in self._slot:
             return
-        slot = len(self._ids)
-        self._context[item_id] = slot
-        self._ids.append(item_id)
-        self._text.append(text)
-        self._own.append(Counter(self.terms(text)))
-        self._date.append(())
-        self._field.append({})
-        self._grow(slot + 1)
-        self._speaker.append(None)
-        self._spk_arr[slot] = -1
-        self._sess_key.append(key)
-        order = self._sessions.setdefault(key, [])
-        order.append(slot)
-        self._sess_arr[slot] = self._sess_num.setdefault(key, len(self._sess_num))
-        for s in self._neighbours(slot):
+        slot = self._context[item_id] = self._new_slot(item_id, text, (), None, key)
+        for s in self._previous(slot):
             self._refresh_field(s)
 
     def remove_context(self, item_id: Hashable) -> None:
@@ -696,6 +665,30 @@ class FactIndex:
     def _session_key(meta: dict[str, Any]) -> str | None:
         s = meta.get("session")
         return None if s is None or s == "" else str(s)
+
+    def _new_slot(self, item_id: Hashable, text: str, date: tuple[str, ...], speaker: str | None,
+                  key: str | None) -> int:
+        """A new slot (row) for a fact or a context entry, last in its session (``key``)."""
+        slot = len(self._ids)
+        self._ids.append(item_id)
+        self._text.append(text)
+        self._own.append(Counter(self.terms(text)))
+        self._date.append(date)
+        self._field.append({})
+        self._grow(slot + 1)
+        self._speaker.append(speaker)
+        self._spk_arr[slot] = self._spk_num.setdefault(speaker, len(self._spk_num)) if speaker else -1
+        self._sess_key.append(key)
+        if key is not None:
+            self._sessions.setdefault(key, []).append(slot)
+            self._sess_arr[slot] = self._sess_num.setdefault(key, len(self._sess_num))
+        return slot
+
+    def _previous(self, slot: int) -> list[int]:
+        """The slot before ``slot``, the last of its session (0 or 1 slot; O(1))."""
+        key = self._sess_key[slot]
+        order = self._sessions[key] if key is not None else []
+        return order[-2:-1] if order and order[-1] == slot else []
 
     def _neighbours(self, slot: int) -> list[int]:
         """The previous and next slots of ``slot`` in its session (0 to 2 slots)."""

@@ -33,7 +33,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..actions import Action, Group, apply_action
+from ..actions import Action, Group, apply_action, past_height
 from ..errors import MembrainError, TeacherError
 from ..placement import NEW_FACT, NewFact, Placement, Subtree, descend, destination
 from ..tree import Closure, MembrainTree
@@ -52,15 +52,6 @@ class Teacher(Protocol):
     async def achoose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]: ...
 
     async def aname_aspect(self, fact_texts: list[str]) -> str: ...
-
-
-def _past_height(tree: MembrainTree, group: Group) -> bool:
-    """Whether ``group``'s facts share a parent with no room for a new aspect (max_height):
-    such a group is left out of an answer, as the LLM teachers' validation leaves it out."""
-    members = [m for m in group.node_ids if m in tree]
-    parents = {tree.parent(m) for m in members}
-    parent = parents.pop() if len(parents) == 1 else None
-    return parent is not None and len(members) == len(group.node_ids) and not tree.has_room(parent, 2)
 
 
 def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
@@ -83,7 +74,7 @@ def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -
                   metadata=new_fact.metadata)
     actions: list[Action] = []
     for a in teacher.choose_stage2(view, view.closure(NEW_FACT)):
-        if isinstance(a, Group) and _past_height(view, a):
+        if isinstance(a, Group) and past_height(view, a):
             continue  # the tree's height bound: this group is left out, the rest of the answer stands
         if isinstance(a, Group) and not a.label:
             label = teacher.name_aspect([view.node(i).text for i in a.node_ids if i in view])
@@ -98,6 +89,12 @@ def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -
     return Placement(parent, tree.path(parent), actions)
 
 
+def ask_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
+    """The teacher's answer to the joint question (its own ``place`` when it has one)."""
+    place = getattr(teacher, "place", None)
+    return place(new_fact, tree) if callable(place) else teacher_placement(teacher, new_fact, tree)
+
+
 def sequential_placements(teacher: Teacher, facts: Sequence[tuple[str, NewFact]],
                           tree: MembrainTree) -> list[Placement]:
     """The batch question answered one fact after another, on a copy of ``tree``: each
@@ -109,8 +106,7 @@ def sequential_placements(teacher: Teacher, facts: Sequence[tuple[str, NewFact]]
     view = tree.copy()
     out: list[Placement] = []
     for fact_id, new_fact in facts:
-        place = getattr(teacher, "place", None)
-        plan = place(new_fact, view) if callable(place) else teacher_placement(teacher, new_fact, view)
+        plan = ask_placement(teacher, new_fact, view)
         view.add_fact(plan.parent_id, new_fact.text, embedding=new_fact.embedding, node_id=fact_id,
                       metadata=new_fact.metadata)
         actions: list[Action] = []

@@ -74,7 +74,7 @@ from typing import Any, Callable, Generator, Literal, Sequence, TypeVar, Union
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from ..actions import Action, Demote, Group, Promote, apply_action, validate_action
+from ..actions import Action, Demote, Group, Promote, apply_action, past_height, validate_action
 from ..errors import MembrainError, TeacherError
 from ..tree import Closure, MembrainTree
 from . import budget, prompts
@@ -271,6 +271,16 @@ class _AttachedView:
 
 
 # ------------------------------------------------------------------ validation
+def _neighbourhood(tree: MembrainTree, parent: str, fact_id: str) -> set[str]:
+    """What a placement's actions may touch: the new fact, its parent and the parent's
+    children, the grandparent and its children (the fact's closure once attached)."""
+    allowed = {fact_id, parent, *tree.children(parent)}
+    grand = tree.parent(parent)
+    if grand is not None:
+        allowed.update([grand, *tree.children(grand)])
+    return allowed
+
+
 def clean_label(text: Any) -> str:
     """A label trimmed of quotes and punctuation; TeacherCallError unless 1 to 4 words."""
     s = " ".join(str(text).split()).strip(" \"'`.,;:!?")
@@ -333,9 +343,7 @@ def resolve_actions(specs: list[prompts.ActionSpec], ids: list[str], view: Any, 
                         label = None  # named later by name_aspect
                 action = Group(tuple(node(m, "member", k) for m in members), label)
                 moved = list(action.node_ids)
-                parent = view.parent(action.node_ids[0])
-                if parent is not None and {view.parent(m) for m in action.node_ids} == {parent} \
-                        and not view.has_room(parent, 2):
+                if past_height(view, action):
                     continue  # the tree's height bound: this group is dropped, the rest of the answer stands
             validate_action(view, action, allow_aspects=allow_aspects)
         except TeacherCallError:
@@ -750,12 +758,9 @@ class GuardedTeacher(BaseTeacher):
             if not 1 <= p < len(ids) or tree.node(ids[p]).kind == "fact":
                 raise TeacherCallError("invalid", f"parent {p} is not the number of the root or of an aspect shown")
             parent = ids[p]
-            grand = tree.parent(parent)
-            allowed = {NEW_FACT, parent, *tree.children(parent)}
-            if grand is not None:
-                allowed.update([grand, *tree.children(grand)])
             ids_new = [NEW_FACT, *ids[1:]]
-            actions = resolve_actions(answer.actions, ids_new, _AttachedView(tree, parent), allowed=allowed,
+            actions = resolve_actions(answer.actions, ids_new, _AttachedView(tree, parent),
+                                      allowed=_neighbourhood(tree, parent, NEW_FACT),
                                       allow_aspects=self.allow_aspects)
             return Placement(parent, tree.path(parent), actions)
         return validate
@@ -839,11 +844,7 @@ class GuardedTeacher(BaseTeacher):
                     raise TeacherCallError("invalid", f"fact {entry.fact}: parent {p} is not the root or an aspect shown")
                 parent = ids[p]
                 view.add_fact(parent, fact.text, embedding=fact.embedding, node_id=fid)
-                grand = view.parent(parent)
-                allowed = {fid, parent, *view.children(parent)}
-                if grand is not None:
-                    allowed.update([grand, *view.children(grand)])
-                actions = resolve_actions(entry.actions, numbered, view, allowed=allowed,
+                actions = resolve_actions(entry.actions, numbered, view, allowed=_neighbourhood(view, parent, fid),
                                           allow_aspects=self.allow_aspects)
                 for a in actions:
                     try:
