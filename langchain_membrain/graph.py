@@ -33,7 +33,9 @@ its question answered the placement too, so this insert's audit is not counted a
 The nodes reach the memory through :class:`InsertHost` alone: its namespaces (the
 :class:`~.forest.Forest`, which owns each namespace's tree, index and locks), its embedder,
 its learner and its trainer. ``MembrainMemory`` provides one; this module imports nothing of
-memory.py.
+memory.py. :class:`TreeHost` is the other host: one bare tree and a learner driven
+directly, for benchmarks and labs (:func:`insert_fact`), so that they measure the same
+insert a user's memory runs.
 """
 
 from __future__ import annotations
@@ -42,23 +44,40 @@ import contextlib
 import threading
 import time
 import uuid
-from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol, TypedDict
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol, TypedDict, TypeVar, cast
 
 import numpy as np
 
+from .actions import Action
 from .errors import InvalidOperationError
-from .forest import Forest
 from .inputs import Namespace, as_namespace, check_text, memory_value
-from .pipeline import Learner, PlaceRecord
+from .pipeline import Correction, Learner, PlaceRecord, SupervisionResult
 from .teachers.base import NewFact
 from .tree import MembrainTree
+
+T = TypeVar("T")
+
+
+class Namespaces(Protocol):
+    """The trees an insert reads and writes, one per namespace (a memory's
+    :class:`~.forest.Forest`, or :class:`OneTree`)."""
+
+    def lock(self, ns: Namespace) -> ContextManager[Any]:
+        """The namespace's lock: held around every read of its tree."""
+
+    def tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
+        """The namespace's tree (a new one when it has none and ``create``)."""
+
+    def mutate(self, ns: Namespace, write: Callable[[MembrainTree], T]) -> T:
+        """Run ``write`` on the namespace's tree as one committed write."""
 
 
 class InsertHost(Protocol):
     """What the insert graph uses of the memory it inserts into."""
 
     @property
-    def forest(self) -> Forest:
+    def forest(self) -> Namespaces:
         """The memory's namespaces: locks, trees and committed writes."""
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -87,6 +106,9 @@ class InsertState(TypedDict, total=False):
     embedding: list[float] | None  # the text's embedding, when the caller has it already
     audit: bool | None  # the caller's audit draw for this insert (Learner.draw_audit); None: drawn here
     shared: bool  # the teacher already answered this insert's placement with its memory operation
+    # ... and its answer (operations.Operation.placement), followed instead of asking again;
+    # an in-process object: a compiled graph's caller leaves it out
+    offered: Any
     token: str
     route: str
     parent_path: list[str]
@@ -110,7 +132,7 @@ class InsertPipeline:
         self.host = host
         self.forest = host.forest
         # token -> (namespace, the NewFact then its PlaceRecord, key)
-        self._inflight: dict[str, tuple[tuple[str, ...], PlaceRecord | NewFact, str]] = {}
+        self._inflight: dict[str, tuple[tuple[str, ...], PlaceRecord | NewFact, str | None]] = {}
         self._started: dict[str, float] = {}  # token -> time.monotonic() of its embed step
         self._guard = threading.Lock()
 
@@ -165,10 +187,15 @@ class InsertPipeline:
         key = state.get("key") or uuid.uuid4().hex
         given = state.get("embedding")
         vec = self.host.embed([text])[0] if given is None else np.asarray(given, dtype=np.float32)
-        with self.host.learner(int(vec.size)):
+        return self.start(ns, NewFact(text, vec, {"value": value, "indexed": True}), key)
+
+    def start(self, ns: Namespace, new_fact: NewFact, key: str | None) -> dict[str, Any]:
+        """Register an embedded fact as an insert in flight; the state for the next node.
+        ``key`` None: the tree names the fact."""
+        with self.host.learner(int(np.asarray(new_fact.embedding).size)):
             pass  # created now, so that a wrong dimension fails before anything is stored
         token = uuid.uuid4().hex
-        self._start(token, (ns, NewFact(text, vec, {"value": value, "indexed": True}), key))
+        self._start(token, (ns, new_fact, key))
         return {"token": token, "key": key, "teacher_calls": 0}
 
     def stage1_descend(self, state: InsertState) -> dict[str, Any]:
@@ -176,7 +203,8 @@ class InsertPipeline:
         ns, rec, key = self._get(state)
         with self._session(ns) as (tree, learner):
             if isinstance(rec, NewFact):
-                rec = learner.begin(tree, rec, audit=state.get("audit"), shared=bool(state.get("shared")))
+                rec = learner.begin(tree, rec, audit=state.get("audit"), shared=bool(state.get("shared")),
+                                    offered=state.get("offered"))
                 self._set(state["token"], (ns, rec, key))
             asks = learner.descend_model(tree, rec)
         return {"route": "teacher" if asks else "attach"}
@@ -195,7 +223,7 @@ class InsertPipeline:
 
         def write(tree: MembrainTree) -> None:
             created = None
-            if key in tree:
+            if key is not None and key in tree:
                 node = tree.node(key)
                 if node.kind != "fact":
                     raise InvalidOperationError(f"key {key!r} is used by an aspect")
@@ -246,14 +274,14 @@ class InsertPipeline:
         entry = self._finish(state["token"])
         if entry is None:
             raise InvalidOperationError("unknown insert token (was the state copied between runs?)")
-        ns, rec, key = entry
+        ns, rec, _ = entry
         self.host.placed(ns, rec)
         path = []
         with self.forest.lock(ns):
             tree = self.forest.tree(ns, create=False)
-            if tree is not None and key in tree:
-                path = [tree.node(a).text for a in tree.path(key)[1:-1]]
-        return {"key": key, "parent_path": path, "teacher_calls": rec.teacher_calls}
+            if tree is not None and rec.fact_id in tree:
+                path = [tree.node(a).text for a in tree.path(rec.fact_id)[1:-1]]
+        return {"key": rec.fact_id, "parent_path": path, "teacher_calls": rec.teacher_calls}
 
     # ------------------------------------------------------------------ routes
     @staticmethod
@@ -296,10 +324,11 @@ class InsertPipeline:
         builder.add_edge("train", END)
         return builder.compile(name="membrain_insert")
 
-    def run(self, state: InsertState) -> InsertState:
-        """Walk the same nodes and routes without LangGraph (no per-step overhead)."""
+    def run(self, state: InsertState, *, start: str = "embed") -> InsertState:
+        """Walk the same nodes and routes without LangGraph (no per-step overhead), from
+        ``start`` ("stage1_descend" for a state that :meth:`start` made)."""
         state = InsertState(**state)  # a copy: the caller's dict is left as it was
-        routes, node = self.routes(), "embed"
+        routes, node = self.routes(), start
         try:
             while True:
                 state.update(getattr(self, node)(state))
@@ -309,3 +338,128 @@ class InsertPipeline:
         except BaseException:
             self._finish(state.get("token", ""))
             raise
+
+
+# =============================================================================== a bare tree
+@dataclass
+class InsertResult:
+    """The outcome of :func:`insert_fact`.
+
+    ``stage1_by``/``stage2_by``: who decided ("model", "teacher", "forced" when there was
+    no choice; for stage 1, "offline rule" when the teacher gave no answer before the model
+    was warm: ``PlaceRecord.placed_by``). ``teacher_calls`` counts the teacher questions of
+    this insert (0 or 1; the requests sent, retries included, with an LLM teacher).
+    ``actions``: the stage-2 actions applied, corrections included.
+    """
+
+    fact_id: str
+    parent_id: str
+    placed_under: str
+    stage1_by: str
+    stage2_by: str
+    teacher_calls: int
+    teacher_failures: int
+    actions: list[Action]
+    corrections: list[Correction]
+    record: PlaceRecord
+    supervision: SupervisionResult
+    naming_calls: int = 0
+
+
+class OneTree:
+    """One bare tree standing for every namespace; a write is a plain call (nothing to
+    commit)."""
+
+    __slots__ = ("bare", "_lock")
+
+    def __init__(self, tree: MembrainTree):
+        self.bare = tree
+        self._lock = threading.RLock()
+
+    def lock(self, ns: Namespace) -> threading.RLock:
+        return self._lock
+
+    def tree(self, ns: Namespace, *, create: bool) -> MembrainTree:
+        return self.bare
+
+    def mutate(self, ns: Namespace, write: Callable[[MembrainTree], T]) -> T:
+        with self._lock:
+            return write(self.bare)
+
+
+class TreeHost:
+    """The insert graph's host for one bare tree and a :class:`~.pipeline.Learner` driven
+    directly (benchmarks, labs). Facts come embedded (:func:`insert_fact`). With
+    ``supervise`` each insert is supervised and trained on before it returns, and the
+    teacher's corrections applied (``LearnerConfig.apply_corrections``), as in a memory with
+    ``background=False``; without, its record is left for the caller to supervise."""
+
+    def __init__(self, tree: MembrainTree, learner: Learner, *, supervise: bool = True):
+        self.forest = OneTree(tree)
+        self.current = learner
+        self.supervises = supervise
+        self.record: PlaceRecord | None = None
+        self.last: InsertResult | None = None
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        raise InvalidOperationError("a bare tree has no embedder: insert embedded facts (insert_fact)")
+
+    @contextlib.contextmanager
+    def learner(self, dim: int | None = None) -> Iterator[Learner]:
+        yield self.current
+
+    def placed(self, ns: Namespace, record: PlaceRecord) -> None:
+        self.record = record
+        if not self.supervises:
+            return
+        learner, tree = self.current, self.forest.bare
+        sup = learner.supervise(record)
+        extra = learner.apply_corrections(tree, sup) if learner.config.apply_corrections else []
+        parent_id = tree.parent(record.fact_id)
+        assert parent_id is not None  # a fact is never the root
+        self.last = InsertResult(
+            fact_id=record.fact_id, parent_id=parent_id, placed_under=record.placed_under,
+            stage1_by=record.placed_by, stage2_by=record.stage2.by if record.stage2 is not None else "forced",
+            teacher_calls=record.teacher_calls + sup.teacher_calls,
+            teacher_failures=record.teacher_failures + sup.teacher_failures,
+            actions=list(record.applied) + list(extra), corrections=sup.corrections, record=record,
+            supervision=sup)
+
+    def settle_batch(self, ns: Namespace, carrier: PlaceRecord | None = None) -> None:
+        learner = self.current
+        learner.settle_batch(self.forest.bare, learner.take_batch(ns), carrier)
+
+
+BARE_TREE: Namespace = ("tree",)  # the namespace key of a bare tree's inserts (waiting batches)
+
+
+def _run_on_tree(host: TreeHost, new_fact: NewFact, node_id: str | None) -> None:
+    pipeline = InsertPipeline(host)
+    pipeline.run(cast(InsertState, pipeline.start(BARE_TREE, new_fact, node_id)), start="stage1_descend")
+
+
+def insert_fact(tree: MembrainTree, learner: Learner, new_fact: NewFact, *,
+                node_id: str | None = None) -> InsertResult:
+    """Insert an embedded fact into a bare tree through the insert graph (the nodes a
+    memory's ``add`` runs, after its embed step), decided by ``learner``, and supervise it;
+    ``node_id`` None: the tree names the fact."""
+    host = TreeHost(tree, learner)
+    named = learner.naming_calls
+    _run_on_tree(host, new_fact, node_id)
+    assert host.last is not None
+    host.last.naming_calls = learner.naming_calls - named
+    return host.last
+
+
+def place_fact(tree: MembrainTree, learner: Learner, new_fact: NewFact, *,
+               node_id: str | None = None) -> PlaceRecord:
+    """The same insert, left unsupervised: its record, for the caller's
+    :meth:`~.pipeline.Learner.supervise` (what a memory's background worker does later)."""
+    host = TreeHost(tree, learner, supervise=False)
+    _run_on_tree(host, new_fact, node_id)
+    assert host.record is not None
+    return host.record
+
+
+__all__ = ["BARE_TREE", "InsertHost", "InsertPipeline", "InsertResult", "InsertState", "Namespaces", "OneTree",
+           "TreeHost", "insert_fact", "place_fact"]

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, cast
 import numpy as np
 
 from . import torchfile  # checkpoints read and written without torch
+from .placement import Placement
 from .teachers.budget import requests_sent
 from .tree import MembrainTree
 
@@ -52,11 +53,14 @@ OP_KINDS: tuple[str, ...] = ("ADD", "UPDATE", "DELETE", "IGNORE")
 @dataclass(frozen=True)
 class Operation:
     """One decision. ``target``: the candidate's key (UPDATE and DELETE only). ``keep``
-    (DELETE only): whether the retracting item is itself a memory to store."""
+    (DELETE only): whether the retracting item is itself a memory to store. ``placement``:
+    where the item goes, when the teacher answered that with the operation (an LLM's one
+    request per insert); the insert follows it instead of asking again. Not compared."""
 
     kind: OpKind
     target: str | None = None
     keep: bool = False
+    placement: Placement | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in OP_KINDS:
@@ -240,7 +244,7 @@ def validate_operation(answer: Any, question: OperationQuestion) -> tuple[Operat
         if question.candidate(answer.target) is None:
             return ADD, f"{answer.kind} of {answer.target!r}, which is not a candidate"
         return answer, None
-    return Operation(answer.kind), None
+    return Operation(answer.kind, placement=answer.placement), None
 
 
 def ask_teacher(teacher: Any, question: OperationQuestion) -> tuple[Operation, str | None]:

@@ -1,11 +1,10 @@
-"""The insert routine:
+"""The steps of an insert, decided by the small networks and their teacher.
 
-``embed -> stage-1 descent -> attach -> closure -> stage 2 -> decode -> apply -> train``.
-
-The first half of this module holds the steps that do not depend on who decides (a
-teacher or a model); the second half is the learned insert (:class:`Learner`): the small
-networks decide, the teacher is asked at most one joint question per insert, and training
-follows. The LangGraph graph (graph.py) runs the learner's steps as its nodes.
+The first part of this module holds what does not depend on who decides (attach, rewrite,
+labels); the rest is :class:`Learner`: the networks decide, the teacher is asked at most one
+joint question per insert (every label of the insert, each descent level and stage 2, comes
+from that one answer), and training follows. The order the steps run in is written once, as
+the insert graph's nodes (graph.py); the graph is their only driver.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from .decoding import DecodeConfig, action_key, decode, encode_actions
 from .errors import DimensionError, InvalidOperationError, MembrainError, NodeNotFoundError
 from .features import S1, Stage1Features, Stage2Features, stage1_features, stage2_features
 from .nets import ModelConfig  # torch-free (models.py re-exports it)
-from .placement import (DEFAULT_TOP_K, MAX_DESCENT, NewFact, Placement, Subtree, cosine, descend, destination,
+from .placement import (MAX_DESCENT, NewFact, Placement, Subtree, cosine, descend, destination,
                         path_choices, stage1_candidates)
 from .teachers.base import Teacher, ask_placement
 from .teachers.budget import requests_sent
@@ -47,36 +46,6 @@ def rewrite(tree: MembrainTree, actions: list[Action], *, name_aspect: Callable[
                          allow_aspects=allow_aspects)
 
 
-def insert_with_teacher(tree: MembrainTree, new_fact: NewFact, teacher: Teacher, *,
-                        node_id: str | None = None, embed_label: Callable[[str], Any] | None = None,
-                        top_k: int = DEFAULT_TOP_K, allow_aspects: bool = False) -> str:
-    """The whole insert decided by ``teacher`` alone (teacher forcing, no model), from its
-    elementary answers: descend, attach, stage 2 on the closure."""
-    parent = destination(descend(tree, new_fact, lambda sub: teacher.choose_stage1(new_fact, sub), top_k=top_k))
-    fact_id = attach(tree, new_fact, parent, node_id=node_id)
-    actions = teacher.choose_stage2(tree, tree.closure(fact_id))
-    rewrite(tree, actions, name_aspect=teacher.name_aspect, embed_label=embed_label,
-            allow_aspects=allow_aspects)
-    return fact_id
-
-
-# =============================================================================== learned insert
-# The insert decided by the small networks. The steps, in order (the graph's nodes):
-#
-#   begin            draw this insert's audit (an unbiased sample of the model's decisions)
-#   descend_model    the model descends; it stops at the first level where it is unsure
-#   teacher_place    ... and then the teacher is asked the joint question, now
-#   attach           the fact is attached where the descent (or the teacher) ended
-#   propose_stage2   the model's stage-2 actions; unsure and not asked yet: ask now
-#   teacher_stage2   the joint question, now (it may move the fact)
-#   apply_stage2     the chosen actions are applied
-#   supervise        (later, in a background worker) a drawn audit is asked on a snapshot
-#                    of the tree taken before the attach; labels are trained on; a teacher
-#                    that disagrees yields corrections
-#
-# At most one teacher question per insert: every label of an insert, every descent level
-# and stage 2, comes from that one answer.
-
 By = Literal["model", "teacher", "forced", "offline rule"]
 WAITING_TRACKED = 10_000  # parents whose waiting stage-2 decisions are counted (stage2_defer)
 QUESTION_KINDS = ("placement", "audit", "operation", "naming")
@@ -88,7 +57,7 @@ MAX_BATCH = 16  # the most: each new fact then still gets a fair share of the qu
 class LearnerConfig:
     """Everything a :class:`Learner` is configured by.
 
-    ``apply_corrections``: :meth:`Learner.insert` moves a fact (and applies the teacher's
+    ``apply_corrections``: the insert's supervision moves a fact (and applies the teacher's
     stage-2 actions) when a deferred audit disagrees with what the model executed.
     ``allow_aspects``: accept teacher actions that move whole aspects (the networks do not
     propose them; they are executed when the teacher decides, and never learned).
@@ -187,7 +156,7 @@ class Correction:
 
 @dataclass
 class PlaceRecord:
-    """What :meth:`Learner.place` decided, for :meth:`Learner.supervise` and the caller.
+    """What an insert's steps decided, for :meth:`Learner.supervise` and the caller.
 
     ``asked``: the joint question was asked during the insert (``plan`` holds a valid
     answer). ``drawn``: this insert is an audit; when the model decided it alone, the
@@ -211,8 +180,8 @@ class PlaceRecord:
     applied: list[Action]
     teacher_calls: int = 0
     teacher_failures: int = 0
-    place_ms: float = 0.0  # wall-clock time of place(), the shadow teacher excluded
-    place_cpu_ms: float = 0.0  # CPU time of this process during place(), shadow excluded
+    place_ms: float = 0.0  # wall-clock time from begin to apply_stage2, the shadow teacher excluded
+    place_cpu_ms: float = 0.0  # CPU time of this process over the same steps, shadow excluded
     shadow_parent: str | None = None
     supervised: bool = False
     cursor: str = ""  # the node the descent stands on
@@ -220,6 +189,7 @@ class PlaceRecord:
     drawn: bool = False
     asked: bool = False
     shared: bool = False  # the memory operation's one-call question answered the placement too
+    offered: Placement | None = None  # ... and that answer, until a placement question takes it
     deferred: str | None = None  # the stage whose question got no answer: asked again in supervise
     batched: str | None = None  # the unsure stage, while placed by the student to wait for its batch question
     placed_by: str = "forced"
@@ -241,31 +211,6 @@ class SupervisionResult:
     teacher_failures: int
     steps: int
     train_ms: float
-
-
-@dataclass
-class InsertResult:
-    """The outcome of :meth:`Learner.insert`.
-
-    ``stage1_by``/``stage2_by``: who decided ("model", "teacher", "forced" when there was
-    no choice; for stage 1, "offline rule" when the teacher gave no answer before the model
-    was warm: ``PlaceRecord.placed_by``). ``teacher_calls`` counts the teacher questions of
-    this insert (0 or 1; the requests sent, retries included, with an LLM teacher).
-    ``actions``: the stage-2 actions applied, corrections included.
-    """
-
-    fact_id: str
-    parent_id: str
-    placed_under: str
-    stage1_by: str
-    stage2_by: str
-    teacher_calls: int
-    teacher_failures: int
-    actions: list[Action]
-    corrections: list[Correction]
-    record: PlaceRecord
-    supervision: SupervisionResult
-    naming_calls: int = 0
 
 
 _LABEL_WORD = re.compile(r"[^\W\d_][\w'-]+")
@@ -356,7 +301,7 @@ class Learner:
             always. Its decisions are neither counted as questions nor trained on.
 
     Threads: the trainer has its own lock, but :class:`MembrainTree` is not thread-safe; a
-    caller must serialise tree access around the steps of :meth:`place` and
+    caller must serialise tree access around the insert's steps (the graph's nodes do) and
     :meth:`apply_corrections`. :meth:`supervise` does not read the live tree.
     """
 
@@ -493,29 +438,43 @@ class Learner:
         return None if before is None or after is None else after - before
 
     def _ask(self, tree: MembrainTree, new_fact: NewFact, kind: str,
-             rec: PlaceRecord | SupervisionResult, *, shared: bool = False) -> Placement | None:
+             rec: PlaceRecord | SupervisionResult, *, shared: bool = False,
+             offered: Placement | None = None) -> Placement | None:
         """The joint question on ``tree`` (which must not hold the new fact): a placement
         whose parent is a container of ``tree`` on a path from its root and whose actions
         act on distinct nodes; else None (a counted failure). A placement its teacher's own
-        fallback chose (``fell_back``) is no answer of the teacher's: a failure too."""
+        fallback chose (``fell_back``) is no answer of the teacher's: a failure too.
+        ``offered``: the answer given already (with the memory operation), taken when it is
+        still valid on ``tree`` without a request; else the question is asked."""
+        if offered is not None:
+            plan = self._valid_plan(tree, offered)
+            if plan is not None:
+                self._count(kind, rec, shared=True, sent=0)
+                return plan
         before = requests_sent(self.teacher)
         try:
-            plan = ask_placement(self.teacher, new_fact, tree)
-            if plan.fell_back:
-                raise InvalidOperationError("the teacher gave no usable answer (its fallback chose)")
-            parent = plan.parent_id
-            if parent not in tree or tree.node(parent).kind == "fact":
-                raise InvalidOperationError(f"the teacher's parent {parent!r} is not a container")
-            touched: list[str] = []
-            for act in plan.actions:
-                touched += list(act.node_ids) if isinstance(act, Group) else [act.node_id]
-            if len(touched) != len(set(touched)):
-                raise InvalidOperationError("a node is acted on twice")
-            plan.path = tree.path(parent)
+            answer = ask_placement(self.teacher, new_fact, tree)
         except Exception:  # an untrusted teacher: any exception is a failed answer
-            self._count(kind, rec, failed=True, shared=shared, sent=self._sent_since(before))
+            answer = None
+        plan = self._valid_plan(tree, answer) if answer is not None else None
+        self._count(kind, rec, failed=plan is None, shared=shared, sent=self._sent_since(before))
+        return plan
+
+    @staticmethod
+    def _valid_plan(tree: MembrainTree, plan: Placement) -> Placement | None:
+        """``plan`` with its path on ``tree`` when it is a teacher's answer that fits it (see
+        :meth:`_ask`), else None."""
+        if plan.fell_back:
+            return None  # the teacher gave no usable answer: its fallback chose
+        parent = plan.parent_id
+        if parent not in tree or tree.node(parent).kind == "fact":
             return None
-        self._count(kind, rec, shared=shared, sent=self._sent_since(before))
+        touched: list[str] = []
+        for act in plan.actions:
+            touched += list(act.node_ids) if isinstance(act, Group) else [act.node_id]
+        if len(touched) != len(set(touched)):
+            return None  # a node acted on twice
+        plan.path = tree.path(parent)
         return plan
 
     def name_aspect(self, texts: list[str]) -> str:
@@ -605,33 +564,17 @@ class Learner:
         if tree.dim is not None and tree.dim != dim:
             raise DimensionError(f"the tree holds {tree.dim}-d embeddings, the model reads {dim}")
 
-    # ------------------------------------------------------------------ place
-    def place(self, tree: MembrainTree, new_fact: NewFact, *, node_id: str | None = None) -> PlaceRecord:
-        """The fast half of an insert: descend, attach, rewrite the closure.
-
-        The same steps the insert graph (graph.py) runs as nodes, called in order. The
-        fact is attached before anything that can fail for the teacher's sake, and
-        teacher answers are validated, so the fact is never lost.
-        """
-        rec = self.begin(tree, new_fact)
-        if self.descend_model(tree, rec):
-            self.teacher_place(tree, rec)
-        self.attach(tree, rec, node_id=node_id)
-        if self.propose_stage2(tree, rec):
-            self.teacher_stage2(tree, rec)
-        self.apply_stage2(tree, rec)
-        return rec
-
-    # The steps of place(), in order. Each takes the tree as it is when it runs (a graph
-    # may run them under separate locks), so each re-validates the ids it reads.
+    # The insert's steps (graph.py runs them as its nodes). Each takes the tree as it is when
+    # it runs (the graph may run them under separate locks), so each re-validates the ids it reads.
     def begin(self, tree: MembrainTree, new_fact: NewFact, *, audit: bool | None = None,
-              shared: bool = False) -> PlaceRecord:
+              shared: bool = False, offered: Placement | None = None) -> PlaceRecord:
         """Start an insert at the root and draw whether it is an audit (every insert under
         query="always"). One draw per insert, whatever the model's confidence, so audited
         inserts are an unbiased sample; ``audit``: the caller's draw (:meth:`draw_audit`)
-        instead. ``shared``: see :class:`PlaceRecord`."""
+        instead. ``shared``, ``offered``: see :class:`PlaceRecord`."""
         self._check_fact(tree, new_fact)
-        rec = PlaceRecord("", new_fact, tree.root_id, [], None, [], cursor=tree.root_id, shared=shared)
+        rec = PlaceRecord("", new_fact, tree.root_id, [], None, [], cursor=tree.root_id, shared=shared,
+                          offered=offered)
         pol = self.config.stage1
         draw = self.draw_audit() if audit is None else bool(audit)
         rec.drawn = pol.query == "always" or (pol.query == "uncertain" and draw)
@@ -709,7 +652,8 @@ class Learner:
         self.unsure["stage1"] += 1
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id
-        plan = self._ask(tree, rec.new_fact, "placement", rec)
+        plan = self._ask(tree, rec.new_fact, "placement", rec, offered=rec.offered)
+        rec.offered = None
         if plan is None:  # no answer: decided without the teacher, asked again in supervise
             rec.deferred = "stage1"
             rec.cursor, rec.placed_by = self._descend_without_teacher(tree, rec.new_fact, rec.cursor)
@@ -725,8 +669,10 @@ class Learner:
 
     def _descend_without_teacher(self, tree: MembrainTree, new_fact: NewFact, node_id: str) -> tuple[str, str]:
         """Where the fact goes when the teacher gave no answer, and who chose: the model once
-        stage 1 is warm, the ``stand_in`` (the offline rule) before."""
-        if self.stand_in is not None and not self._warm(self.config.stage1, "stage1"):
+        stage 1 is warm, the ``stand_in`` (the offline rule) before, and always where the
+        model executes nothing (execute="teacher")."""
+        pol = self.config.stage1
+        if self.stand_in is not None and (pol.execute == "teacher" or not self._warm(pol, "stage1")):
             stand_in = self.stand_in
 
             def choose(sub: Subtree) -> int:
@@ -789,6 +735,9 @@ class Learner:
             return False
         feats, logits, mine, conf = decided
         rec.stage2 = Stage2Decision(feats, logits, mine, conf, mine, "model", None, calibrate, gate_sample=calibrate)
+        if rec.asked and self.config.stage2.execute == "teacher":
+            rec.stage2.executed = []  # the teacher gave no answer, and the model executes nothing: Idle
+            return False
         if rec.asked or not self._unsure(self.config.stage2, "stage2", conf):
             return False
         # Unsure: Idle alone when the network proposes Idle and the linear student is sure of it.
@@ -833,9 +782,12 @@ class Learner:
         self.unsure["stage2"] += 1
         view = tree.copy()
         view.remove(rec.fact_id)
-        plan = self._ask(view, rec.new_fact, "placement", rec)
+        plan = self._ask(view, rec.new_fact, "placement", rec, offered=rec.offered)
+        rec.offered = None
         if plan is None:  # no answer: the model's stage 2 stands; asked again in supervise, on view
             rec.deferred, rec.snapshot = "stage2", view
+            if self.config.stage2.execute == "teacher" and rec.stage2 is not None:
+                rec.stage2.executed = []  # ... unless the model executes nothing: Idle
             return
         rec.plan, rec.placed_by = plan, "teacher"
         # Stage 1 was sure at every level (it would have asked otherwise): its labels here are
@@ -1031,7 +983,7 @@ class Learner:
     def supervise(self, record: PlaceRecord, *, train: bool = True) -> SupervisionResult:
         """The slow half: the deferred audit, training, corrections. Reads no live tree.
 
-        Labels answered during :meth:`place` are queued for training as they are. An
+        Labels answered during the insert's steps are queued for training as they are. An
         audited insert that the model decided alone is asked now, on the snapshot taken
         before its attach, so the teacher judges exactly the state the model decided on;
         every level of its path and its stage-2 actions are scored against the model
@@ -1051,7 +1003,7 @@ class Learner:
         # whose question got no answer (deferred) is asked now, its own placement question.
         if view is not None and (not record.asked or record.deferred) and (record.steps or record.stage2 is not None):
             kind = "placement" if record.deferred else "audit"
-            plan = self._ask(view, record.new_fact, kind, res, shared=record.shared)
+            plan = self._ask(view, record.new_fact, kind, res, shared=record.shared, offered=record.offered)
             if plan is not None:
                 record.plan = plan
                 # Asked because stage 1 was unsure: a label for calibration only when unbiased.
@@ -1095,30 +1047,6 @@ class Learner:
                 pass
         return self._rewrite(tree, res.actions) if res.actions else []
 
-    # ------------------------------------------------------------------ insert
-    def insert(self, tree: MembrainTree, new_fact: NewFact, *, node_id: str | None = None) -> InsertResult:
-        """descent -> attach -> closure -> stage 2 -> decode -> apply -> train (-> correct)."""
-        named = self.naming_calls
-        rec = self.place(tree, new_fact, node_id=node_id)
-        sup = self.supervise(rec)
-        extra = self.apply_corrections(tree, sup) if self.config.apply_corrections else []
-        parent_id = tree.parent(rec.fact_id)
-        assert parent_id is not None  # a fact is never the root
-        return InsertResult(
-            fact_id=rec.fact_id,
-            parent_id=parent_id,
-            placed_under=rec.placed_under,
-            stage1_by=rec.placed_by,
-            stage2_by=rec.stage2.by if rec.stage2 is not None else "forced",
-            teacher_calls=rec.teacher_calls + sup.teacher_calls,
-            teacher_failures=rec.teacher_failures + sup.teacher_failures,
-            actions=list(rec.applied) + list(extra),
-            corrections=sup.corrections,
-            record=rec,
-            supervision=sup,
-            naming_calls=self.naming_calls - named,
-        )
-
     # ------------------------------------------------------------------ checkpoints
     def save(self, path_or_buffer) -> None:
         self.trainer.save(path_or_buffer)
@@ -1133,8 +1061,24 @@ class Learner:
         self.trainer.load_bytes(data)
 
 
+def teacher_forcing(teacher: Teacher, dim: int, *, allow_aspects: bool = False,
+                    embed_label: Callable[[str], Any] | None = None, seed: int = 0) -> Learner:
+    """A learner whose every decision is its teacher's: both stages under
+    ``Policy(execute="teacher", query="always")``, so each insert asks the joint question and
+    follows the answer (the networks learn from it, and decide nothing). When the teacher
+    gives no answer its own ``fallback`` places the fact. For a tree built by the teacher
+    alone through the insert graph (graph.insert_fact): benchmarks' reference trees."""
+    cfg = LearnerConfig(allow_aspects=allow_aspects, seed=seed)
+    cfg.model.dim = int(dim)
+    cfg.stage1 = Policy(execute="teacher", query="always")
+    cfg.stage2 = Policy(execute="teacher", query="always")
+    fallback = getattr(teacher, "fallback", None)
+    return Learner(teacher, cfg, embed_label=embed_label,
+                   stand_in=fallback if callable(getattr(fallback, "choose_stage1", None)) else None)
+
+
 __all__ = [
-    "Correction", "InsertResult", "Learner", "LearnerConfig", "PlaceRecord", "QUESTION_KINDS", "SHADOW_CLASSES",
+    "Correction", "Learner", "LearnerConfig", "PlaceRecord", "QUESTION_KINDS", "SHADOW_CLASSES",
     "Stage1Decision", "Stage1Label", "Stage2Decision", "SupervisionResult", "ask_placement", "attach", "cosine", "descend",
-    "fallback_label", "insert_with_teacher", "nearby_labels", "relabel_avoid", "rewrite", "stage1_candidates",
+    "fallback_label", "nearby_labels", "relabel_avoid", "rewrite", "stage1_candidates", "teacher_forcing",
 ]

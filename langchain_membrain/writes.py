@@ -21,6 +21,7 @@ from .forest import Forest
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, memory_value
 from .operations import OperationDecider, execute as execute_operation
+from .placement import Placement
 from .teachers.budget import deadline as teacher_deadline
 from .tree import MembrainTree
 
@@ -84,12 +85,14 @@ class Writer:
         self.background = background
 
     def place(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
-              key: str | None = None, *, audit: bool | None = None, shared: bool = False) -> str:
-        """Place one embedded memory through the insert pipeline; returns its key. ``audit``
-        and ``shared``: see ``InsertState``."""
+              key: str | None = None, *, audit: bool | None = None, shared: bool = False,
+              offered: Placement | None = None) -> str:
+        """Place one embedded memory through the insert pipeline; returns its key. ``audit``,
+        ``shared`` and ``offered``: see ``InsertState``."""
         # The graph's state types an embedding as a list (JSON); its embed step takes an array too.
         done = self.pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
-                                  "embedding": cast(Any, vec), "audit": audit, "shared": shared})
+                                  "embedding": cast(Any, vec), "audit": audit, "shared": shared,
+                                  "offered": offered})
         return cast(str, done["key"])
 
     def insert(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str, vec: np.ndarray, *,
@@ -149,7 +152,9 @@ class Writer:
 
         def place(ns_: Namespace, value_: dict[str, Any], text_: str, vec_: np.ndarray) -> str:
             shared = joint and ops.counters.asked > asked
-            return self.place(ns_, value_, text_, vec_, audit=audit, shared=shared)
+            decided = ops.last_here()  # the teacher's placement, when it answered it with the operation
+            offered = decided.operation.placement if decided is not None and decided.by == "teacher" else None
+            return self.place(ns_, value_, text_, vec_, audit=audit, shared=shared, offered=offered)
 
         done = execute_operation(self.forest, ops, ns, value, text, vec, place=place, audit=audit)
         op_asked = ops.counters.asked > asked

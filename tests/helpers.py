@@ -40,3 +40,19 @@ class StrictClock:
 
         self.last = max(round(time.time(), 6), round(self.last + 1e-6, 6))  # whole microseconds
         return self.last
+
+
+_FORCED: dict[int, tuple[object, object]] = {}  # id(teacher) -> (teacher, its teacher-forcing learner)
+
+
+def insert_by_teacher(tree, new_fact, teacher, **kw) -> str:
+    """Insert ``new_fact`` decided by ``teacher`` alone, through the insert graph
+    (``pipeline.teacher_forcing``, one learner per teacher); the new fact's id."""
+    from langchain_membrain.graph import insert_fact
+    from langchain_membrain.pipeline import teacher_forcing
+
+    entry = _FORCED.get(id(teacher))
+    if entry is None or entry[0] is not teacher:
+        dim = int(np.asarray(new_fact.embedding).size)
+        entry = _FORCED[id(teacher)] = (teacher, teacher_forcing(teacher, dim, **kw))
+    return insert_fact(tree, entry[1], new_fact).fact_id

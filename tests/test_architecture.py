@@ -149,3 +149,48 @@ def test_the_private_access_check_sees_a_reach_into_another_module():
     memory_src = ast.parse("class M:\n    def _mutate(self, x):\n        return x\n")
     others = {"p.graph": private_names_defined(graph_src), "p.memory": private_names_defined(memory_src)}
     assert foreign_private_uses("p.graph", graph_src, others) == ["p.graph:2: mem._mutate (defined in p.memory)"]
+
+
+# ------------------------------------------------------------------ size limits
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 80
+#: Functions allowed over MAX_FUNCTION_LINES, each with the reason it reads best as one piece.
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def long_functions(tree: ast.Module, limit: int) -> list[tuple[str, int]]:
+    """(qualified name, lines) of every function in ``tree`` longer than ``limit`` lines,
+    a function's lines running from its ``def`` to its last statement."""
+    out: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                    if lines > limit:
+                        out.append((name, lines))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def test_no_module_is_longer_than_the_limit():
+    too_long = {p.relative_to(ROOT.parent).as_posix(): n for p in sorted(ROOT.rglob("*.py"))
+                if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert too_long == {}
+
+
+def test_no_function_is_longer_than_the_limit_unless_named():
+    found = {f"{name}.{fn}": n for name, tree in modules().items() for fn, n in long_functions(tree, MAX_FUNCTION_LINES)}
+    assert {k: v for k, v in found.items() if k not in LONG_FUNCTIONS} == {}
+    assert set(LONG_FUNCTIONS) <= set(found), "an exception that is no longer needed"
+
+
+def test_the_length_check_sees_a_long_method():
+    source = "class A:\n    def f(self):\n" + "        x = 1\n" * 5 + "def g():\n    pass\n"
+    assert long_functions(ast.parse(source), 4) == [("A.f", 6)]

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import insert_by_teacher
 from langchain_membrain.bench.oracle import GT_NODE, OracleTeacher, oracle_metadata
 from langchain_membrain.errors import InvalidOperationError, MembrainError, NodeNotFoundError
 from langchain_membrain.evaluation import (
@@ -26,7 +27,7 @@ from langchain_membrain.evaluation import (
     wordnet_subtree_facts,
     write_labelled_facts,
 )
-from langchain_membrain.pipeline import insert_with_teacher
+
 from langchain_membrain.teachers.base import NewFact
 from langchain_membrain.tree import MembrainTree
 
@@ -205,7 +206,7 @@ def _oracle_build(rows, order):
     for i in order:
         r = rows[i]
         nf = NewFact(r.text, rng.standard_normal(8).astype(np.float32), oracle_metadata(r.id, r.path_ids, r.path))
-        cls[insert_with_teacher(tree, nf, teacher)] = path_class(r.path)
+        cls[insert_by_teacher(tree, nf, teacher)] = path_class(r.path)
     tree.check_invariants()
     return tree, cls
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers import insert_by_teacher
+from langchain_membrain.graph import insert_fact, place_fact
 from langchain_membrain.actions import Demote, Group, Promote
 from langchain_membrain.errors import DimensionError
 from langchain_membrain.models import ModelConfig
-from langchain_membrain.pipeline import Learner, LearnerConfig, insert_with_teacher
+from langchain_membrain.pipeline import Learner, LearnerConfig
 from langchain_membrain.teachers.base import BaseTeacher, NewFact
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 from langchain_membrain.training import Policy, StageTraining, TrainingConfig
@@ -74,7 +76,7 @@ def test_a_garbage_teacher_never_loses_a_fact(execute, query):
     tree = MembrainTree("s", dim=DIM)
     ids = []
     for nf in facts(40):
-        res = learner.insert(tree, nf)
+        res = insert_fact(tree, learner, nf)
         assert res.fact_id in tree and tree.node(res.fact_id).kind == "fact"
         assert tree.parent(res.fact_id) == res.parent_id
         ids.append(res.fact_id)
@@ -94,8 +96,8 @@ def test_a_good_teacher_is_followed_under_teacher_forcing():
     ref = MembrainTree("s", dim=DIM)
     ref_teacher = HeuristicTeacher()
     for nf in facts(40):
-        res = learner.insert(tree, nf)
-        insert_with_teacher(ref, nf, ref_teacher)
+        res = insert_fact(tree, learner, nf)
+        insert_by_teacher(ref, nf, ref_teacher)
         assert res.stage1_by in ("teacher", "forced")
         assert res.teacher_failures == 0
     # teacher forcing builds the teacher's own tree (same shape, same fact partition)
@@ -112,11 +114,11 @@ def test_place_then_supervise_on_a_changed_tree():
     learner = Learner(teacher, config())
     tree = MembrainTree("s", dim=DIM)
     for nf in facts(30):
-        learner.insert(tree, nf)
+        insert_fact(tree, learner, nf)
     learner.config.stage1 = Policy(execute="model", query="always")
     learner.config.stage2 = Policy(execute="model", query="always")
     for nf in facts(10, seed=1):
-        rec = learner.place(tree, nf)
+        rec = place_fact(tree, learner, nf)
         parent = tree.parent(rec.fact_id)
         for f in list(tree.child_facts(parent)):
             tree.remove(f)  # may prune the aspect and the record's nodes
@@ -147,12 +149,12 @@ def test_supervise_returns_corrections_that_insert_applies():
     tree = MembrainTree("s", dim=DIM)
     teacher = HeuristicTeacher()
     for nf in facts(40):
-        insert_with_teacher(tree, nf, teacher)
+        insert_by_teacher(tree, nf, teacher)
     assert tree.aspects()
     learner = Learner(RootTeacher(), config("model", "always"))
     moved = 0
     for nf in facts(20, seed=2):
-        res = learner.insert(tree, nf)
+        res = insert_fact(tree, learner, nf)
         for c in res.corrections:
             # the untrained model descended; the teacher says "root": corrected and moved
             assert c.fact_id == res.fact_id and c.to_parent == tree.root_id
@@ -169,7 +171,7 @@ def test_dimension_mismatch_is_a_typed_error():
     learner = Learner(HeuristicTeacher(), config())
     tree = MembrainTree("s", dim=DIM)
     with pytest.raises(DimensionError):
-        learner.insert(tree, NewFact("x", np.ones(DIM + 1, np.float32)))
+        insert_fact(tree, learner, NewFact("x", np.ones(DIM + 1, np.float32)))
     assert tree.facts() == []
 
 
@@ -187,7 +189,7 @@ def test_stage2_defer_asks_once_per_k_unsure_decisions_under_a_parent(defer):
     waited: dict[str, int] = {}
     ids = []
     for nf in facts(40):
-        res = learner.insert(tree, nf)
+        res = insert_fact(tree, learner, nf)
         ids.append(res.fact_id)
         if res.stage2_by == "forced" or res.record.stage2 is None:
             continue  # nothing to decide (a lone fact): never asked, never counted
@@ -219,7 +221,7 @@ def test_stage2_questions_calibrate_stage1_but_not_the_reverse():
         learner = Learner(HeuristicTeacher(), cfg)
         tree = MembrainTree("s", dim=DIM)
         for nf in facts(40):
-            learner.insert(tree, nf)
+            insert_fact(tree, learner, nf)
         assert tree.fact_count(tree.root_id) == 40
         return learner
 
@@ -259,7 +261,7 @@ def test_a_new_aspect_never_repeats_an_ancestors_label():
     physio = tree.add_aspect(knee, "physio")
     learner = Learner(RepeatingTeacher(), config())
     for nf in facts(3):
-        learner.insert(tree, nf)
+        insert_fact(tree, learner, nf)
     groups = tree.child_aspects(physio)
     assert groups, "the teacher's Group was applied under physio"
     for g in groups:

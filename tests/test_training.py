@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import insert_by_teacher
+from langchain_membrain.graph import insert_fact, place_fact
 from langchain_membrain.errors import CheckpointError
 from langchain_membrain.features import stage1_features
 from langchain_membrain.models import ModelConfig
-from langchain_membrain.pipeline import Learner, LearnerConfig, descend, insert_with_teacher
+from langchain_membrain.pipeline import Learner, LearnerConfig, descend
 from langchain_membrain.teachers.base import BaseTeacher, NewFact, Subtree
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 from langchain_membrain.calibration import Calibrator
@@ -74,7 +76,7 @@ def eval_decisions(n_tree: int = 120, n_eval: int = 40) -> list:
     teacher = HeuristicTeacher()
     tree = MembrainTree("s", dim=DIM)
     for nf in synthetic_facts(n_tree, seed=7):
-        insert_with_teacher(tree, nf, teacher)
+        insert_by_teacher(tree, nf, teacher)
     out = []
     # half the new facts are on known topics, half on unseen ones; with 16-d topic directions
     # both mostly descend, and a tree of 120 facts has aspects deep enough that some
@@ -103,7 +105,7 @@ def trained():
     before = agreement(learner, decisions)
     tree = MembrainTree("s", dim=DIM)
     for nf in synthetic_facts(150, seed=1):
-        learner.insert(tree, nf)
+        insert_fact(tree, learner, nf)
     learner.trainer.flush()
     return learner, decisions, before, tree
 
@@ -259,7 +261,7 @@ def test_gate_fit_lowers_the_temperature_while_what_passes_stays_right():
 
 def _run(learner: Learner, n: int = 40, seed: int = 3):
     tree = MembrainTree("s", dim=DIM)
-    results = [learner.insert(tree, nf) for nf in synthetic_facts(n, seed=seed)]
+    results = [insert_fact(tree, learner, nf) for nf in synthetic_facts(n, seed=seed)]
     return tree, results
 
 
@@ -293,7 +295,7 @@ def test_policy_model_always_audits_every_decision_later():
     tree = MembrainTree("s", dim=DIM)
     facts = synthetic_facts(30, seed=4)
     for nf in facts:
-        rec = learner.place(tree, nf)
+        rec = place_fact(tree, learner, nf)
         calls_after_place = t.stage1_calls
         assert rec.teacher_calls == 0  # nothing asked on the insert's path
         sup = learner.supervise(rec)
@@ -349,7 +351,7 @@ def test_gradient_accumulation_steps_once_per_batch():
     tree = MembrainTree("s", dim=DIM)
     teacher = HeuristicTeacher()
     for nf in synthetic_facts(30, seed=5):
-        insert_with_teacher(tree, nf, teacher)
+        insert_by_teacher(tree, nf, teacher)
     nf = synthetic_facts(1, seed=6)[0]
     feats = stage1_features(tree, nf, Subtree(tree, tree.root_id, [tree.root_id, *tree.child_aspects(tree.root_id)]))
     assert feats.n_candidates > 1

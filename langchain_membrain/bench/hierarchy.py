@@ -1,7 +1,7 @@
 """Dendrogram purity of the online tree against flat, MemTree's rule and offline clustering.
 
-The facts are inserted one by one, in file order, by ``pipeline.insert_with_teacher`` (the
-teacher alone decides; no model). A fact's class is ``tuple(path[:2])``, the ground-truth
+The facts are inserted one by one, in file order, through the insert graph under
+``pipeline.teacher_forcing`` (the teacher alone decides; no model). A fact's class is ``tuple(path[:2])``, the ground-truth
 ancestor one level below the subject; facts with a shorter path are in no pair but still
 count as leaves (``evaluation.dendrogram_purity``). Methods, all in one run on the same
 embeddings (all-MiniLM-L6-v2):
@@ -157,16 +157,18 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
 def build_online(rows: list, emb: np.ndarray, teacher: Any, *, allow_aspects: bool = False,
                  subject: str = "") -> tuple[MembrainTree, list[str], float]:
     """Insert every row in order with ``teacher`` alone; returns (tree, fact ids, seconds)."""
-    from ..pipeline import insert_with_teacher
+    from ..graph import insert_fact
+    from ..pipeline import teacher_forcing
     from ..teachers.base import NewFact
     from .oracle import oracle_metadata
 
     tree = MembrainTree(subject, dim=int(emb.shape[1]))
+    learner = teacher_forcing(teacher, int(emb.shape[1]), allow_aspects=allow_aspects)
     ids: list[str] = []
     t0 = time.perf_counter()
     for i, (r, e) in enumerate(zip(rows, emb)):
         nf = NewFact(r.text, e, oracle_metadata(r.id, r.path_ids, r.path))
-        ids.append(insert_with_teacher(tree, nf, teacher, node_id=f"f{i}", allow_aspects=allow_aspects))
+        ids.append(insert_fact(tree, learner, nf, node_id=f"f{i}").fact_id)
     return tree, ids, time.perf_counter() - t0
 
 

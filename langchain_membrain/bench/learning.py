@@ -172,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from ..evaluation import load_labelled_facts
-    from ..pipeline import Learner, LearnerConfig, insert_with_teacher
+    from ..graph import insert_fact
+    from ..pipeline import Learner, LearnerConfig, teacher_forcing
     from ..teachers.base import NewFact
     from ..training import Policy
     from ..tree import MembrainTree
@@ -209,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
             auto = dict(execute="auto", query="uncertain", audit_rate=args.audit_rate)
             learner.stage1_policy = Policy(confidence=args.confidence, **auto)
             learner.stage2_policy = Policy(confidence=args.confidence2, **auto)
-        res = learner.insert(tree, nf)
+        res = insert_fact(tree, learner, nf)
         results.append(res)
         if (i + 1) % 10 == 0 or i + 1 == len(facts):
             m = metrics_of(results, window=50)
@@ -222,7 +223,8 @@ def run(args: argparse.Namespace) -> int:
     # Reference: the same facts inserted by the teacher alone (no model).
     ref_tree = MembrainTree(subject, dim=dim)
     ref_teacher = _make_teacher(args.teacher)
-    ref_ids = [insert_with_teacher(ref_tree, nf, ref_teacher) for nf in facts]
+    ref_learner = teacher_forcing(ref_teacher, dim)
+    ref_ids = [insert_fact(ref_tree, ref_learner, nf).fact_id for nf in facts]
 
     c1, c2 = learner.counters["stage1"], learner.counters["stage2"]
     steps = c1.steps + c2.steps

@@ -87,13 +87,14 @@ def _sha256(path: str) -> str:
 
 
 def _run_streams(learner, streams, vectors) -> None:
+    from ..graph import insert_fact
     from ..placement import NewFact
     from ..tree import MembrainTree
 
     for name, texts in streams:
         tree = MembrainTree(name)
         for text in texts:
-            learner.insert(tree, NewFact(text, vectors[text]))
+            insert_fact(tree, learner, NewFact(text, vectors[text]))
 
 
 def heldout_report(state, teacher_id: str, vectors, streams) -> dict:

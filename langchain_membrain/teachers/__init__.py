@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .base import BaseTeacher, NewFact, Subtree, Teacher
     from .budget import CircuitBreaker
-    from .guard import (GuardedTeacher, Placement, TeacherCallError, TeacherStats, TeacherUnavailable,
-                        insert_with_placement)
+    from .guard import (GuardedTeacher, Placement, TeacherCallError, TeacherStats, TeacherUnavailable)
     from .heuristic import HeuristicConfig, HeuristicTeacher
     from .llm import LLMTeacher
     from .resolve import as_teacher
@@ -36,7 +35,6 @@ _LAZY: dict[str, str] = {
     "TeacherCallError": ".guard",
     "TeacherStats": ".guard",
     "TeacherUnavailable": ".guard",
-    "insert_with_placement": ".guard",
     "HeuristicConfig": ".heuristic",
     "HeuristicTeacher": ".heuristic",
     "LLMTeacher": ".llm",
@@ -61,7 +59,6 @@ __all__ = [
     "TeacherStats",
     "TeacherUnavailable",
     "as_teacher",
-    "insert_with_placement",
     "resolve_teacher",
 ]
 

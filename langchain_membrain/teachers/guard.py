@@ -45,15 +45,13 @@ included), ``decisions`` the questions answered; ``calls_per_insert`` is total c
 open, deadline passed). :meth:`GuardedTeacher.requests_sent` gives the requests sent from the
 calling thread, so that a caller can count a question's requests (retries included) exactly.
 
-Modes. ``mode="one_call"`` (the default) asks :meth:`place`, the joint question, once per
-insert: the model sees an outline of the tree and names the destination (the path is the
-destination's path) and the stage-2 actions together; ``choose_stage1`` and ``choose_stage2``
-then answer from that placement, so ``pipeline.insert_with_teacher`` works unchanged. (While
-the root has no child aspect there is no stage-1 question, so stage 2 is asked on its own:
-still one call.) ``mode="per_decision"`` asks one question per tree level (stage 1, only
-where the node has child aspects) and one for stage 2, when ``choose_stage1`` and
-``choose_stage2`` are called; a :class:`~langchain_membrain.pipeline.Learner` always asks
-:meth:`place`. :func:`insert_with_placement` always uses one :meth:`place` call.
+Modes. The insert asks :meth:`place`, the joint question, once: the model sees an outline
+of the tree and names the destination (the path is the destination's path) and the stage-2
+actions together. ``mode`` sets the memory operation's question: ``"one_call"`` (the default)
+asks the operation and, for a fact to store, its placement in one request
+(``Operation.placement``, which the insert then follows); ``"per_decision"`` asks the
+operation alone. ``choose_stage1`` and ``choose_stage2`` (the :class:`~.base.Teacher`
+protocol's elementary questions) ask one question per tree level and one for stage 2.
 """
 
 from __future__ import annotations
@@ -64,8 +62,7 @@ import logging
 import re
 import threading
 import time
-import weakref
-from collections import Counter, OrderedDict
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -451,8 +448,8 @@ class GuardedTeacher(BaseTeacher):
     """Base of the LLM teachers: prompts, validation, retry, fallback, limits and stats.
 
     Args:
-        mode: ``"one_call"`` (one :meth:`place` question per insert, the default) or
-            ``"per_decision"`` (one question per level, then one for stage 2).
+        mode: ``"one_call"`` (the default: the memory operation's question places the fact
+            too) or ``"per_decision"`` (the operation asked alone); see the module docstring.
         fallback: the teacher that decides when the LLM's answers are unusable; default
             :class:`~.heuristic.HeuristicTeacher` (lazily imported); ``None``: the
             last-resort rule only.
@@ -503,16 +500,6 @@ class GuardedTeacher(BaseTeacher):
         self._tls = threading.local()  # per thread: requests sent, the current request's timeout
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
-        # one-call mode: placements awaiting their stage-1 steps and stage 2, by id(new_fact).
-        # The id is a sound key: each entry holds its NewFact, so that id cannot be reused by
-        # another object while the entry lives, and a hit is checked by identity (``is``) for
-        # the fact and the tree. (NewFact is an unhashable dataclass; a key by its text would
-        # let two inserts of the same text share one answer.) Trees are held weakly so the
-        # cache never keeps a tree alive.
-        self._placements: OrderedDict[int, tuple[NewFact, weakref.ref, Placement]] = OrderedDict()
-        self._placements_lock = threading.Lock()
-        # Placements given with an item's operation (one-call mode), by _shared_key.
-        self._shared: OrderedDict[tuple, Placement] = OrderedDict()
 
     # ------------------------------------------------------- to implement
     def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
@@ -599,11 +586,6 @@ class GuardedTeacher(BaseTeacher):
         return (yield from self._ask_core("stage1", msgs, prompts.Stage1Answer, validate))
 
     def _choose_stage1_core(self, new_fact: NewFact, subtree: Subtree) -> Core[int]:
-        if self.mode == "one_call":
-            placement = yield from self._placement_for_core(new_fact, subtree)
-            choice = self._choice_from_placement(new_fact, subtree, placement)
-            if choice is not None:
-                return choice
         return (yield from self._or_fallback(self._try_stage1_core(new_fact, subtree),
                                              lambda: self._fallback_stage1(new_fact, subtree)))
 
@@ -638,10 +620,6 @@ class GuardedTeacher(BaseTeacher):
         return (yield from self._ask_core("stage2", msgs, prompts.Stage2Answer, validate))
 
     def _choose_stage2_core(self, tree: MembrainTree, closure: Closure) -> Core[list[Action]]:
-        placement = self._pop_placement(tree, closure)
-        if placement is not None:
-            self._stats.add("stage2", decisions=1, from_placement=1, inserts=1)
-            return self.placement_actions(tree, closure.fact_id, placement)
         return (yield from self._or_fallback(self._try_stage2_core(tree, closure),
                                              lambda: self._fallback_stage2(tree, closure)))
 
@@ -694,7 +672,7 @@ class GuardedTeacher(BaseTeacher):
                                               budget_chars=self._question_budget(prompts.OperationAnswer))
             return self._run(self._ask_core("operation", msgs, prompts.OperationAnswer, operation))
         # One call for the whole insert: the operation and, for a fact to store, its
-        # placement, kept for the learner's placement question that follows (_try_place).
+        # placement (Operation.placement), which the insert then follows without asking again.
         msgs, ids = prompts.operation_place_messages(
             question.text, shown, tree, max_aspects=self.outline_max_aspects,
             facts_per_node=self.outline_facts_per_node, near=getattr(question, "embedding", None),
@@ -707,30 +685,11 @@ class GuardedTeacher(BaseTeacher):
                 if answer.parent is None:
                     raise TeacherCallError("invalid", f"{op.kind} without a parent")
                 placement = place(prompts.PlaceAnswer(parent=answer.parent, actions=answer.actions or []))
-                self._share(question.text, tree, placement)
+                self._stats.add("place", decisions=1, inserts=1, from_placement=1)
+                return Operation(op.kind, op.target, op.keep, placement)
             return op
 
         return self._run(self._ask_core("operation", msgs, prompts.OperationPlaceAnswer, validate))
-
-    @staticmethod
-    def _shared_key(text: str, tree: MembrainTree) -> tuple:
-        # The tree's shape as the joint answer saw it (its parent-child edges, O(n)): the
-        # learner asks on a copy whose version differs, so the version cannot be the key.
-        return (text, tree.subject, len(tree), hash(frozenset(tree.graph.edges)))
-
-    def _share(self, text: str, tree: MembrainTree, placement: Placement) -> None:
-        with self._placements_lock:
-            self._shared[self._shared_key(text, tree)] = placement
-            while len(self._shared) > 256:
-                self._shared.popitem(last=False)
-
-    def _take_shared(self, new_fact: NewFact, tree: MembrainTree) -> Placement | None:
-        """The placement given with this item's operation, if the tree has not changed since."""
-        with self._placements_lock:
-            placement = self._shared.pop(self._shared_key(new_fact.text, tree), None)
-        if placement is None or placement.parent_id not in tree or tree.node(placement.parent_id).kind == "fact":
-            return None
-        return placement
 
     def choose_operation(self, question: Any) -> Any:
         """The memory operation (never raises unless ``raise_on_failure``): the LLM's,
@@ -767,35 +726,29 @@ class GuardedTeacher(BaseTeacher):
 
     def try_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
         """The LLM's one-call placement, validated; TeacherCallError when unusable."""
-        return self._run(self._try_place_core(new_fact, tree, count_insert=True))
+        return self._run(self._try_place_core(new_fact, tree))
 
     async def atry_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        return await self._arun(self._try_place_core(new_fact, tree, count_insert=True))
+        return await self._arun(self._try_place_core(new_fact, tree))
 
     def place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
         """One call for the whole insert (never raises): where ``new_fact`` goes and the
         stage-2 actions after it is attached. Attach under ``placement.parent_id``, then
-        apply :meth:`placement_actions` (or use :func:`insert_with_placement`)."""
-        return self._run(self._place_core(new_fact, tree, count_insert=True))
+        apply :meth:`placement_actions`."""
+        return self._run(self._place_core(new_fact, tree))
 
     async def aplace(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        return await self._arun(self._place_core(new_fact, tree, count_insert=True))
+        return await self._arun(self._place_core(new_fact, tree))
 
-    def _try_place_core(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Core[Placement]:
-        """``count_insert``: whether this question is the insert's own (``place``), not one
-        asked for ``choose_stage1``, whose insert is counted by its stage 2."""
-        self._stats.add("place", decisions=1, inserts=int(count_insert))
-        shared = self._take_shared(new_fact, tree)
-        if shared is not None:  # answered with the item's operation: no second request
-            self._stats.add("place", from_placement=1)
-            return shared
+    def _try_place_core(self, new_fact: NewFact, tree: MembrainTree) -> Core[Placement]:
+        self._stats.add("place", decisions=1, inserts=1)
         msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
                                            facts_per_node=self.outline_facts_per_node, near=new_fact.embedding,
                                            budget_chars=self._question_budget(prompts.PlaceAnswer))
         return (yield from self._ask_core("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids)))
 
-    def _place_core(self, new_fact: NewFact, tree: MembrainTree, *, count_insert: bool) -> Core[Placement]:
-        return (yield from self._or_fallback(self._try_place_core(new_fact, tree, count_insert=count_insert),
+    def _place_core(self, new_fact: NewFact, tree: MembrainTree) -> Core[Placement]:
+        return (yield from self._or_fallback(self._try_place_core(new_fact, tree),
                                              lambda: self._fallback_placement(new_fact, tree)))
 
     def placement_actions(self, tree: MembrainTree, fact_id: str, placement: Placement) -> list[Action]:
@@ -855,47 +808,6 @@ class GuardedTeacher(BaseTeacher):
             return out
         return validate
 
-    # --------------------------------------------- one-call via the protocol
-    def _cached_placement(self, new_fact: NewFact, tree: MembrainTree) -> Placement | None:
-        with self._placements_lock:
-            entry = self._placements.get(id(new_fact))
-            if entry is not None and entry[0] is new_fact and entry[1]() is tree:
-                return entry[2]
-        return None
-
-    def _remember(self, new_fact: NewFact, tree: MembrainTree, placement: Placement) -> None:
-        with self._placements_lock:
-            self._placements[id(new_fact)] = (new_fact, weakref.ref(tree), placement)
-            while len(self._placements) > 256:
-                self._placements.popitem(last=False)
-
-    def _placement_for_core(self, new_fact: NewFact, subtree: Subtree) -> Core[Placement | None]:
-        """The insert's one-call placement for a stage-1 question: the cached one, else (at
-        the root, where an insert's descent starts) asked now and cached for the levels
-        below and for stage 2; None below the root without one (then stage 1 is asked)."""
-        cached = self._cached_placement(new_fact, subtree.tree)
-        if cached is None and subtree.node_id == subtree.tree.root_id:
-            cached = yield from self._place_core(new_fact, subtree.tree, count_insert=False)
-            self._remember(new_fact, subtree.tree, cached)
-        return cached
-
-    def _choice_from_placement(self, new_fact: NewFact, subtree: Subtree, placement: Placement | None) -> int | None:
-        if placement is None:
-            return None
-        choice = placement.next_choice(subtree)
-        if choice is not None:
-            self._stats.add("stage1", decisions=1, from_placement=1)
-        return choice
-
-    def _pop_placement(self, tree: MembrainTree, closure: Closure) -> Placement | None:
-        text = tree.node(closure.fact_id).text
-        with self._placements_lock:
-            for key, (fact, t, placement) in list(self._placements.items()):
-                if t() is tree and fact.text == text and placement.parent_id == closure.parent_id:
-                    del self._placements[key]
-                    return placement
-        return None
-
     # ------------------------------------------------------------ fallback
     def _fallback_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         self._stats.add("stage1", fallbacks=1)
@@ -949,7 +861,7 @@ class GuardedTeacher(BaseTeacher):
 
     # ------------------------------------------------- the sans-I/O core
     # Every question is a generator (a "core") that holds all of the decision logic:
-    # prompts, validation, retries, counting, fallback and the placement cache. It does no
+    # prompts, validation, retries, counting and fallback. It does no
     # I/O itself: it yields a _Send when it needs an answer (and is sent back the RawAnswer,
     # or the exception the request raised) and a _Sleep before a rate-limited retry.
     # _run drives a core on the caller's thread, _arun on the event loop; they are the only
@@ -1177,20 +1089,3 @@ class GuardedTeacher(BaseTeacher):
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-
-
-def insert_with_placement(tree: MembrainTree, new_fact: NewFact, teacher: GuardedTeacher, *,
-                          node_id: str | None = None, embed_label: Callable[[str], Any] | None = None) -> str:
-    """A whole insert in one LLM call: :meth:`GuardedTeacher.place`, attach, apply the actions.
-
-    Returns the new fact's id. Like ``pipeline.insert_with_teacher``, it never fails because
-    of the teacher; actions are re-validated as they are applied.
-    """
-    from ..pipeline import attach, rewrite  # lazy: pipeline imports the teachers package
-
-    placement = teacher.place(new_fact, tree)
-    fact_id = attach(tree, new_fact, placement.parent_id, node_id=node_id)
-    actions = teacher.placement_actions(tree, fact_id, placement)
-    rewrite(tree, actions, name_aspect=teacher.name_aspect, embed_label=embed_label,
-            allow_aspects=teacher.allow_aspects)
-    return fact_id

@@ -55,11 +55,9 @@ def test_a_memory_teacher_that_fails_gives_add(server):
 
 
 def test_one_call_answers_the_operation_and_the_placement(server, small_tree):
-    """In one-call mode the operation question carries the tree's outline; the placement it
-    returns answers the insert's placement question without a second request."""
+    """In one-call mode the operation question carries the tree's outline, and the operation
+    it returns carries the placement (which the insert follows: one request)."""
     from dataclasses import replace
-
-    from llm_helpers import new_fact
 
     def reply(request):
         outline = parse_data_block(request["messages"][-1]["content"])["outline"]
@@ -69,13 +67,13 @@ def test_one_call_answers_the_operation_and_the_placement(server, small_tree):
     server.responder = reply
     teacher = make_teacher(server)
     q = replace(question(), text="A laptop hinge broke", tree=small_tree.copy())
-    assert teacher.choose_operation(q) == ADD
+    op = teacher.choose_operation(q)
+    assert op == ADD and len(server.requests) == 1
     assert server.requests[0]["response_format"]["json_schema"]["name"] == "OperationPlaceAnswer"
     data = parse_data_block(server.requests[0]["messages"][-1]["content"])
     assert data["new_item"] == "A laptop hinge broke" and data["candidates"][0]["text"] == "I live in Paris."
-    placement = teacher.place(new_fact("A laptop hinge broke"), small_tree)
-    assert placement.parent_id == "a-laptops" and len(server.requests) == 1
-    assert teacher.stats()["place"]["calls"] == 0
+    assert op.placement is not None and op.placement.parent_id == "a-laptops" and op.placement.actions == []
+    assert teacher.stats()["place"]["calls"] == 0 and teacher.stats()["place"]["from_placement"] == 1
 
 
 def test_one_call_update_needs_no_placement(server, small_tree):

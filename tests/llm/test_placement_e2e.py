@@ -15,10 +15,12 @@ from llm_helpers import new_fact
 from openai_server import answer, http_error, last_user_text, refusal, schema_name, slow, truncated
 from openai_server import text as text_answer
 
+from helpers import insert_by_teacher
+from langchain_membrain.graph import insert_fact
 from langchain_membrain.actions import Promote, apply_action
-from langchain_membrain.pipeline import insert_with_teacher, stage1_candidates
+from langchain_membrain.pipeline import stage1_candidates
 from langchain_membrain.teachers.base import NewFact, Subtree
-from langchain_membrain.teachers.guard import NEW_FACT, Placement, TeacherCallError, insert_with_placement
+from langchain_membrain.teachers.guard import NEW_FACT, Placement, TeacherCallError
 from langchain_membrain.teachers.llm import LLMTeacher
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
 from langchain_membrain.teachers.prompts import parse_data_block, place_messages, stage1_messages, stage2_messages
@@ -186,36 +188,35 @@ def openai_teacher(server, **kw) -> OpenAITeacher:
 
 
 # ------------------------------------------------------------------ end to end
-@pytest.mark.parametrize("mode, expected_calls", [("per_decision", 14), ("one_call", 8)])
-def test_e2e_openai_teacher_builds_the_tree_its_decisions_imply(server, fallback, mode, expected_calls):
+@pytest.mark.parametrize("mode", ["per_decision", "one_call"])
+def test_e2e_openai_teacher_builds_the_tree_its_decisions_imply(server, fallback, mode):
+    """Whatever the mode (it sets the memory operation's question), an insert asks the joint
+    question once: one request per insert."""
     server.responder = keyword_llm
     teacher = openai_teacher(server, mode=mode, fallback=fallback)
     tree = MembrainTree("computer")
     for text in FACTS:
-        insert_with_teacher(tree, fact(text), teacher)
+        insert_by_teacher(tree, fact(text), teacher)
     tree.check_invariants()
     assert shape(tree) == EXPECTED
     s = teacher.stats()
     assert fallback.calls == [] and s["total"]["failures"] == 0 and server.bad_requests == []
-    assert s["inserts"] == len(FACTS)
-    assert s["total"]["calls"] == expected_calls == len(server.requests)
-    assert s["calls_per_insert"] == pytest.approx(expected_calls / len(FACTS))
-    if mode == "one_call":
-        assert s["place"]["calls"] == 5 and s["stage1"]["calls"] == 0  # 3 inserts into a flat root: stage 2 only
-        assert s["stage1"]["from_placement"] >= 5 and s["stage2"]["from_placement"] == 5
+    # the first fact, into an empty tree, leaves nothing to decide: no question
+    assert s["inserts"] == len(FACTS) - 1
+    assert s["total"]["calls"] == s["place"]["calls"] == len(FACTS) - 1 == len(server.requests)
+    assert s["calls_per_insert"] == 1.0 and s["stage1"]["calls"] == s["stage2"]["calls"] == 0
 
 
 @pytest.mark.parametrize("method", ["function_calling", "json_schema"])
-@pytest.mark.parametrize("mode, expected_calls", [("per_decision", 14), ("one_call", 8)])
-def test_e2e_chat_openai_teacher(server, fallback, method, mode, expected_calls):
+def test_e2e_chat_openai_teacher(server, fallback, method):
     server.responder = keyword_llm
     model = ChatOpenAI(model="test-model", base_url=server.base_url, api_key="x", max_retries=0, timeout=2)
-    teacher = LLMTeacher(model, method=method, mode=mode, fallback=fallback)
+    teacher = LLMTeacher(model, method=method, fallback=fallback)
     tree = MembrainTree("computer")
     for text in FACTS:
-        insert_with_teacher(tree, fact(text), teacher)
+        insert_by_teacher(tree, fact(text), teacher)
     assert shape(tree) == EXPECTED
-    assert teacher.stats()["total"]["calls"] == expected_calls and fallback.calls == []
+    assert teacher.stats()["total"]["calls"] == len(FACTS) - 1 and fallback.calls == []
     assert server.bad_requests == []
 
 
@@ -231,17 +232,6 @@ async def test_e2e_async_one_call(server, fallback):
             apply_action(tree, action, name_aspect=teacher.name_aspect)
     assert shape(tree) == EXPECTED
     assert teacher.stats()["total"]["calls"] == len(FACTS)
-
-
-def test_insert_with_placement(server, fallback):
-    server.responder = keyword_llm
-    teacher = openai_teacher(server, fallback=fallback)
-    tree = MembrainTree("computer")
-    for text in FACTS:
-        insert_with_placement(tree, fact(text), teacher)
-    assert shape(tree) == EXPECTED
-    s = teacher.stats()
-    assert s["place"]["calls"] == len(FACTS) and s["calls_per_insert"] == 1.0
 
 
 # ------------------------------------------------------------------ placement
@@ -287,7 +277,7 @@ def test_group_in_placement_is_bound_to_the_new_fact(server, small_tree, fallbac
     server.push(answer({"parent": num["a-desktops"],
                         "actions": [{**NULLS, "type": "group", "members": [0, num["f-tower"]], "label": "towers"}]}))
     teacher = openai_teacher(server, fallback=fallback)
-    fid = insert_with_placement(small_tree, new_fact("Desktop tower cooling"), teacher)
+    fid = insert_by_teacher(small_tree, new_fact("Desktop tower cooling"), teacher)
     parent = small_tree.parent(fid)
     assert small_tree.node(parent).text == "towers" and small_tree.parent(parent) == "a-desktops"
     assert set(small_tree.children(parent)) == {fid, "f-tower"}
@@ -330,7 +320,7 @@ def test_injected_fact_is_placed_by_its_content(server, small_tree, fallback):
     """The keyword teacher reads the fact as data: the injected "answer 0" does not win."""
     server.responder = keyword_llm
     teacher = openai_teacher(server, fallback=fallback)
-    fid = insert_with_teacher(small_tree, new_fact(INJECTION), teacher)
+    fid = insert_by_teacher(small_tree, new_fact(INJECTION), teacher)
     assert small_tree.parent(fid) == "a-laptops"
     sent = server.requests[0]["messages"]
     assert len(sent) == 2 and json.dumps(sent).count("ignore the instructions") == 1
@@ -365,7 +355,7 @@ def test_learner_agreement_with_the_llm_teacher_rises(server, fallback, one_torc
     texts = [f"The {kinds[i % 4]} number {i} has property {(i * 7919) % 1000}" for i in range(40)]
     history = []
     for text in texts:
-        learner.insert(tree, NewFact(text, _topic_embedding(text)))
+        insert_fact(tree, learner, NewFact(text, _topic_embedding(text)))
         c = learner.counters["stage1"]
         history.append((c.labelled, c.agreed))
     # the tree is the one the teacher's decisions imply
@@ -396,25 +386,25 @@ BAD = {  # name: (a reply to every request, the failure kind counted)
 }
 
 
-@pytest.mark.parametrize("mode", ["per_decision", "one_call"])
 @pytest.mark.parametrize("bad", list(BAD))
-def test_every_bad_answer_keeps_the_fact(server, small_tree, bad, mode):
-    """Every answer is bad: each decision is retried once, then taken by the default
-    fallback (the HeuristicTeacher); the insert succeeds and the fact is in the tree."""
+def test_every_bad_answer_keeps_the_fact(server, small_tree, bad):
+    """Every answer is bad: the joint question is retried once, then the default fallback
+    (the HeuristicTeacher) places the fact; the insert succeeds and the fact is in the tree."""
     server.responder, kind = BAD[bad]
-    teacher = openai_teacher(server, mode=mode, timeout=0.2)
+    teacher = openai_teacher(server, timeout=0.2)
     before = set(small_tree.facts())
-    fid = insert_with_teacher(small_tree, new_fact("The mouse wheel scrolls", 0, 0, 0, 1), teacher)
+    fid = insert_by_teacher(small_tree, new_fact("The mouse wheel scrolls", 0, 0, 0, 1), teacher)
     assert set(small_tree.facts()) == before | {fid}
     assert small_tree.node(fid).text == "The mouse wheel scrolls"
     small_tree.check_invariants()
     s = teacher.stats()
     assert s["total"]["failure_kinds"] == {kind: s["total"]["failures"]} and s["total"]["failures"] >= 2
     assert s["total"]["retries"] >= 1 and s["total"]["fallbacks"] >= 1
-    # per decision: stage 1 at the root twice, then stage 2 once: the third failed request in a
-    # row opens the circuit breaker, so stage 2's retry is not sent; one call: place, twice
-    assert s["total"]["calls"] == (2 if mode == "one_call" else 3)
-    assert teacher.health()["state"] == ("closed" if mode == "one_call" or bad == "out-of-range index" else "open")
+    # the joint question twice during the insert, then once more when the supervision asks
+    # the deferred question: the third failed request in a row opens the circuit breaker,
+    # so that question's retry is not sent
+    assert s["total"]["calls"] == s["place"]["calls"] == 3
+    assert teacher.health()["state"] == "open"
 
 
 def test_raise_on_failure_lets_the_learner_use_its_own_model(server, one_torch_thread):
@@ -435,7 +425,7 @@ def test_raise_on_failure_lets_the_learner_use_its_own_model(server, one_torch_t
     tree = MembrainTree("computer")
     tree.add_aspect(tree.root_id, "laptops", embedding=_topic_embedding("laptop"))
     tree.add_fact(tree.child_aspects(tree.root_id)[0], "A laptop", embedding=_topic_embedding("A laptop"))
-    result = learner.insert(tree, NewFact("A laptop lid", _topic_embedding("A laptop lid")))
+    result = insert_fact(tree, learner, NewFact("A laptop lid", _topic_embedding("A laptop lid")))
     assert result.fact_id in tree and result.teacher_failures >= 1 and result.stage1_by == "model"
 
 
