@@ -38,7 +38,9 @@ from .forest import Forest
 from .inputs import Namespace
 from .labels import LABELLED_FACTS, offline_label, stale_aspects, typical_facts
 from .operations import OperationDecider
-from .pipeline import DEFAULT_BATCH, QUESTION_KINDS, Learner, LearnerConfig, PlaceRecord, relabel_avoid
+from .ledger import QUESTION_KINDS
+from .batches import batch_view, carry_out
+from .pipeline import DEFAULT_BATCH, Learner, LearnerConfig, PlaceRecord, relabel_avoid
 from .prior import load_prior, teacher_identity
 from .stats import Counters, LearningStats, read_stored
 from .storage import Storage
@@ -68,7 +70,7 @@ def teacher_stats(teacher: Any) -> dict[str, Any]:
     """The teacher's own cost stats (an in-process teacher: the same keys, zero) and its
     circuit breakers' ``health``."""
     from .teachers.budget import CircuitBreaker
-    from .teachers.guard import TeacherStats
+    from .teachers.costs import TeacherStats
 
     stats = getattr(teacher, "stats", None)
     out = dict(stats()) if callable(stats) else {**TeacherStats().as_dict(), "mode": None}
@@ -184,12 +186,12 @@ class Background:
         if getattr(self.teacher, "fast", False) or not self.background or not self.is_trainer:
             def write(tree: MembrainTree) -> None:
                 with self.lock:
-                    learner.settle_batch(tree, learner.take_batch(ns), carrier)
+                    learner.settle_batch(tree, learner.waiting.take(ns), carrier)
 
             self.forest.mutate(ns, write)
             return
         with self.lock:
-            records = learner.take_batch(ns)
+            records = learner.waiting.take(ns)
         if records:
             self._start_worker()
             self.queue.put(_BatchJob(ns, records))
@@ -203,7 +205,7 @@ class Background:
             if tree is None:
                 return
             with self.lock:
-                view, live = learner.batch_view(tree, job.records)
+                view, live = batch_view(tree, job.records)
         plans = learner.answer_batch(view, live) if live else None
         if plans is None:
             return
@@ -211,7 +213,7 @@ class Background:
 
         def write(tree: MembrainTree) -> None:
             with self.lock:
-                learner.carry_out_batch(tree, live, plans)
+                carry_out(tree, live, plans, learner.rewrite)
 
         self.forest.mutate(job.ns, write)
 
@@ -263,7 +265,7 @@ class Background:
                 # The memory's lifetime counts continue from the checkpoint's, as the
                 # learner's counters do (stats(): stored + this process's).
                 self.stored_counts = Counters.from_mapping(found[1])
-                learner.questions.update(saved_questions(found[1]))
+                learner.ledger.questions.update(saved_questions(found[1]))
                 restored = True
             except CheckpointError as exc:
                 # Documented fallback: the memories are untouched; the models start afresh
@@ -304,7 +306,7 @@ class Background:
     def placement_questions(self) -> int:
         """Placement questions the learner has asked so far (0 before it exists)."""
         learner = self.current
-        return 0 if learner is None else learner.questions["placement"]
+        return 0 if learner is None else learner.ledger.questions["placement"]
 
     # -------------------------------------------------------------- supervision
     def _work(self) -> None:
@@ -462,7 +464,7 @@ class Background:
         """Ask the batch questions of inserts still waiting (:meth:`settle_batch`), wait until
         background training has caught up, and save a checkpoint."""
         learner = self.current
-        for ns in ([] if learner is None else list(learner.waiting_batches())):
+        for ns in ([] if learner is None else list(learner.waiting.counts())):
             self.settle_batch(ns)
         if learner is not None and self.is_trainer:
             learner.trainer.train_ready()
@@ -495,18 +497,18 @@ class Background:
             out[stage] = {"decisions": c.decisions, "model_executed": c.model_executed,
                           "agreement": c.agreement, "labelled": c.labelled, "loss": c.loss,
                           "optimiser_steps": c.steps}
-        out["teacher_calls"] = learner.teacher_calls  # joint questions: placements and audits
-        out["naming_calls"] = learner.naming_calls  # the teacher asked to (re)name aspects
-        out["questions"] = {k: learner.questions[k] for k in QUESTION_KINDS}
-        out["teacher_failures"] = sum(learner.failures.values())  # questions without a usable answer
-        out["teacher_skipped"] = sum(learner.skipped.values())  # of those, not sent (breaker, budget)
-        out["asked_when_unsure"] = dict(learner.unsure)  # placement questions, by the unsure stage
-        out["audits_shared"] = learner.shared_answers  # answered by an operation question, not counted
+        out["teacher_calls"] = learner.ledger.teacher_calls  # joint questions: placements and audits
+        out["naming_calls"] = learner.ledger.naming_calls  # the teacher asked to (re)name aspects
+        out["questions"] = {k: learner.ledger.questions[k] for k in QUESTION_KINDS}
+        out["teacher_failures"] = sum(learner.ledger.failures.values())  # questions without a usable answer
+        out["teacher_skipped"] = sum(learner.ledger.skipped.values())  # of those, not sent (breaker, budget)
+        out["asked_when_unsure"] = dict(learner.ledger.unsure)  # placement questions, by the unsure stage
+        out["audits_shared"] = learner.ledger.shared_answers  # answered by an operation question, not counted
         if self.shadow is not None:
             out["shadow_agreement"] = {k: {"agreed": a, "decisions": n, "rate": a / n if n else None}
-                                       for k, (a, n) in learner.shadow_agreement.items()}
-            out["shadow_per_class"] = learner.shadow_per_class()  # stop; idle and each action kind
-            out["shadow_seconds"] = learner.shadow_seconds
+                                       for k, (a, n) in learner.shadow_scores.agreement.items()}
+            out["shadow_per_class"] = learner.shadow_scores.per_class()  # stop; idle and each action kind
+            out["shadow_seconds"] = learner.shadow_scores.seconds
         return out
 
     def report(self) -> dict[str, Any]:
@@ -525,6 +527,6 @@ class Background:
         recent = sum(self.recent_calls) / len(self.recent_calls) if self.recent_calls else None
         return {"process": self.process_counts(), "stored": stored, "learning": learning,
                 "pending_training": self.queue.unfinished_tasks, "last_worker_error": self.last_worker_error,
-                "waiting_for_batch": 0 if learner is None else sum(learner.waiting_batches().values()),
+                "waiting_for_batch": 0 if learner is None else sum(learner.waiting.counts().values()),
                 "checkpoint_error": self.checkpoint_error, "trainer": self.is_trainer, "prior": self.prior_used,
                 "recent_teacher_calls_per_insert": recent, "teacher": teacher_stats(self.teacher)}

@@ -1,26 +1,80 @@
-"""`MemoryConfig`: what ``MembrainMemory(...)`` was asked for, validated in one place.
+"""The configurations, validated when they are made.
 
-``MembrainMemory.__init__`` takes these as keyword arguments (its public signature) and
-builds one of these first, so a bad setting is refused before anything is opened,
-embedded or asked: no database file is created for a memory that cannot be made.
+- :class:`MemoryConfig`: what ``MembrainMemory(...)`` was asked for. ``MembrainMemory.__init__``
+  takes these as keyword arguments (its public signature) and builds one of these first,
+  so a bad setting is refused before anything is opened, embedded or asked: no database
+  file is created for a memory that cannot be made.
+- :class:`LearnerConfig`: the students' policies, gates, model sizes and training.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from .decoding import DecodeConfig
 from .errors import InvalidOperationError
+from .nets import ModelConfig  # torch-free (models.py re-exports it)
+from .training import Policy, TrainingConfig
 from .tree import check_max_height
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
-    from .pipeline import LearnerConfig
     from .retrieval import RetrievalConfig
     from .storage import Storage
+
+
+DEFAULT_BATCH = 4  # inserts one batch question is about, through a memory (LearnerConfig.batch)
+MAX_BATCH = 16  # the most: each new fact then still gets a fair share of the question's prompt budget
+
+
+@dataclass
+class LearnerConfig:
+    """Everything a :class:`~.pipeline.Learner` is configured by.
+
+    ``apply_corrections``: the insert's supervision moves a fact (and applies the teacher's
+    stage-2 actions) when a deferred audit disagrees with what the model executed.
+    ``allow_aspects``: accept teacher actions that move whole aspects (the networks do not
+    propose them; they are executed when the teacher decides, and never learned).
+    The audit rate of an insert is ``stage1.audit_rate``.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    # Both gates at 0.9: a decision the student takes alone should be one the teacher would
+    # have taken at least 9 times in 10 (the bar for agreement). Stage 2's confidence is
+    # that the *whole* action series matches the teacher (calibration.PlattCalibrator).
+    stage1: Policy = field(default_factory=Policy)
+    stage2: Policy = field(default_factory=lambda: Policy(confidence=0.9))
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    apply_corrections: bool = True
+    allow_aspects: bool = False
+    # Ask about stage 2 at most once per this many unsure decisions under the same parent:
+    # the others wait, executed as Idle (bench/RESULTS.md, learning: the oracle teacher). 1: ask at
+    # every unsure decision.
+    stage2_defer: int = 1
+    # Inserts the student is unsure of wait, placed by the student meanwhile, until this many
+    # have gathered in a namespace; then one question about all of them (the teacher's
+    # ``place_batch``) places and tidies them. 1: each asks on its own, during its insert.
+    # Only for a teacher that answers batches (an LLM's, the evaluation teachers that stand
+    # for one); the offline rule asks one by one whatever this says. None: DEFAULT_BATCH
+    # through a memory (whose insert graph asks the batches and whose flush() asks what
+    # still waits), 1 for a Learner driven directly.
+    batch: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("stage2_defer", "batch"):
+            value = getattr(self, name)
+            if value is None and name == "batch":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+        if self.batch is not None and self.batch > MAX_BATCH:
+            raise ValueError(f"batch is at most {MAX_BATCH}, not {self.batch!r}")
 
 
 def check_max_loaded(n: int) -> int:

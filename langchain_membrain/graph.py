@@ -427,7 +427,7 @@ class TreeHost:
 
     def settle_batch(self, ns: Namespace, carrier: PlaceRecord | None = None) -> None:
         learner = self.current
-        learner.settle_batch(self.forest.bare, learner.take_batch(ns), carrier)
+        learner.settle_batch(self.forest.bare, learner.waiting.take(ns), carrier)
 
 
 BARE_TREE: Namespace = ("tree",)  # the namespace key of a bare tree's inserts (waiting batches)
@@ -444,10 +444,10 @@ def insert_fact(tree: MembrainTree, learner: Learner, new_fact: NewFact, *,
     memory's ``add`` runs, after its embed step), decided by ``learner``, and supervise it;
     ``node_id`` None: the tree names the fact."""
     host = TreeHost(tree, learner)
-    named = learner.naming_calls
+    named = learner.ledger.naming_calls
     _run_on_tree(host, new_fact, node_id)
     assert host.last is not None
-    host.last.naming_calls = learner.naming_calls - named
+    host.last.naming_calls = learner.ledger.naming_calls - named
     return host.last
 
 

@@ -30,10 +30,12 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .actions import Action, Group
+from .errors import NodeNotFoundError
 from .tree import MembrainTree
 
 LABELLED_FACTS = "labelled_facts"
@@ -349,3 +351,70 @@ def offline_label(
         i += 1
         label = f"{FALLBACK_LABEL} {i}"
     return label
+
+
+# ------------------------------------------------------------------ labels of new and renamed aspects
+_LABEL_WORD = re.compile(r"[^\W\d_][\w'-]+")
+
+
+def fallback_label(texts: list[str], avoid: list[str] | tuple[str, ...] = (), mean: Any = None) -> str:
+    """A label when nothing better is at hand: the two most frequent longer words (not a
+    label of ``avoid``, compared casefolded, when another choice exists)."""
+    words = Counter(w.lower() for t in texts for w in _LABEL_WORD.findall(t) if len(w) > 3)
+    taken = {a.casefold() for a in avoid}
+    ranked = [w for w, _ in words.most_common()]
+    for label in (" ".join(ranked[:2]), *ranked, " ".join(ranked[:3])):
+        if label and label.casefold() not in taken:
+            return label
+    return " ".join(ranked[:2]) or "group"
+
+
+def nearby_labels(tree: MembrainTree, parent_id: str) -> list[str]:
+    """The labels a new aspect under ``parent_id`` must differ from: those of the parent's
+    child aspects and of every aspect on the path from the root to the parent, so that no
+    path reads "encouragement › heartwarming › encouragement"."""
+    out = [tree.node(a).text for a in tree.child_aspects(parent_id)]
+    out += [tree.node(a).text for a in tree.path(parent_id) if tree.node(a).kind == "aspect"]
+    return out
+
+
+def parent_of(tree: MembrainTree, node_id: str) -> str:
+    """``tree.parent(node_id)``; the root has none, and for it this raises the
+    NodeNotFoundError that looking up its (absent) parent would."""
+    parent = tree.parent(node_id)
+    if parent is None:
+        raise NodeNotFoundError(f"no node {parent!r} in the tree")  # as tree.node(None) says
+    return parent
+
+
+def relabel_avoid(tree: MembrainTree, aspect_id: str) -> list[str]:
+    """The labels a renamed aspect must differ from: its ancestors' and siblings' (its own
+    current label aside) and its child aspects'."""
+    own = tree.node(aspect_id).text
+    return ([t for t in nearby_labels(tree, parent_of(tree, aspect_id)) if t != own]
+            + [tree.node(c).text for c in tree.child_aspects(aspect_id)])
+
+
+def name_groups(tree: MembrainTree, actions: list[Action], label_aspect: Callable[..., str]) -> list[Action]:
+    """``actions`` with every Group named: its own label when it has one that differs
+    (casefolded) from its ancestors' and its future siblings' (``nearby_labels``), else
+    one by ``label_aspect(texts, avoid, mean)`` that does (``mean``: the members' mean
+    embedding, or None)."""
+    out: list[Action] = []
+    made: dict[str, list[str]] = {}
+    for a in actions:
+        if isinstance(a, Group) and a.node_ids and a.node_ids[0] in tree:
+            parent = parent_of(tree, a.node_ids[0])
+            avoid = nearby_labels(tree, parent) + made.setdefault(parent, [])
+            if a.label and a.label.casefold() not in {x.casefold() for x in avoid}:
+                made[parent].append(a.label)
+                out.append(a)
+                continue  # a teacher's label that differs from its neighbours' is kept
+            members = [i for i in a.node_ids if i in tree]
+            embs = [e for e in (tree.node(i).embedding for i in members) if e is not None]
+            mean = np.mean(embs, axis=0) if embs else None
+            label = label_aspect([tree.node(i).text for i in members], avoid, mean)
+            a = Group(a.node_ids, label, a.metadata, a.aspect_id)
+            made[parent].append(label)
+        out.append(a)
+    return out

@@ -134,9 +134,7 @@ class MembrainMemory:
             student = OperationStudent(prior=(lambda: load_operation_prior(resolved)) if cfg.prior else None,
                                        threads=learner_config.training.threads)
         self._operations = OperationDecider(resolved, student=student)
-        self._storage: Storage | None = (
-            storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
-        )
+        self._storage = storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
         # The tree joins search (the topic match) when the teacher names topics: any teacher
         # but the offline rule (RetrievalConfig.tree_topic_weight).
         from .teachers.heuristic import HeuristicTeacher
@@ -144,9 +142,7 @@ class MembrainMemory:
         self.retrieval = resolve_topic_weight(retrieval or RetrievalConfig(),
                                               teacher_names_topics=not isinstance(resolved, HeuristicTeacher))
         self.search_mode = search_mode
-        # Every namespace's index embeds its queries through this one bound method (not a
-        # closure of its own each).
-        self._embed_one = self._embed_query
+        self._embed_one = self._embed_query  # every namespace's index embeds queries through this one
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
         self._forest = Forest(self._storage, new_index=self._new_index, refresh_interval=cfg.refresh_interval,
                               max_loaded=cfg.max_loaded_namespaces, max_height=cfg.max_height, clock=cfg.clock)

@@ -9,26 +9,29 @@ the insert graph's nodes (graph.py); the graph is their only driver.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 
 from .actions import Action, Group, apply_actions
-from .decoding import DecodeConfig, action_key, decode, encode_actions
-from .errors import DimensionError, InvalidOperationError, MembrainError, NodeNotFoundError
+from .decoding import decode, encode_actions
+from .errors import DimensionError, InvalidOperationError, MembrainError
 from .features import S1, Stage1Features, Stage2Features, stage1_features, stage2_features
-from .nets import ModelConfig  # torch-free (models.py re-exports it)
+from .batches import WaitingInserts, batch_view, carry_out
+from .config import DEFAULT_BATCH, MAX_BATCH, LearnerConfig
+from .ledger import QUESTION_KINDS, QuestionLedger
+from .labels import fallback_label, name_groups, nearby_labels, relabel_avoid
 from .placement import (MAX_DESCENT, NewFact, Placement, Subtree, cosine, descend, destination,
                         path_choices, stage1_candidates)
-from .teachers.base import Teacher, ask_placement
+from .insert_records import Correction, PlaceRecord, Stage1Decision, Stage1Label, Stage2Decision, SupervisionResult
+from .shadow import ShadowScores, same_actions, stage1_classes, stage2_classes
+from .teachers.base import Teacher, ask_placement, safe_choice
 from .teachers.budget import requests_sent
-from .training import OnlineTrainer, Policy, TrainingConfig
+from .training import OnlineTrainer, Policy
 from .tree import MembrainTree
 
 
@@ -46,239 +49,7 @@ def rewrite(tree: MembrainTree, actions: list[Action], *, name_aspect: Callable[
                          allow_aspects=allow_aspects)
 
 
-By = Literal["model", "teacher", "forced", "offline rule"]
 WAITING_TRACKED = 10_000  # parents whose waiting stage-2 decisions are counted (stage2_defer)
-QUESTION_KINDS = ("placement", "audit", "operation", "naming")
-DEFAULT_BATCH = 4  # inserts one batch question is about, through a memory (LearnerConfig.batch)
-MAX_BATCH = 16  # the most: each new fact then still gets a fair share of the question's prompt budget
-
-
-@dataclass
-class LearnerConfig:
-    """Everything a :class:`Learner` is configured by.
-
-    ``apply_corrections``: the insert's supervision moves a fact (and applies the teacher's
-    stage-2 actions) when a deferred audit disagrees with what the model executed.
-    ``allow_aspects``: accept teacher actions that move whole aspects (the networks do not
-    propose them; they are executed when the teacher decides, and never learned).
-    The audit rate of an insert is ``stage1.audit_rate``.
-    """
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    training: TrainingConfig = field(default_factory=TrainingConfig)
-    # Both gates at 0.9: a decision the student takes alone should be one the teacher would
-    # have taken at least 9 times in 10 (the bar for agreement). Stage 2's confidence is
-    # that the *whole* action series matches the teacher (calibration.PlattCalibrator).
-    stage1: Policy = field(default_factory=Policy)
-    stage2: Policy = field(default_factory=lambda: Policy(confidence=0.9))
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    apply_corrections: bool = True
-    allow_aspects: bool = False
-    # Ask about stage 2 at most once per this many unsure decisions under the same parent:
-    # the others wait, executed as Idle (bench/RESULTS.md, learning: the oracle teacher). 1: ask at
-    # every unsure decision.
-    stage2_defer: int = 1
-    # Inserts the student is unsure of wait, placed by the student meanwhile, until this many
-    # have gathered in a namespace; then one question about all of them (the teacher's
-    # ``place_batch``) places and tidies them. 1: each asks on its own, during its insert.
-    # Only for a teacher that answers batches (an LLM's, the evaluation teachers that stand
-    # for one); the offline rule asks one by one whatever this says. None: DEFAULT_BATCH
-    # through a memory (whose insert graph asks the batches and whose flush() asks what
-    # still waits), 1 for a Learner driven directly.
-    batch: int | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("stage2_defer", "batch"):
-            value = getattr(self, name)
-            if value is None and name == "batch":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, not {value!r}")
-        if self.batch is not None and self.batch > MAX_BATCH:
-            raise ValueError(f"batch is at most {MAX_BATCH}, not {self.batch!r}")
-
-
-@dataclass
-class Stage1Decision:
-    """One level of the model's descent. Indices are into ``candidates`` (0: attach here).
-    ``shadow_choice`` is the evaluation teacher's answer (metrics only)."""
-
-    node_id: str
-    candidates: list[str]
-    feats: Stage1Features
-    logits: np.ndarray
-    model_choice: int
-    confidence: float
-    executed: int
-    by: By
-    shadow_choice: int | None = None
-    trivial_choice: int = 0
-
-
-@dataclass
-class Stage1Label:
-    """A stage-1 label read from a teacher's placement: the level's features, the teacher's
-    index, and whether it is an unbiased sample (for calibration)."""
-
-    feats: Stage1Features
-    target: int
-    calibrate: bool
-
-
-@dataclass
-class Stage2Decision:
-    """The stage-2 decision on the closure of the new fact (actions are pre-application)."""
-
-    feats: Stage2Features
-    type_logits: np.ndarray
-    model_actions: list[Action]
-    confidence: float
-    executed: list[Action]
-    by: By
-    teacher_actions: list[Action] | None = None
-    calibrate: bool = False
-    shadow_actions: list[Action] | None = None
-    # A row for the linear Idle student's gate (students.LinearIdle): the teacher was not
-    # asked *because* stage 2 was unsure (calibrate, or the question was stage 1's).
-    gate_sample: bool = False
-
-
-@dataclass
-class Correction:
-    """The teacher would have put ``fact_id`` under ``to_parent`` (it is under ``from_parent``)."""
-
-    fact_id: str
-    from_parent: str
-    to_parent: str
-    reason: str = "stage1"
-
-
-@dataclass
-class PlaceRecord:
-    """What an insert's steps decided, for :meth:`Learner.supervise` and the caller.
-
-    ``asked``: the joint question was asked during the insert (``plan`` holds a valid
-    answer). ``drawn``: this insert is an audit; when the model decided it alone, the
-    teacher is asked later on ``snapshot``, a copy of the tree before the attach.
-    ``shared``: the teacher was already asked about this item (its memory operation, in one
-    request that also answers the placement), so that audit is not counted again.
-    ``deferred``: the teacher gave no answer during the insert ("stage1" or "stage2", the
-    stage that asked; it failed, was not asked while its circuit breaker was open, or ran
-    past the insert's budget): the insert was decided without it (``placed_by``), and the
-    question is asked again on ``snapshot`` by :meth:`Learner.supervise`, like an audit.
-    ``placed_by``: who chose the fact's parent: "teacher", "model", "offline rule" (the
-    ``stand_in``, when the teacher gave no answer and the model is not warm yet) or "forced"
-    (nothing to choose).
-    """
-
-    fact_id: str
-    new_fact: NewFact
-    placed_under: str
-    steps: list[Stage1Decision]
-    stage2: Stage2Decision | None
-    applied: list[Action]
-    teacher_calls: int = 0
-    teacher_failures: int = 0
-    place_ms: float = 0.0  # wall-clock time from begin to apply_stage2, the shadow teacher excluded
-    place_cpu_ms: float = 0.0  # CPU time of this process over the same steps, shadow excluded
-    shadow_parent: str | None = None
-    supervised: bool = False
-    cursor: str = ""  # the node the descent stands on
-    descended: bool = False  # the descent ended (attach at ``cursor``)
-    drawn: bool = False
-    asked: bool = False
-    shared: bool = False  # the memory operation's one-call question answered the placement too
-    offered: Placement | None = None  # ... and that answer, until a placement question takes it
-    deferred: str | None = None  # the stage whose question got no answer: asked again in supervise
-    batched: str | None = None  # the unsure stage, while placed by the student to wait for its batch question
-    placed_by: str = "forced"
-    plan: Placement | None = None
-    move_to: str | None = None  # the teacher's parent, when it differs from the model's
-    labels1: list[Stage1Label] = field(default_factory=list)
-    snapshot: MembrainTree | None = None
-    clock: tuple[float, float, float] = (0.0, 0.0, 0.0)  # (wall start, CPU start, shadow seconds)
-
-
-@dataclass
-class SupervisionResult:
-    """What :meth:`Learner.supervise` did: teacher calls, optimiser steps, and corrections
-    (a re-placement and/or the teacher's stage-2 actions) for the caller to apply."""
-
-    corrections: list[Correction]
-    actions: list[Action]
-    teacher_calls: int
-    teacher_failures: int
-    steps: int
-    train_ms: float
-
-
-_LABEL_WORD = re.compile(r"[^\W\d_][\w'-]+")
-
-
-def fallback_label(texts: list[str], avoid: list[str] | tuple[str, ...] = (), mean: Any = None) -> str:
-    """A label when nothing better is at hand: the two most frequent longer words (not a
-    label of ``avoid``, compared casefolded, when another choice exists)."""
-    words = Counter(w.lower() for t in texts for w in _LABEL_WORD.findall(t) if len(w) > 3)
-    taken = {a.casefold() for a in avoid}
-    ranked = [w for w, _ in words.most_common()]
-    for label in (" ".join(ranked[:2]), *ranked, " ".join(ranked[:3])):
-        if label and label.casefold() not in taken:
-            return label
-    return " ".join(ranked[:2]) or "group"
-
-
-def nearby_labels(tree: MembrainTree, parent_id: str) -> list[str]:
-    """The labels a new aspect under ``parent_id`` must differ from: those of the parent's
-    child aspects and of every aspect on the path from the root to the parent, so that no
-    path reads "encouragement › heartwarming › encouragement"."""
-    out = [tree.node(a).text for a in tree.child_aspects(parent_id)]
-    out += [tree.node(a).text for a in tree.path(parent_id) if tree.node(a).kind == "aspect"]
-    return out
-
-
-def _parent_of(tree: MembrainTree, node_id: str) -> str:
-    """``tree.parent(node_id)``; the root has none, and for it this raises the
-    NodeNotFoundError that looking up its (absent) parent would."""
-    parent = tree.parent(node_id)
-    if parent is None:
-        raise NodeNotFoundError(f"no node {parent!r} in the tree")  # as tree.node(None) says
-    return parent
-
-
-def relabel_avoid(tree: MembrainTree, aspect_id: str) -> list[str]:
-    """The labels a renamed aspect must differ from: its ancestors' and siblings' (its own
-    current label aside) and its child aspects'."""
-    own = tree.node(aspect_id).text
-    return ([t for t in nearby_labels(tree, _parent_of(tree, aspect_id)) if t != own]
-            + [tree.node(c).text for c in tree.child_aspects(aspect_id)])
-
-
-def _same_actions(a: list[Action], b: list[Action]) -> bool:
-    return {action_key(x) for x in a} == {action_key(x) for x in b}
-
-
-# The classes of Learner.shadow_per_class: stage 1's "attach here" (index 0), stage 2's empty
-# series and its action kinds (decoding.action_key's first field).
-SHADOW_CLASSES: dict[str, tuple[str, ...]] = {"stage1": ("stop",), "stage2": ("idle", "promote", "demote", "group")}
-
-
-def _stage1_classes(student: int, shadow: int) -> Counter[tuple[str, str]]:
-    """One stage-1 level's per-class outcomes (Learner.shadow_classes)."""
-    return Counter({("stop", "student"): int(student == 0), ("stop", "shadow"): int(shadow == 0),
-                    ("stop", "agreed"): int(student == 0 and shadow == 0)})
-
-
-def _stage2_classes(executed: list[Action], shadow: list[Action]) -> Counter[tuple[str, str]]:
-    """One stage-2 decision's per-class outcomes: actions by kind, and the empty series as "idle"."""
-    mine, theirs = {action_key(a) for a in executed}, {action_key(a) for a in shadow}
-    out: Counter[tuple[str, str]] = Counter()
-    for keys, outcome in ((mine, "student"), (theirs, "shadow"), (mine & theirs, "agreed")):
-        out.update((k[0], outcome) for k in keys)
-    out[("idle", "student")] += not mine
-    out[("idle", "shadow")] += not theirs
-    out[("idle", "agreed")] += not mine and not theirs
-    return out
 
 
 class Learner:
@@ -321,61 +92,18 @@ class Learner:
         self.label_aspect = label_aspect or fallback_label
         self.shadow = shadow
         self.rng = np.random.default_rng(self.config.seed)
-        # Teacher questions by kind (QUESTION_KINDS), counted where they are asked; guarded
-        # by their own lock (inserts and a background supervision both ask).
-        # With a teacher that sends requests (requests_sent), a question counts the requests
-        # it sent, retries included, so the counts equal what the teacher's server received.
-        self.questions: Counter[str] = Counter()
-        self.failures: Counter[str] = Counter()  # questions that got no usable answer
-        self.skipped: Counter[str] = Counter()  # of those, questions not sent at all (breaker, budget)
-        self.unsure: Counter[str] = Counter()  # placement questions by the stage that was unsure
-        self.shared_answers = 0  # audits answered by the memory operation's one-call question
-        # With a shadow: of the decisions the student took alone, how many the shadow would
-        # have taken too (stage 1 per level, the whole stage-2 series), as (agreed, total).
-        self.shadow_agreement: dict[str, list[int]] = {"stage1": [0, 0], "stage2": [0, 0]}
-        # The same decisions per class (SHADOW_CLASSES), keyed (stage, class, outcome) with
-        # outcome "shadow" (the shadow chose the class), "student" (the student did) or "agreed"
-        # (both): a rare class the student never takes stays visible (shadow_per_class).
-        self.shadow_classes: Counter[tuple[str, str, str]] = Counter()
-        self.shadow_seconds = 0.0  # time spent asking the shadow (left out of insert times)
+        self.ledger = QuestionLedger()  # the teacher questions asked, by kind
+        self.shadow_scores = ShadowScores()  # with a shadow: the student's own decisions against it
         self._count_lock = threading.Lock()
         self.inserts = 0
         # (subject, parent id) -> unsure stage-2 decisions that waited since the teacher was
         # last asked about that parent (stage2_defer > 1); least recently seen dropped first.
-        self._waiting: OrderedDict[tuple[str, str], int] = OrderedDict()
-        # namespace -> inserts waiting for its batch question (config.batch), oldest first
-        self._batches: dict[Any, list[PlaceRecord]] = {}
-
-    # ------------------------------------------------------------------ policies
-    @property
-    def stage1_policy(self) -> Policy:
-        return self.config.stage1
-
-    @stage1_policy.setter
-    def stage1_policy(self, p: Policy) -> None:
-        self.config.stage1 = p
-
-    @property
-    def stage2_policy(self) -> Policy:
-        return self.config.stage2
-
-    @stage2_policy.setter
-    def stage2_policy(self, p: Policy) -> None:
-        self.config.stage2 = p
+        self._stage2_waits: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self.waiting = WaitingInserts()  # per namespace, the inserts waiting for its batch question
 
     @property
     def counters(self):
         return self.trainer.counters
-
-    @property
-    def teacher_calls(self) -> int:
-        """Questions asked about inserts: placements, audits and operation questions that
-        did not share an insert's placement question (``count_question``)."""
-        return self.questions["placement"] + self.questions["audit"] + self.questions["operation"]
-
-    @property
-    def naming_calls(self) -> int:
-        return self.questions["naming"]
 
     def _warm(self, policy: Policy, stage: str) -> bool:
         return self.trainer.labelled_count(stage) >= policy.warmup
@@ -404,33 +132,12 @@ class Learner:
         insert's placement (``begin(audit=...)``) and its memory operation."""
         return bool(self.rng.random() < self.config.stage1.audit_rate)
 
-    def count_question(self, kind: str, *, requests: int | None = None, failed: bool = False) -> None:
-        """Count a question asked outside the learner (the memory operation's, operations.py):
-        ``requests`` sent for it (None: one question of an in-process teacher)."""
-        self._count(kind, None, failed=failed, sent=requests)
-
     def _count(self, kind: str, rec: PlaceRecord | SupervisionResult | None, *, failed: bool = False,
                shared: bool = False, sent: int | None = None) -> None:
-        """Count one question of ``kind``. ``sent``: the requests it sent (a teacher that
-        reports them, requests_sent), counted as they are: 0 for an answer that was given
-        already (an audit's: ``shared_answers``) or a question not sent (``skipped``); None: an
-        in-process teacher's question, counted as one (a ``shared`` one only as
-        ``shared_answers``)."""
-        with self._count_lock:
-            if sent is None:
-                if shared:
-                    self.shared_answers += 1
-                    return
-                sent = 1
-            elif sent == 0:
-                if failed:
-                    self.skipped[kind] += 1
-                elif kind == "audit":
-                    self.shared_answers += 1
-            self.questions[kind] += sent
-            self.failures[kind] += failed
-        if rec is not None:
-            rec.teacher_calls += sent
+        """Count one question in the ledger and on the insert it was asked for (``rec``)."""
+        counted = self.ledger.count(kind, failed=failed, shared=shared, sent=sent)
+        if rec is not None and counted is not None:
+            rec.teacher_calls += counted
             rec.teacher_failures += failed
 
     def _sent_since(self, before: int | None) -> int | None:
@@ -490,31 +197,11 @@ class Learner:
         self._count("naming", None, failed=not ok, sent=self._sent_since(before))
         return cast(str, label) if ok else self.label_aspect(texts, [])  # ok: a str
 
-    def _labelled(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
-        """``actions`` with every Group named: its own label when it has one that differs
-        (casefolded) from its ancestors' and its future siblings' (``nearby_labels``), else
-        one by ``label_aspect`` that does."""
-        out: list[Action] = []
-        made: dict[str, list[str]] = {}
-        for a in actions:
-            if isinstance(a, Group) and a.node_ids and a.node_ids[0] in tree:
-                parent = _parent_of(tree, a.node_ids[0])
-                avoid = nearby_labels(tree, parent) + made.setdefault(parent, [])
-                if a.label and a.label.casefold() not in {x.casefold() for x in avoid}:
-                    made[parent].append(a.label)
-                    out.append(a)
-                    continue  # a teacher's label that differs from its neighbours' is kept
-                members = [i for i in a.node_ids if i in tree]
-                embs = [e for e in (tree.node(i).embedding for i in members) if e is not None]
-                mean = np.mean(embs, axis=0) if embs else None
-                label = self.label_aspect([tree.node(i).text for i in members], avoid, mean)
-                a = Group(a.node_ids, label, a.metadata, a.aspect_id)
-                made[parent].append(label)
-            out.append(a)
-        return out
-
-    def _rewrite(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
-        applied, _ = rewrite(tree, self._labelled(tree, actions), name_aspect=lambda texts: self.label_aspect(texts, []),
+    def rewrite(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
+        """Apply ``actions`` on ``tree``, each re-validated and every Group named
+        (labels.name_groups, by ``label_aspect``); returns the actions applied."""
+        named = name_groups(tree, actions, self.label_aspect)
+        applied, _ = rewrite(tree, named, name_aspect=lambda texts: self.label_aspect(texts, []),
                              embed_label=self.embed_label, allow_aspects=self.config.allow_aspects)
         return applied
 
@@ -582,7 +269,7 @@ class Learner:
         return rec
 
     def _shadow_time(self, rec: PlaceRecord, seconds: float) -> None:
-        self.shadow_seconds += seconds
+        self.shadow_scores.seconds += seconds
         t0, c0, s = rec.clock
         rec.clock = (t0, c0, s + seconds)
 
@@ -618,7 +305,7 @@ class Learner:
                 return True
             self.trainer.counters["stage1"].model_executed += 1
             if step.shadow_choice is not None:
-                self._shadowed("stage1", mchoice == step.shadow_choice, _stage1_classes(mchoice, step.shadow_choice))
+                self.shadow_scores.add("stage1", mchoice == step.shadow_choice, stage1_classes(mchoice, step.shadow_choice))
             if mchoice == 0:
                 break
             rec.cursor = cands[mchoice]
@@ -649,7 +336,7 @@ class Learner:
             rec.cursor, rec.placed_by = self._model_descend_from(tree, rec.new_fact, rec.cursor), "model"
             return
         rec.asked = True
-        self.unsure["stage1"] += 1
+        self.ledger.unsure["stage1"] += 1
         if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
             rec.cursor = tree.root_id
         plan = self._ask(tree, rec.new_fact, "placement", rec, offered=rec.offered)
@@ -674,16 +361,8 @@ class Learner:
         pol = self.config.stage1
         if self.stand_in is not None and (pol.execute == "teacher" or not self._warm(pol, "stage1")):
             stand_in = self.stand_in
-
-            def choose(sub: Subtree) -> int:
-                try:
-                    i = stand_in.choose_stage1(new_fact, sub)
-                    return int(i) if 0 <= int(i) < len(sub.candidates) else 0
-                except Exception:  # noqa: BLE001 - the stand-in must not break the insert
-                    return 0
-
-            return destination(descend(tree, new_fact, choose, top_k=self.config.model.top_k,
-                                       start=node_id)), "offline rule"
+            return destination(descend(tree, new_fact, lambda sub: safe_choice(stand_in, new_fact, sub),
+                                       top_k=self.config.model.top_k, start=node_id)), "offline rule"
         return self._model_descend_from(tree, new_fact, node_id), "model"
 
     def attach(self, tree: MembrainTree, rec: PlaceRecord, *, node_id: str | None = None,
@@ -764,12 +443,12 @@ class Learner:
             return False
         key = (tree.node(tree.root_id).text, tree.parent(fact_id) or tree.root_id)
         with self._count_lock:
-            waited = self._waiting.pop(key, 0)
+            waited = self._stage2_waits.pop(key, 0)
             if waited + 1 >= defer:
                 return False
-            self._waiting[key] = waited + 1
-            while len(self._waiting) > WAITING_TRACKED:
-                self._waiting.popitem(last=False)
+            self._stage2_waits[key] = waited + 1
+            while len(self._stage2_waits) > WAITING_TRACKED:
+                self._stage2_waits.popitem(last=False)
         return True
 
     def teacher_stage2(self, tree: MembrainTree, rec: PlaceRecord) -> None:
@@ -779,7 +458,7 @@ class Learner:
         if rec.asked or rec.fact_id not in tree:
             return
         rec.asked, rec.snapshot = True, None  # asked now: an audit has nothing left to ask
-        self.unsure["stage2"] += 1
+        self.ledger.unsure["stage2"] += 1
         view = tree.copy()
         view.remove(rec.fact_id)
         plan = self._ask(view, rec.new_fact, "placement", rec, offered=rec.offered)
@@ -827,11 +506,11 @@ class Learner:
                         dec.shadow_actions = None
                     self._shadow_time(rec, time.perf_counter() - s0)
                     if dec.by == "model" and dec.shadow_actions is not None:
-                        self._shadowed("stage2", _same_actions(dec.executed, dec.shadow_actions),
-                                       _stage2_classes(dec.executed, dec.shadow_actions))
-                rec.applied = self._rewrite(tree, dec.executed)
+                        self.shadow_scores.add("stage2", same_actions(dec.executed, dec.shadow_actions),
+                                       stage2_classes(dec.executed, dec.shadow_actions))
+                rec.applied = self.rewrite(tree, dec.executed)
             elif rec.applied and rec.fact_id in tree:
-                rec.applied = self._rewrite(tree, rec.applied)
+                rec.applied = self.rewrite(tree, rec.applied)
         except MembrainError:
             pass  # stage 2 is an improvement; a failure in it must never undo the insert
         t0, c0, shadow_s = rec.clock
@@ -848,47 +527,16 @@ class Learner:
 
     def wait_in_batch(self, key: Any, rec: PlaceRecord) -> bool:
         """Queue a waiting insert under ``key`` (its namespace); whether that batch is full."""
-        if not rec.batched:
-            return False
-        with self._count_lock:
-            batch = self._batches.setdefault(key, [])
-            batch.append(rec)
-            return len(batch) >= (self.config.batch or 1)
-
-    def take_batch(self, key: Any) -> list[PlaceRecord]:
-        """The inserts waiting under ``key``, removed from the queue."""
-        with self._count_lock:
-            return self._batches.pop(key, [])
-
-    def waiting_batches(self) -> dict[Any, int]:
-        """Waiting inserts per key."""
-        with self._count_lock:
-            return {k: len(v) for k, v in self._batches.items() if v}
+        return bool(rec.batched) and self.waiting.add(key, rec, self.config.batch or 1)
 
     def settle_batch(self, tree: MembrainTree, records: list[PlaceRecord], carrier: PlaceRecord | None = None) -> int:
         """Ask the batch question about the waiting inserts ``records`` and carry out its
-        answer on ``tree`` (:meth:`batch_view`, :meth:`answer_batch`, :meth:`carry_out_batch`
-        in turn); returns how many facts it placed. ``carrier``: the insert whose question
+        answer on ``tree`` (batches.batch_view, :meth:`answer_batch`, batches.carry_out in
+        turn); returns how many facts it placed. ``carrier``: the insert whose question
         this is (its ``teacher_calls`` count the requests)."""
-        view, live = self.batch_view(tree, records)
+        view, live = batch_view(tree, records)
         plans = self.answer_batch(view, live, carrier) if live else None
-        return 0 if plans is None else self.carry_out_batch(tree, live, plans)
-
-    def batch_view(self, tree: MembrainTree, records: list[PlaceRecord]) -> tuple[MembrainTree, list[PlaceRecord]]:
-        """The batch question's tree, a copy of ``tree`` without the waiting facts, and the
-        records still waiting (a fact deleted or rewritten meanwhile is left out; a key
-        written twice, its latest insert only)."""
-        live: list[PlaceRecord] = []
-        seen: set[str] = set()
-        for r in reversed(records):
-            if r.fact_id in tree and r.fact_id not in seen and tree.node(r.fact_id).text == r.new_fact.text:
-                live.append(r)
-                seen.add(r.fact_id)
-        live.reverse()
-        view = tree.copy()
-        for r in live:
-            view.remove(r.fact_id)
-        return view, live
+        return 0 if plans is None else carry_out(tree, live, plans, self.rewrite)
 
     def answer_batch(self, view: MembrainTree, live: list[PlaceRecord],
                      carrier: PlaceRecord | None = None) -> list[Placement] | None:
@@ -929,47 +577,6 @@ class Learner:
         for labels1, dec in learned:
             self._observe(labels1, dec)
         return plans
-
-    def carry_out_batch(self, tree: MembrainTree, live: list[PlaceRecord], plans: list[Placement]) -> int:
-        """Move each fact of an answered batch under its parent in ``tree`` and apply its
-        actions (re-validated: the tree may have changed since the question); returns the
-        facts placed."""
-        placed = 0
-        for r, plan in zip(live, plans):
-            try:
-                if tree.parent(r.fact_id) != plan.parent_id and plan.parent_id in tree:
-                    tree.move(r.fact_id, plan.parent_id)
-            except MembrainError:
-                continue
-            self._rewrite(tree, plan.bind(r.fact_id))
-            placed += 1
-        return placed
-
-    def _shadowed(self, stage: str, agreed: bool, classes: Counter[tuple[str, str]] | None = None) -> None:
-        with self._count_lock:
-            self.shadow_agreement[stage][0] += bool(agreed)
-            self.shadow_agreement[stage][1] += 1
-            for (cls, outcome), n in (classes or {}).items():
-                self.shadow_classes[(stage, cls, outcome)] += n
-
-    def shadow_per_class(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Per class (SHADOW_CLASSES), the student's own decisions against the shadow's:
-        ``{stage: {class: {"shadow", "student", "agreed", "recall", "precision"}}}`` with
-        recall ``agreed / shadow`` and precision ``agreed / student`` (None on no sample).
-        Stage 1 counts levels the student decided alone, class "stop" (index 0: attach here);
-        stage 2 counts the actions of the series the student executed alone (Group members
-        as a set, labels ignored), and "idle" counts such decisions whose series is empty."""
-        with self._count_lock:
-            counts = Counter(self.shadow_classes)
-        out: dict[str, dict[str, dict[str, Any]]] = {}
-        for stage, classes in SHADOW_CLASSES.items():
-            out[stage] = {}
-            for cls in classes:
-                shadow, student, agreed = (counts[(stage, cls, k)] for k in ("shadow", "student", "agreed"))
-                out[stage][cls] = {"shadow": shadow, "student": student, "agreed": agreed,
-                                   "recall": agreed / shadow if shadow else None,
-                                   "precision": agreed / student if student else None}
-        return out
 
     def _shadow1(self, new_fact: NewFact, sub: Subtree) -> int | None:
         try:
@@ -1015,7 +622,7 @@ class Learner:
                     res.actions = actions
                 elif record.stage2 is not None:
                     record.stage2.teacher_actions = actions
-                    if not _same_actions(record.stage2.model_actions, actions):
+                    if not same_actions(record.stage2.model_actions, actions):
                         res.actions = actions
                 elif actions:
                     res.actions = actions
@@ -1033,7 +640,7 @@ class Learner:
             tr.observe_stage1(lab.feats, lab.target, tr.predict_stage1(lab.feats), calibrate=lab.calibrate)
         if dec is not None and dec.teacher_actions is not None:
             labels = encode_actions(dec.feats, dec.teacher_actions)
-            tr.observe_stage2(dec.feats, labels, dec.type_logits, _same_actions(dec.model_actions, dec.teacher_actions),
+            tr.observe_stage2(dec.feats, labels, dec.type_logits, same_actions(dec.model_actions, dec.teacher_actions),
                               calibrate=dec.calibrate, gate_sample=dec.gate_sample)
 
     def apply_corrections(self, tree: MembrainTree, res: SupervisionResult) -> list[Action]:
@@ -1045,7 +652,7 @@ class Learner:
                     tree.move(c.fact_id, c.to_parent)
             except MembrainError:
                 pass
-        return self._rewrite(tree, res.actions) if res.actions else []
+        return self.rewrite(tree, res.actions) if res.actions else []
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, path_or_buffer) -> None:
@@ -1078,7 +685,7 @@ def teacher_forcing(teacher: Teacher, dim: int, *, allow_aspects: bool = False,
 
 
 __all__ = [
-    "Correction", "Learner", "LearnerConfig", "PlaceRecord", "QUESTION_KINDS", "SHADOW_CLASSES",
+    "Correction", "DEFAULT_BATCH", "Learner", "LearnerConfig", "MAX_BATCH", "PlaceRecord", "QUESTION_KINDS",
     "Stage1Decision", "Stage1Label", "Stage2Decision", "SupervisionResult", "ask_placement", "attach", "cosine", "descend",
     "fallback_label", "nearby_labels", "relabel_avoid", "rewrite", "stage1_candidates", "teacher_forcing",
 ]

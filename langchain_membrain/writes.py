@@ -169,11 +169,11 @@ class Writer:
             # counted, as an operation question (its one-call answer may place the fact
             # too: the learner then counts no placement request).
             with bg.lock:
-                bg.learner_for(int(vec.size)).count_question("operation", requests=decision.requests,
-                                                             failed=not decision.answered)
+                bg.learner_for(int(vec.size)).ledger.count("operation", sent=decision.requests,
+                                                            failed=not decision.answered)
         elif op_asked and (not joint or bg.placement_questions() == placed):
             with bg.lock:
-                bg.learner_for(int(vec.size)).count_question("operation")
+                bg.learner_for(int(vec.size)).ledger.count("operation")
         return done
 
     def duplicate_of(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str | None:

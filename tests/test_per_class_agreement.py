@@ -11,7 +11,8 @@ import pytest
 
 from langchain_membrain import MembrainMemory
 from langchain_membrain.decoding import action_key
-from langchain_membrain.pipeline import SHADOW_CLASSES, Learner, LearnerConfig
+from langchain_membrain.pipeline import Learner, LearnerConfig
+from langchain_membrain.shadow import SHADOW_CLASSES
 from langchain_membrain.stats import LearningStats
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 from langchain_membrain.training import Policy

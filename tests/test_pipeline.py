@@ -84,8 +84,8 @@ def test_a_garbage_teacher_never_loses_a_fact(execute, query):
     assert [tree.node(i).metadata["i"] for i in ids] == list(range(40))
     tree.check_invariants()
     # every answer was garbage: every question is a counted failure, nothing was learned from it
-    asked = learner.questions["placement"] + learner.questions["audit"]
-    assert asked > 0 and sum(learner.failures.values()) == asked
+    asked = learner.ledger.questions["placement"] + learner.ledger.questions["audit"]
+    assert asked > 0 and sum(learner.ledger.failures.values()) == asked
     assert learner.counters["stage1"].labelled == learner.counters["stage2"].labelled == 0
 
 
@@ -202,7 +202,7 @@ def test_stage2_defer_asks_once_per_k_unsure_decisions_under_a_parent(defer):
             assert waited[parent] < defer
     assert sorted(ids) == sorted(tree.facts())
     tree.check_invariants()
-    assert learner.questions["placement"] > 0
+    assert learner.ledger.questions["placement"] > 0
 
 
 
@@ -226,12 +226,12 @@ def test_stage2_questions_calibrate_stage1_but_not_the_reverse():
         return learner
 
     learner = run(sure, unsure)
-    assert learner.unsure["stage2"] > 0 and learner.unsure["stage1"] == 0
+    assert learner.ledger.unsure["stage2"] > 0 and learner.ledger.unsure["stage1"] == 0
     assert len(learner.trainer.calib["stage1"].rows) > 0
     assert len(learner.trainer.decision_calib.rows) == 0
 
     learner = run(unsure, sure)
-    assert learner.unsure["stage1"] > 0 and learner.unsure["stage2"] == 0
+    assert learner.ledger.unsure["stage1"] > 0 and learner.ledger.unsure["stage2"] == 0
     assert len(learner.trainer.calib["stage1"].rows) == 0
     assert len(learner.trainer.decision_calib.rows) == 0
 

@@ -273,7 +273,7 @@ def test_policy_teacher_forcing_executes_and_asks_every_decision():
     asked = [r for r in results if r.record.steps or r.record.stage2 is not None]
     assert asked and all(r.teacher_calls == 1 and r.record.plan is not None for r in asked)
     assert all(r.stage1_by == "teacher" for r in results if r.record.steps)
-    assert learner.questions["placement"] == len(asked)
+    assert learner.ledger.questions["placement"] == len(asked)
     assert learner.counters["stage1"].labelled == t.stage1_calls > 0
     assert all(lab.calibrate for r in results for lab in r.record.labels1)
 

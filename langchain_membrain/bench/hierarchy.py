@@ -208,23 +208,10 @@ def build_product(rows: list, emb: np.ndarray, *, subject: str = "", teacher: An
     return tree, ids, seconds, (stats["teacher_calls"] + stats["naming_calls"]) / max(len(ids), 1)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+def _rows(args: argparse.Namespace) -> tuple[list, str]:
+    """The labelled facts (``--data``, or sampled from WordNet) and where they came from."""
+    from ..evaluation import load_labelled_facts, wordnet_subtree_facts, write_labelled_facts
 
-    from ..evaluation import (
-        average_linkage_tree,
-        dendrogram_purity,
-        flat_tree,
-        load_labelled_facts,
-        path_class,
-        tree_shape,
-        wordnet_subtree_facts,
-        write_labelled_facts,
-    )
-    from .oracle import OracleTeacher
-
-    console = Console()
     if args.wordnet:
         rows = wordnet_subtree_facts(args.wordnet, size=args.size, seed=args.seed, wordnet_dir=args.wordnet_dir)
         source = f"wordnet:{args.wordnet}:size={args.size}:seed={args.seed}"
@@ -233,8 +220,31 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows = load_labelled_facts(args.data)
         source = str(args.data)
-    if args.limit:
-        rows = rows[: args.limit]
+    return (rows[: args.limit] if args.limit else rows), source
+
+
+def _print_table(results: dict[str, dict[str, Any]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"dendrogram purity: {title}")
+    table.add_column("method", no_wrap=True, min_width=17)
+    for col in ("purity", "ms/insert", "questions/insert", "aspects", "height", "top share"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for name, r in results.items():
+        p = r["dendrogram_purity"]
+        table.add_row(name, "-" if p is None else f"{p:.4f}",
+                      "-" if r["insert_ms_mean"] is None else f"{r['insert_ms_mean']:.2f}",
+                      f"{r['questions_per_insert']:.3f}" if "questions_per_insert" in r else "-",
+                      str(r["aspects"]), str(r["height"]), f"{r['largest_top_aspect_share']:.2f}")
+    Console().print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..evaluation import average_linkage_tree, dendrogram_purity, flat_tree, path_class, tree_shape
+    from .oracle import OracleTeacher
+
+    rows, source = _rows(args)
     overrides = _parse_overrides(args.overrides)
 
     t0 = time.perf_counter()
@@ -244,17 +254,15 @@ def run(args: argparse.Namespace) -> int:
     classes_of = [path_class(r.path) for r in rows]
     n_classed = sum(c is not None for c in classes_of)
 
-    def purity(tree: MembrainTree, ids: list[str]) -> float | None:
-        try:
-            return dendrogram_purity(tree, dict(zip(ids, classes_of)))
-        except MembrainError:  # no class with two facts: no paths in the file
-            return None
-
     results: dict[str, dict[str, Any]] = {}
 
     def record(name: str, tree: MembrainTree, ids: list[str], seconds: float, online: bool) -> None:
+        try:
+            purity: float | None = dendrogram_purity(tree, dict(zip(ids, classes_of)))
+        except MembrainError:  # no class with two facts: no paths in the file
+            purity = None
         results[name] = {
-            "dendrogram_purity": purity(tree, ids),
+            "dendrogram_purity": purity,
             "build_s": round(seconds, 3),
             "insert_ms_mean": round(1000 * seconds / max(len(ids), 1), 3) if online else None,
             **tree_shape(tree),
@@ -272,41 +280,26 @@ def run(args: argparse.Namespace) -> int:
     record("memtree", tree, ids, secs, True)
 
     if args.product:
-        max_height = parse_max_height(args.max_height)
-        tree, ids, secs, questions = build_product(rows, emb, subject=subject, max_height=max_height)
-        record("product", tree, ids, secs, True)
-        results["product"]["questions_per_insert"] = round(questions, 3)
-        if rows and all(r.path_ids is not None for r in rows):
-            tree, ids, secs, questions = build_product(rows, emb, subject=subject, teacher=OracleTeacher(),
-                                                       max_height=max_height)
-            record("product+oracle", tree, ids, secs, True)
-            results["product+oracle"]["questions_per_insert"] = round(questions, 3)
+        oracle = rows and all(r.path_ids is not None for r in rows)
+        for name, teacher in (("product", None), *((("product+oracle", OracleTeacher()),) if oracle else ())):
+            tree, ids, secs, questions = build_product(rows, emb, subject=subject, teacher=teacher,
+                                                       max_height=parse_max_height(args.max_height))
+            record(name, tree, ids, secs, True)
+            results[name]["questions_per_insert"] = round(questions, 3)
 
-    t0 = time.perf_counter()
-    tree, ids = flat_tree(emb, subject=subject)
-    record("flat", tree, ids, time.perf_counter() - t0, False)
-
-    t0 = time.perf_counter()
-    tree, ids = average_linkage_tree(emb, subject=subject)
-    record("average_linkage", tree, ids, time.perf_counter() - t0, False)
+    for name, offline in (("flat", flat_tree), ("average_linkage", average_linkage_tree)):
+        t0 = time.perf_counter()
+        tree, ids = offline(emb, subject=subject)
+        record(name, tree, ids, time.perf_counter() - t0, False)
 
     if rows and all(r.path_ids is not None for r in rows):
         tree, ids, secs = build_online(rows, emb, OracleTeacher(), subject=subject)
         record("oracle", tree, ids, secs, True)
 
-    table = Table(title=f"dendrogram purity: {source} ({len(rows)} facts, {n_classed} with a class)")
-    table.add_column("method", no_wrap=True, min_width=17)
-    for col in ("purity", "ms/insert", "questions/insert", "aspects", "height", "top share"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for name, r in results.items():
-        p = r["dendrogram_purity"]
-        table.add_row(name, "-" if p is None else f"{p:.4f}",
-                      "-" if r["insert_ms_mean"] is None else f"{r['insert_ms_mean']:.2f}",
-                      f"{r['questions_per_insert']:.3f}" if "questions_per_insert" in r else "-",
-                      str(r["aspects"]), str(r["height"]), f"{r['largest_top_aspect_share']:.2f}")
-    console.print(table)
-    console.print(f"[dim]embedding {len(rows)} texts: {embed_s:.1f} s; heuristic config: "
-                  f"{heuristic.config}[/]")
+    _print_table(results, f"{source} ({len(rows)} facts, {n_classed} with a class)")
+    from rich.console import Console
+
+    Console().print(f"[dim]embedding {len(rows)} texts: {embed_s:.1f} s; heuristic config: {heuristic.config}[/]")
 
     out = {
         "data": source,

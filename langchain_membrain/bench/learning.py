@@ -43,6 +43,7 @@ import csv
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -168,18 +169,13 @@ def _purity(tree, fact_ids: list[str], rows) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     import torch
-    from rich.console import Console
-    from rich.table import Table
-
     from ..evaluation import load_labelled_facts
     from ..graph import insert_fact
-    from ..pipeline import Learner, LearnerConfig, teacher_forcing
+    from ..pipeline import teacher_forcing
     from ..teachers.base import NewFact
-    from ..training import Policy
     from ..tree import MembrainTree
 
     torch.set_num_threads(max(1, args.threads))
-    console = Console()
     rows = load_labelled_facts(args.data, limit=args.limit)
     texts = [r.text for r in rows]
     t0 = time.perf_counter()
@@ -189,34 +185,13 @@ def run(args: argparse.Namespace) -> int:
              for i, r in enumerate(rows)]
     dim = int(emb.shape[1])
 
-    teacher = _make_teacher(args.teacher)
-    shadow = _make_teacher(args.teacher)
-    cfg = LearnerConfig(seed=args.seed)
-    cfg.decode.idle_margin = args.idle_margin
-    cfg.stage2_defer = args.stage2_defer
-    cfg.model.dim = dim
-    cfg.training.seed = args.seed
-    cfg.stage1 = Policy(execute="teacher", query="always")
-    cfg.stage2 = Policy(execute="teacher", query="always")
-    learner = Learner(teacher, cfg, shadow=shadow)
+    learner = _learner(args, dim)
     subject = rows[0].path[0] if rows and rows[0].path else "memories"
     tree = MembrainTree(subject, dim=dim)
 
     half = len(facts) // 2
-    results, curve = [], []
     t_start = time.perf_counter()
-    for i, nf in enumerate(facts):
-        if i == half:
-            auto = dict(execute="auto", query="uncertain", audit_rate=args.audit_rate)
-            learner.stage1_policy = Policy(confidence=args.confidence, **auto)
-            learner.stage2_policy = Policy(confidence=args.confidence2, **auto)
-        res = insert_fact(tree, learner, nf)
-        results.append(res)
-        if (i + 1) % 10 == 0 or i + 1 == len(facts):
-            m = metrics_of(results, window=50)
-            curve.append({"inserts": i + 1, "phase": "teacher" if i < half else "auto",
-                          **{k.replace("_last200", "_last50"): v for k, v in m.items()},
-                          "place_ms_last50": float(np.median([r.record.place_ms for r in results[-50:]]))})
+    results, curve = _stream(tree, learner, facts, half, args)
     total_s = time.perf_counter() - t_start
     learner.trainer.flush()
 
@@ -229,28 +204,17 @@ def run(args: argparse.Namespace) -> int:
     c1, c2 = learner.counters["stage1"], learner.counters["stage2"]
     steps = c1.steps + c2.steps
     auto_phase = results[half:]
-    alone = [r.record for r in auto_phase if r.record.teacher_calls == 0]
-    model_path = alone or [r.record for r in auto_phase]  # none decided alone: time them all
-    wall = np.array([r.place_ms for r in model_path])
-    cpu = np.array([r.place_cpu_ms for r in model_path])
-    every = np.array([r.record.place_ms for r in auto_phase])
     last = results[-WINDOW:]
     out: dict = {
         **{k: v for k, v in metrics_of(results).items()},
         "naming_calls_per_insert_last200": sum(r.naming_calls for r in last) / len(last),
-        "insert_p50_ms": float(np.percentile(wall, 50)),
-        "insert_p95_ms": float(np.percentile(wall, 95)),
-        "insert_p50_cpu_ms": float(np.percentile(cpu, 50)),
-        "insert_p95_cpu_ms": float(np.percentile(cpu, 95)),
-        "insert_model_path_share": len(alone) / max(len(auto_phase), 1),
-        "insert_all_p50_ms": float(np.percentile(every, 50)),
-        "insert_all_p95_ms": float(np.percentile(every, 95)),
+        **_insert_times(auto_phase),
         "train_step_ms": (c1.train_ms + c2.train_ms) / steps if steps else None,
         "train_ms_per_insert": (c1.train_ms + c2.train_ms) / len(facts),
         "dendrogram_purity": _purity(tree, [r.fact_id for r in results], rows),
         "teacher_only_purity": _purity(ref_tree, ref_ids, rows),
-        "teacher_failures": sum(learner.failures.values()),
-        "teacher_calls_total": learner.teacher_calls,
+        "teacher_failures": sum(learner.ledger.failures.values()),
+        "teacher_calls_total": learner.ledger.teacher_calls,
         "stage1_prequential_agreement": c1.agreement,
         "stage2_prequential_agreement": c2.agreement,
         "stage1_temperature": learner.trainer.calib["stage1"].temperature,
@@ -268,8 +232,86 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine_description(),
         "torch_threads": torch.get_num_threads(),
     }
-    out["naming_calls_total"] = learner.naming_calls
+    out["naming_calls_total"] = learner.ledger.naming_calls
 
+    out["curve_csv"], out["curve_png"] = _write_curve(curve, half, args)
+
+    _print_table(out, len(facts), args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+def _learner(args: argparse.Namespace, dim: int) -> Any:
+    """The learner under test, with a shadow of the same teacher; teacher forcing at first."""
+    from ..pipeline import Learner, LearnerConfig
+    from ..training import Policy
+
+    cfg = LearnerConfig(seed=args.seed)
+    cfg.decode.idle_margin = args.idle_margin
+    cfg.stage2_defer = args.stage2_defer
+    cfg.model.dim = dim
+    cfg.training.seed = args.seed
+    cfg.stage1 = Policy(execute="teacher", query="always")
+    cfg.stage2 = Policy(execute="teacher", query="always")
+    return Learner(_make_teacher(args.teacher), cfg, shadow=_make_teacher(args.teacher))
+
+
+def _print_table(out: dict, facts: int, args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"learning: {facts} facts, teacher={args.teacher} (last {WINDOW})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in out.items():
+        if isinstance(v, float):
+            table.add_row(k, f"{v:.3f}")
+        elif v is None or isinstance(v, (int, str)):
+            table.add_row(k, str(v))
+    Console().print(table)
+
+
+def _stream(tree: Any, learner: Any, facts: list, half: int, args: argparse.Namespace) -> tuple[list, list[dict]]:
+    """Insert ``facts`` in order through the insert graph: teacher forcing for the first
+    ``half``, the gated policies after; the inserts' results and the learning curve (every
+    10 inserts, over the last 50)."""
+    from ..graph import insert_fact
+    from ..training import Policy
+
+    results: list = []
+    curve: list[dict] = []
+    for i, nf in enumerate(facts):
+        if i == half:
+            auto = dict(execute="auto", query="uncertain", audit_rate=args.audit_rate)
+            learner.config.stage1 = Policy(confidence=args.confidence, **auto)
+            learner.config.stage2 = Policy(confidence=args.confidence2, **auto)
+        results.append(insert_fact(tree, learner, nf))
+        if (i + 1) % 10 == 0 or i + 1 == len(facts):
+            m = metrics_of(results, window=50)
+            curve.append({"inserts": i + 1, "phase": "teacher" if i < half else "auto",
+                          **{k.replace("_last200", "_last50"): v for k, v in m.items()},
+                          "place_ms_last50": float(np.median([r.record.place_ms for r in results[-50:]]))})
+    return results, curve
+
+
+def _insert_times(auto_phase: list) -> dict[str, float]:
+    """Insert times of the gated phase: of the inserts the model decided alone (all of them
+    when none did), and of every insert."""
+    alone = [r.record for r in auto_phase if r.record.teacher_calls == 0]
+    model_path = alone or [r.record for r in auto_phase]
+    wall = np.array([r.place_ms for r in model_path])
+    cpu = np.array([r.place_cpu_ms for r in model_path])
+    every = np.array([r.record.place_ms for r in auto_phase])
+    return {"insert_p50_ms": float(np.percentile(wall, 50)), "insert_p95_ms": float(np.percentile(wall, 95)),
+            "insert_p50_cpu_ms": float(np.percentile(cpu, 50)), "insert_p95_cpu_ms": float(np.percentile(cpu, 95)),
+            "insert_model_path_share": len(alone) / max(len(auto_phase), 1),
+            "insert_all_p50_ms": float(np.percentile(every, 50)),
+            "insert_all_p95_ms": float(np.percentile(every, 95))}
+
+
+def _write_curve(curve: list[dict], half: int, args: argparse.Namespace) -> tuple[str, str]:
+    """The learning curve as a CSV and a PNG in ``--out-dir`` (else beside ``--json``)."""
     out_dir = Path(args.out_dir) if args.out_dir else (Path(args.json).parent if args.json else Path("."))
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / "learning_curve.csv"
@@ -279,20 +321,7 @@ def run(args: argparse.Namespace) -> int:
         w.writerows(curve)
     png_path = out_dir / "learning_curve.png"
     _plot(curve, half, png_path)
-    out["curve_csv"], out["curve_png"] = str(csv_path), str(png_path)
-
-    table = Table(title=f"learning: {len(facts)} facts, teacher={args.teacher} (last {WINDOW})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in out.items():
-        if isinstance(v, float):
-            table.add_row(k, f"{v:.3f}")
-        elif v is None or isinstance(v, (int, str)):
-            table.add_row(k, str(v))
-    console.print(table)
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
-    return 0
+    return str(csv_path), str(png_path)
 
 
 def _plot(curve: list[dict], half: int, path: Path) -> None:

@@ -111,7 +111,7 @@ def heldout_report(state, teacher_id: str, vectors, streams) -> dict:
     n = sum(len(t) for _, t in streams)
     _run_streams(learner, streams, vectors)
     c1, c2 = learner.counters["stage1"], learner.counters["stage2"]
-    return {"inserts": n, "questions_per_insert": round(learner.teacher_calls / n, 3),
+    return {"inserts": n, "questions_per_insert": round(learner.ledger.teacher_calls / n, 3),
             "stage1_agreement": round(c1.agreement, 3), "stage2_agreement": round(c2.agreement, 3),
             "stage1_labels": c1.labelled, "stage2_labels": c2.labelled}
 

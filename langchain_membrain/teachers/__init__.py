@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .base import BaseTeacher, NewFact, Subtree, Teacher
     from .budget import CircuitBreaker
-    from .guard import (GuardedTeacher, Placement, TeacherCallError, TeacherStats, TeacherUnavailable)
+    from .answers import TeacherCallError, TeacherUnavailable
+    from .costs import TeacherStats
+    from .guard import GuardedTeacher, Placement
     from .heuristic import HeuristicConfig, HeuristicTeacher
     from .llm import LLMTeacher
     from .resolve import as_teacher
@@ -32,9 +34,9 @@ _LAZY: dict[str, str] = {
     "CircuitBreaker": ".budget",
     "GuardedTeacher": ".guard",
     "Placement": ".guard",
-    "TeacherCallError": ".guard",
-    "TeacherStats": ".guard",
-    "TeacherUnavailable": ".guard",
+    "TeacherCallError": ".answers",
+    "TeacherStats": ".costs",
+    "TeacherUnavailable": ".answers",
     "HeuristicConfig": ".heuristic",
     "HeuristicTeacher": ".heuristic",
     "LLMTeacher": ".llm",

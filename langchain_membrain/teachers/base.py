@@ -28,12 +28,14 @@ thread by default.
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
+from collections import Counter
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..actions import Action, Group, apply_action, past_height
+from ..actions import Action, Group, apply_action, past_height, validate_action
 from ..errors import MembrainError, TeacherError
 from ..placement import NEW_FACT, NewFact, Placement, Subtree, descend, destination
 from ..tree import Closure, MembrainTree
@@ -122,6 +124,34 @@ def sequential_placements(teacher: Teacher, facts: Sequence[tuple[str, NewFact]]
     return out
 
 
+def safe_choice(teacher: Teacher, new_fact: NewFact, subtree: Subtree) -> int:
+    """``teacher``'s stage-1 index, or 0 (attach here) when it raises or answers anything but
+    a candidate's index: the answer of a teacher that must not break an insert (an LLM
+    teacher's fallback, the offline stand-in)."""
+    try:
+        i = teacher.choose_stage1(new_fact, subtree)
+    except Exception:  # noqa: BLE001 - any failure: attach here
+        return 0
+    ok = isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < len(subtree.candidates)
+    return int(i) if ok else 0
+
+
+def safe_actions(teacher: Teacher, tree: MembrainTree, closure: Closure, *, allow_aspects: bool = False) -> list[Action]:
+    """``teacher``'s stage-2 actions that hold on ``tree``, or none when it raises."""
+    try:
+        actions = list(teacher.choose_stage2(tree, closure))
+    except Exception:  # noqa: BLE001 - any failure: Idle
+        return []
+    ok = []
+    for a in actions:
+        try:
+            validate_action(tree, a, allow_aspects=allow_aspects)
+        except Exception:  # noqa: BLE001 - an action that does not hold is left out
+            continue
+        ok.append(a)
+    return ok
+
+
 class BaseTeacher:
     """Convenience base: subclasses write the sync methods, async ones run in a thread."""
 
@@ -152,3 +182,24 @@ class BaseTeacher:
 
     async def aname_aspect(self, fact_texts: list[str]) -> str:
         return await asyncio.to_thread(self.name_aspect, fact_texts)
+
+
+_STOP = set("a an the of and or in on at to for with by from is are was were be been it its this that "
+            "these those as has have had not no".split())
+
+
+class LastResortTeacher(BaseTeacher):
+    """Used when the fallback teacher is missing or fails: attach here, Idle, and the most
+    frequent word of the facts as a label."""
+
+    name = "last-resort"
+
+    def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
+        return 0
+
+    def choose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
+        return []
+
+    def name_aspect(self, fact_texts: list[str]) -> str:
+        words = [w for t in fact_texts for w in re.findall(r"[A-Za-z][A-Za-z0-9-]+", t.lower()) if w not in _STOP]
+        return Counter(words).most_common(1)[0][0] if words else "group"

@@ -4,10 +4,7 @@
 :class:`~.openai_teacher.OpenAITeacher`. A subclass only sends one request
 (:meth:`GuardedTeacher._request` / :meth:`GuardedTeacher._arequest`); this module does the rest:
 
-- **validation** of every answer against the tree: an index out of range, a node number
-  that is not shown, an action that breaks a precondition (Promote without a grandparent,
-  Demote into a non-sibling, a Group of fewer than two facts or of facts with different
-  parents, a fact in two actions), a label that is empty or longer than 4 words;
+- **validation** of every answer against the tree (answers.py);
 - **one retry** (``max_retries``) that quotes the rejected answer and the validation error
   back to the model; HTTP 429 waits for ``Retry-After`` (capped at ``max_backoff_s``) first;
 - **fallback**: when the retries are spent, the decision comes from ``fallback`` (by default
@@ -27,23 +24,19 @@
   the teacher answers again. Answers slower than a deadline open a second breaker that only
   stops requests under a deadline (the questions go to the background instead), logged at
   INFO;
-- **cost accounting** per stage (:class:`TeacherStats`, ``teacher.stats()``).
+- **cost accounting** per stage (costs.py, ``teacher.stats()``);
+  :meth:`GuardedTeacher.requests_sent` gives the requests sent from the calling thread, so
+  that a caller can count a question's requests (retries included) exactly.
 
 Each question is written once, as a generator that holds all of the logic above and does
-no I/O (it yields the requests it needs and is sent their answers); the sync and the async
-methods only drive it (:meth:`GuardedTeacher._run`, :meth:`GuardedTeacher._arun`), so they
-cannot decide, retry or count differently.
+no I/O (core.py); the sync and the async methods only drive it
+(:meth:`GuardedTeacher._run`, :meth:`GuardedTeacher._arun`), so they cannot decide, retry
+or count differently.
 
 Retries are owned by the teacher: the openai SDK's own retries are switched off by
 :class:`~.openai_teacher.OpenAITeacher` (give a LangChain model ``max_retries=0`` as well),
 so ``timeout * (1 + max_retries)`` (plus a capped 429 wait) bounds the time one decision
 can wait on the LLM.
-
-Calls are counted per stage: ``calls`` are requests sent (retries and failed requests
-included), ``decisions`` the questions answered; ``calls_per_insert`` is total calls over
-``inserts`` (see :class:`TeacherStats`); ``skipped`` are questions not sent at all (breaker
-open, deadline passed). :meth:`GuardedTeacher.requests_sent` gives the requests sent from the
-calling thread, so that a caller can count a question's requests (retries included) exactly.
 
 Modes. The insert asks :meth:`place`, the joint question, once: the model sees an outline
 of the tree and names the destination (the path is the destination's path) and the stage-2
@@ -57,325 +50,30 @@ protocol's elementary questions) ask one question per tree level and one for sta
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Literal, Sequence, TypeVar, Union
+from typing import Any, Callable, Literal, Sequence, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from ..actions import Action, Demote, Group, Promote, apply_action, past_height, validate_action
+from ..actions import Action, apply_action, validate_action
 from ..errors import MembrainError, TeacherError
 from ..tree import Closure, MembrainTree
 from . import budget, prompts
 from ..placement import NEW_FACT, Placement, descend, destination
-from .base import BaseTeacher, NewFact, Subtree, Teacher
+from .answers import (FEEDBACK_KINDS, AttachedView, RawAnswer, TeacherCallError, TeacherUnavailable,
+                      check_raw, classify_failure, clean_label, neighbourhood, resolve_actions, validate_stage1)
+from .base import BaseTeacher, LastResortTeacher, NewFact, Subtree, Teacher, safe_actions, safe_choice
+from .core import Core, Done, Send, Sleep, advance
+from .costs import TeacherStats
 
 T = TypeVar("T")
-Stage = Literal["stage1", "stage2", "name", "place"]
-STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place", "operation")
-
-# Failure kinds, as counted in the stats.
-FAILURE_KINDS = ("invalid", "malformed", "refusal", "truncated", "timeout", "budget", "rate_limit",
-                 "http_error", "connection", "error")
-_FEEDBACK_KINDS = {"invalid", "malformed", "refusal", "truncated"}  # retried with the error quoted
 
 logger = logging.getLogger("langchain_membrain")
-
-
-class TeacherCallError(TeacherError):
-    """One failed attempt (or the last one, when raised by ``try_*``).
-
-    ``kind`` is one of :data:`FAILURE_KINDS`; ``answer`` is the rejected answer's text.
-    """
-
-    def __init__(self, kind: str, message: str, *, answer: str | None = None, retry_after: float | None = None):
-        super().__init__(f"{kind}: {message}")
-        self.kind = kind
-        self.detail = message
-        self.answer = answer
-        self.retry_after = retry_after
-
-
-class TeacherUnavailable(TeacherCallError):
-    """A question that was not sent: the circuit breaker is open (the teacher keeps failing,
-    or answers slower than the insert's budget), the deadline has passed, or every request
-    slot is taken until it does. Not a request: nothing reached the teacher's server."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__("unavailable", message)
-        self.reason = reason  # "down", "slow", "budget" or "busy"
-
-
-@dataclass
-class RawAnswer:
-    """What one request returned, before validation."""
-
-    parsed: BaseModel | dict | None
-    text: str | None = None  # the answer as the model wrote it (content or tool arguments)
-    finish_reason: str | None = None
-    refusal: str | None = None
-    parse_error: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class _Send:
-    """A core's request: send ``messages`` asking for ``schema``; the driver sends back the
-    RawAnswer, or the exception the request raised (a timeout, an HTTP error...)."""
-
-    messages: list[prompts.Message]
-    schema: type[BaseModel]
-
-
-@dataclass(frozen=True)
-class _Sleep:
-    """A core's wait before a rate-limited retry, in seconds."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class _Done:
-    """A core's answer, once it has returned."""
-
-    value: Any
-
-
-# A question's logic without its I/O: a generator that yields _Send and _Sleep, is sent
-# what they gave, and returns the answer (see GuardedTeacher._run).
-Core = Generator[Union[_Send, _Sleep], Any, T]
-
-
-def _advance(core: Core[Any], reply: Any) -> _Send | _Sleep | _Done:
-    """Resume ``core`` with ``reply`` (the last step's outcome; None to start): its next
-    step, or its answer as a :class:`_Done`."""
-    try:
-        return core.send(reply)
-    except StopIteration as done:
-        return _Done(done.value)
-
-
-# ------------------------------------------------------------------------ stats
-@dataclass
-class StageStats:
-    """Counters of one stage (``stage1``, ``stage2``, ``name``, ``place``)."""
-
-    decisions: int = 0  # questions answered (asked, or read from a one-call placement)
-    from_placement: int = 0  # decisions read from a one-call placement (no call of their own)
-    calls: int = 0  # requests sent, retries and failed requests included
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-    failures: int = 0  # failed attempts
-    failure_kinds: Counter = field(default_factory=Counter)
-    retries: int = 0
-    fallbacks: int = 0  # decisions taken by the fallback teacher
-    skipped: int = 0  # questions not sent at all (TeacherUnavailable: breaker open, deadline passed)
-    max_prompt_tokens: int = 0  # the largest prompt sent, as characters / 4
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "decisions": self.decisions, "from_placement": self.from_placement, "calls": self.calls,
-            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-            "latency_s": round(self.latency_s, 6),
-            "mean_latency_s": round(self.latency_s / self.calls, 6) if self.calls else 0.0,
-            "failures": self.failures, "failure_kinds": dict(self.failure_kinds),
-            "retries": self.retries, "fallbacks": self.fallbacks, "skipped": self.skipped,
-            "max_prompt_tokens": self.max_prompt_tokens,
-            "calls_per_decision": self.calls / self.decisions if self.decisions else 0.0,
-        }
-
-
-class TeacherStats:
-    """Thread-safe cost accounting of one teacher, per stage.
-
-    ``inserts`` counts the inserts that asked this teacher's stage 2 or one-call placement
-    (one per insert in either mode when the teacher decides every insert; a caller that
-    asks only some decisions, like the Learner, keeps its own insert count).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.stages: dict[str, StageStats] = {s: StageStats() for s in STAGES}
-        self.inserts = 0
-
-    def add(self, stage: str, **counts: Any) -> None:
-        with self._lock:
-            st = self.stages[stage]
-            for key, value in counts.items():
-                if key == "failure_kind":
-                    st.failure_kinds[value] += 1
-                elif key == "max_prompt_tokens":
-                    st.max_prompt_tokens = max(st.max_prompt_tokens, value)
-                elif key == "inserts":
-                    self.inserts += value
-                else:
-                    setattr(st, key, getattr(st, key) + value)
-
-    def as_dict(self) -> dict[str, Any]:
-        with self._lock:
-            out: dict[str, Any] = {s: st.as_dict() for s, st in self.stages.items()}
-            total = StageStats()
-            for st in self.stages.values():
-                for key in ("decisions", "from_placement", "calls", "prompt_tokens", "completion_tokens",
-                            "latency_s", "failures", "retries", "fallbacks", "skipped"):
-                    setattr(total, key, getattr(total, key) + getattr(st, key))
-                total.max_prompt_tokens = max(total.max_prompt_tokens, st.max_prompt_tokens)
-                total.failure_kinds.update(st.failure_kinds)
-            out["total"] = total.as_dict()
-            out["inserts"] = self.inserts
-            out["calls_per_insert"] = total.calls / self.inserts if self.inserts else 0.0
-            return out
-
-    def reset(self) -> None:
-        with self._lock:
-            self.stages = {s: StageStats() for s in STAGES}
-            self.inserts = 0
-
-
-# ------------------------------------------------------------------- placement
-class _AttachedView:
-    """A read-only view of ``tree`` as it will be once the new fact is attached under
-    ``parent``: just what :func:`~langchain_membrain.actions.validate_action` reads."""
-
-    @dataclass
-    class _Fact:
-        kind: str = "fact"
-
-    def __init__(self, tree: MembrainTree, parent: str):
-        self.tree, self._parent = tree, parent
-
-    def node(self, node_id: str) -> Any:
-        return self._Fact() if node_id == NEW_FACT else self.tree.node(node_id)
-
-    def parent(self, node_id: str) -> str | None:
-        return self._parent if node_id == NEW_FACT else self.tree.parent(node_id)
-
-    def has_room(self, parent_id: str, levels: int) -> bool:
-        return self.tree.has_room(parent_id, levels)
-
-    def levels_below(self, node_id: str) -> int:
-        return 1 if node_id == NEW_FACT else self.tree.levels_below(node_id)
-
-
-# ------------------------------------------------------------------ validation
-def _neighbourhood(tree: MembrainTree, parent: str, fact_id: str) -> set[str]:
-    """What a placement's actions may touch: the new fact, its parent and the parent's
-    children, the grandparent and its children (the fact's closure once attached)."""
-    allowed = {fact_id, parent, *tree.children(parent)}
-    grand = tree.parent(parent)
-    if grand is not None:
-        allowed.update([grand, *tree.children(grand)])
-    return allowed
-
-
-def clean_label(text: Any) -> str:
-    """A label trimmed of quotes and punctuation; TeacherCallError unless 1 to 4 words."""
-    s = " ".join(str(text).split()).strip(" \"'`.,;:!?")
-    words = s.split()
-    if not words:
-        raise TeacherCallError("invalid", "the label is empty")
-    if len(words) > 4 or len(s) > 60:
-        raise TeacherCallError("invalid", f"the label {s!r} is too long: use 1 to 4 words")
-    return s
-
-
-def validate_stage1(answer: prompts.Stage1Answer, n_candidates: int) -> int:
-    c = answer.choice
-    if not 0 <= c < n_candidates:
-        raise TeacherCallError("invalid", f"choice {c} is not one of the numbers shown (0 to {n_candidates - 1})")
-    return c
-
-
-def resolve_actions(specs: list[prompts.ActionSpec], ids: list[str], view: Any, *,
-                    allowed: set[str] | None = None, allow_aspects: bool = False) -> list[Action]:
-    """Turn numbered action specs into actions on node ids and check them.
-
-    ``ids[k]`` is the node numbered ``k`` ("" for none); ``view`` is the tree (or an
-    :class:`_AttachedView`) the actions will be applied to; ``allowed`` limits the nodes an
-    action may touch (the closure). Raises TeacherCallError("invalid", ...) on the first
-    problem, naming the action. A group the tree has no room for (its ``max_height``) is
-    left out, not an error: the teacher is not told the bound, and the rest of its answer
-    stands.
-    """
-    def node(num: Any, what: str, k: int) -> str:
-        if not isinstance(num, int) or not 0 <= num < len(ids) or not ids[num]:
-            raise TeacherCallError("invalid", f"action {k}: {what} {num!r} is not a node number shown")
-        nid = ids[num]
-        if allowed is not None and nid not in allowed:
-            raise TeacherCallError("invalid", f"action {k}: node {num} is not in the new fact's neighbourhood")
-        return nid
-
-    actions: list[Action] = []
-    used: set[str] = set()
-    targets: set[str] = set()
-    action: Action  # each branch's assignment narrows it
-    for k, spec in enumerate(specs, start=1):
-        try:
-            if spec.type == "promote":
-                action = Promote(node(spec.node, "node", k))
-                moved = [action.node_id]
-            elif spec.type == "demote":
-                action = Demote(node(spec.node, "node", k), node(spec.target, "target", k))
-                moved = [action.node_id]
-                targets.add(action.target_id)
-            else:
-                members = spec.members or []
-                if len(members) < 2:
-                    raise TeacherCallError("invalid", f"action {k}: a group needs two or more facts")
-                label = None
-                if spec.label:
-                    try:
-                        label = clean_label(spec.label)
-                    except TeacherCallError:
-                        label = None  # named later by name_aspect
-                action = Group(tuple(node(m, "member", k) for m in members), label)
-                moved = list(action.node_ids)
-                if past_height(view, action):
-                    continue  # the tree's height bound: this group is dropped, the rest of the answer stands
-            validate_action(view, action, allow_aspects=allow_aspects)
-        except TeacherCallError:
-            raise
-        except MembrainError as exc:
-            raise TeacherCallError("invalid", f"action {k} ({spec.type}) breaks the tree's rules: {exc}") from None
-        if used.intersection(moved):
-            raise TeacherCallError("invalid", f"action {k}: a node may take part in one action only")
-        used.update(moved)
-        actions.append(action)
-    if used & targets:
-        raise TeacherCallError("invalid", "a demote target is moved by another action")
-    return actions
-
-
-# --------------------------------------------------------------- last resort
-_STOP = set("a an the of and or in on at to for with by from is are was were be been it its this that "
-            "these those as has have had not no".split())
-
-
-class LastResortTeacher(BaseTeacher):
-    """Used when the fallback teacher is missing or fails: attach here, Idle, and the most
-    frequent word of the facts as a label."""
-
-    name = "last-resort"
-
-    def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
-        return 0
-
-    def choose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        return []
-
-    def name_aspect(self, fact_texts: list[str]) -> str:
-        words = [w for t in fact_texts for w in re.findall(r"[A-Za-z][A-Za-z0-9-]+", t.lower()) if w not in _STOP]
-        return Counter(words).most_common(1)[0][0] if words else "group"
 
 
 def _default_fallback() -> Teacher:
@@ -386,61 +84,6 @@ def _default_fallback() -> Teacher:
     return HeuristicTeacher()
 
 
-def _classify(exc: BaseException) -> TeacherCallError:
-    """Map whatever a request raised to a counted failure kind."""
-    if isinstance(exc, TeacherCallError):
-        return exc
-    name = type(exc).__name__
-    if "LengthFinishReason" in name:  # the openai SDK's parse() on finish_reason "length"
-        return TeacherCallError("truncated", "the answer was cut off (too long); answer with the JSON object only")
-    if "ContentFilter" in name:
-        return TeacherCallError("refusal", f"the answer was filtered ({name})")
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, FutureTimeout)) or "Timeout" in name:
-        return TeacherCallError("timeout", f"no answer in time ({name})")
-    status = getattr(exc, "status_code", None)
-    if status is not None:
-        retry_after = None
-        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-        try:
-            value = headers.get("retry-after")
-            retry_after = float(value) if value is not None else None
-        except (TypeError, ValueError):
-            retry_after = None
-        kind = "rate_limit" if status == 429 else "http_error"
-        return TeacherCallError(kind, f"HTTP {status} ({name})", retry_after=retry_after)
-    if "Connection" in name:
-        return TeacherCallError("connection", f"cannot reach the model ({name})")
-    if isinstance(exc, (ValidationError, json.JSONDecodeError)) or "OutputParser" in name:
-        return TeacherCallError("malformed", f"the answer does not match the schema: {str(exc)[:300]}")
-    return TeacherCallError("error", f"{name}: {str(exc)[:300]}")
-
-
-def _check_raw(raw: RawAnswer, schema: type[BaseModel]) -> BaseModel:
-    """The parsed answer, or TeacherCallError for a refusal, a truncation or bad JSON."""
-    if raw.refusal:
-        raise TeacherCallError("refusal", f"the model refused: {raw.refusal[:200]}", answer=raw.text)
-    if raw.finish_reason == "length":
-        raise TeacherCallError("truncated", "the answer was cut off (too long); answer with the JSON object only",
-                               answer=raw.text)
-    parsed = raw.parsed
-    if isinstance(parsed, dict):
-        try:
-            parsed = schema.model_validate(parsed)
-        except ValidationError as exc:
-            raise TeacherCallError("malformed", f"the answer does not match the schema: {exc}", answer=raw.text)
-    if parsed is None and raw.text:
-        try:
-            parsed = schema.model_validate_json(raw.text)
-        except ValidationError as exc:
-            raise TeacherCallError("malformed", f"the answer is not valid JSON for the schema: {str(exc)[:300]}",
-                                   answer=raw.text) from None
-    if not isinstance(parsed, schema):
-        detail = raw.parse_error or "no structured answer"
-        raise TeacherCallError("malformed", f"the answer does not match the schema: {detail[:300]}", answer=raw.text)
-    return parsed
-
-
-# ------------------------------------------------------------- the base class
 _DEFAULT = object()
 
 
@@ -554,8 +197,8 @@ class GuardedTeacher(BaseTeacher):
         self._stats.reset()
 
     # ----------------------------------------------------------- stage 1
-    # Each question is written once, as a core (``_*_core``, see "The sans-I/O core" below);
-    # the public sync and async methods only run that core with _run or _arun.
+    # Each question is written once, as a core (``_*_core``, core.py); the public sync and
+    # async methods only run that core with _run or _arun.
     def try_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         """The LLM's stage-1 index, validated; TeacherCallError once the retries are spent."""
         return self._run(self._try_stage1_core(new_fact, subtree))
@@ -718,8 +361,8 @@ class GuardedTeacher(BaseTeacher):
                 raise TeacherCallError("invalid", f"parent {p} is not the number of the root or of an aspect shown")
             parent = ids[p]
             ids_new = [NEW_FACT, *ids[1:]]
-            actions = resolve_actions(answer.actions, ids_new, _AttachedView(tree, parent),
-                                      allowed=_neighbourhood(tree, parent, NEW_FACT),
+            actions = resolve_actions(answer.actions, ids_new, AttachedView(tree, parent),
+                                      allowed=neighbourhood(tree, parent, NEW_FACT),
                                       allow_aspects=self.allow_aspects)
             return Placement(parent, tree.path(parent), actions)
         return validate
@@ -756,7 +399,7 @@ class GuardedTeacher(BaseTeacher):
         against the tree as it is now; the fallback teacher's when the placement fell back."""
         if placement.fell_back:
             self._stats.add("stage2", fallbacks=1)
-            return self._safe_fallback_stage2(tree, tree.closure(fact_id))
+            return safe_actions(self.fallback, tree, tree.closure(fact_id), allow_aspects=self.allow_aspects)
         out = []
         for action in placement.bind(fact_id):
             try:
@@ -797,7 +440,7 @@ class GuardedTeacher(BaseTeacher):
                     raise TeacherCallError("invalid", f"fact {entry.fact}: parent {p} is not the root or an aspect shown")
                 parent = ids[p]
                 view.add_fact(parent, fact.text, embedding=fact.embedding, node_id=fid)
-                actions = resolve_actions(entry.actions, numbered, view, allowed=_neighbourhood(view, parent, fid),
+                actions = resolve_actions(entry.actions, numbered, view, allowed=neighbourhood(view, parent, fid),
                                           allow_aspects=self.allow_aspects)
                 for a in actions:
                     try:
@@ -811,31 +454,11 @@ class GuardedTeacher(BaseTeacher):
     # ------------------------------------------------------------ fallback
     def _fallback_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         self._stats.add("stage1", fallbacks=1)
-        try:
-            i = self.fallback.choose_stage1(new_fact, subtree)
-            if isinstance(i, int) and 0 <= i < len(subtree.candidates):
-                return i
-        except Exception:  # noqa: BLE001 - the fallback must not break the insert either
-            pass
-        return 0
-
-    def _safe_fallback_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        try:
-            actions = list(self.fallback.choose_stage2(tree, closure))
-        except Exception:  # noqa: BLE001
-            return []
-        ok = []
-        for a in actions:
-            try:
-                validate_action(tree, a, allow_aspects=self.allow_aspects)
-            except Exception:  # noqa: BLE001
-                continue
-            ok.append(a)
-        return ok
+        return safe_choice(self.fallback, new_fact, subtree)
 
     def _fallback_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
         self._stats.add("stage2", fallbacks=1)
-        return self._safe_fallback_stage2(tree, closure)
+        return safe_actions(self.fallback, tree, closure, allow_aspects=self.allow_aspects)
 
     def _fallback_name(self, fact_texts: list[str]) -> str:
         self._stats.add("name", fallbacks=1)
@@ -847,47 +470,33 @@ class GuardedTeacher(BaseTeacher):
     def _fallback_placement(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
         """Descend with the fallback teacher; stage 2 is left to it after the attach."""
         self._stats.add("place", fallbacks=1)
-        fb = self.fallback
-
-        def choose(sub: Subtree) -> int:
-            try:
-                i = fb.choose_stage1(new_fact, sub)
-                return i if isinstance(i, int) and 0 <= i < len(sub.candidates) else 0
-            except Exception:  # noqa: BLE001
-                return 0
-
-        parent = destination(descend(tree, new_fact, choose))
+        parent = destination(descend(tree, new_fact, lambda sub: safe_choice(self.fallback, new_fact, sub)))
         return Placement(parent, tree.path(parent), [], fell_back=True)
 
-    # ------------------------------------------------- the sans-I/O core
-    # Every question is a generator (a "core") that holds all of the decision logic:
-    # prompts, validation, retries, counting and fallback. It does no
-    # I/O itself: it yields a _Send when it needs an answer (and is sent back the RawAnswer,
-    # or the exception the request raised) and a _Sleep before a rate-limited retry.
-    # _run drives a core on the caller's thread, _arun on the event loop; they are the only
-    # code that differs between the sync and async methods, so the two cannot drift apart.
-    # Cores compose with ``yield from`` (choose_stage1 -> its placement -> the request).
+    # ------------------------------------------------- driving a core (core.py)
+    # _run and _arun are the only code that differs between the sync and async methods, so
+    # the two cannot drift apart.
     def _run(self, core: Core[T]) -> T:
         """Run ``core`` on this thread (blocking)."""
-        step = _advance(core, None)
-        while not isinstance(step, _Done):
-            step = _advance(core, self._perform(step))
+        step = advance(core, None)
+        while not isinstance(step, Done):
+            step = advance(core, self._perform(step))
         return step.value
 
     async def _arun(self, core: Core[T]) -> T:
         """Run ``core`` on the event loop."""
-        step = _advance(core, None)
-        while not isinstance(step, _Done):
-            step = _advance(core, await self._aperform(step))
+        step = advance(core, None)
+        while not isinstance(step, Done):
+            step = advance(core, await self._aperform(step))
         return step.value
 
-    def _perform(self, step: _Send | _Sleep) -> RawAnswer | Exception | None:
+    def _perform(self, step: Send | Sleep) -> RawAnswer | Exception | None:
         """Carry out one step: a request's answer or what it raised (the core counts and
         classifies it); None after a sleep. Under a deadline (budget.deadline) the request's
         timeout is cut to what is left, and no request is sent once too little is left:
         the step then gives a TeacherUnavailable, as it does while a breaker is open."""
         end = budget.current_deadline()
-        if isinstance(step, _Sleep):
+        if isinstance(step, Sleep):
             seconds = step.seconds if end is None else min(step.seconds, max(0.0, end - time.monotonic()))
             time.sleep(seconds)
             return None
@@ -911,16 +520,16 @@ class GuardedTeacher(BaseTeacher):
             self._release_probes()
             return exc
         except Exception as exc:  # noqa: BLE001 - handed to the core
-            if timeout < self.timeout and _classify(exc).kind == "timeout":
+            if timeout < self.timeout and classify_failure(exc).kind == "timeout":
                 return TeacherCallError("budget", f"no answer within the insert's teacher budget ({timeout:.2g} s left)")
             return exc
         finally:
             self._sem.release()
 
-    async def _aperform(self, step: _Send | _Sleep) -> RawAnswer | Exception | None:
+    async def _aperform(self, step: Send | Sleep) -> RawAnswer | Exception | None:
         """As :meth:`_perform`, on the event loop (with no deadline). It polls the same
         (thread) semaphore, so that sync and async requests share one concurrency limit."""
-        if isinstance(step, _Sleep):
+        if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None
         refused = self._admit(foreground=False)
@@ -1004,10 +613,10 @@ class GuardedTeacher(BaseTeacher):
             if last is not None:
                 msgs = self._next_messages(messages, last)
                 if last.kind == "rate_limit":
-                    yield _Sleep(self._backoff(last))
+                    yield Sleep(self._backoff(last))
             t0 = time.perf_counter()  # the latency includes the wait for a concurrency slot
             raw: RawAnswer | None = None
-            reply = yield _Send(msgs, schema)
+            reply = yield Send(msgs, schema)
             if isinstance(reply, TeacherUnavailable):
                 if last is None:
                     self._stats.add(stage, skipped=1)
@@ -1020,7 +629,7 @@ class GuardedTeacher(BaseTeacher):
                     raise reply
                 raw = reply
                 self._count_call(stage, raw, time.perf_counter() - t0)
-                value = validate(_check_raw(raw, schema))
+                value = validate(check_raw(raw, schema))
             except Exception as exc:  # noqa: BLE001 - every failure is counted, none escapes
                 if raw is None:
                     self._count_call(stage, None, time.perf_counter() - t0)
@@ -1068,7 +677,7 @@ class GuardedTeacher(BaseTeacher):
                             completion_tokens=raw.completion_tokens or 0)
 
     def _failed(self, stage: str, exc: BaseException, raw: RawAnswer | None) -> TeacherCallError:
-        err = _classify(exc)
+        err = classify_failure(exc)
         if err.answer is None and raw is not None:
             err.answer = raw.text
         self._stats.add(stage, failures=1, failure_kind=err.kind)
@@ -1077,7 +686,7 @@ class GuardedTeacher(BaseTeacher):
 
     @staticmethod
     def _next_messages(messages: list[prompts.Message], last: TeacherCallError) -> list[prompts.Message]:
-        if last.kind in _FEEDBACK_KINDS:
+        if last.kind in FEEDBACK_KINDS:
             return [*messages, prompts.retry_message(last.answer, last.detail)]
         return messages  # transport failures: the same question again
 

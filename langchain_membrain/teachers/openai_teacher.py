@@ -24,7 +24,8 @@ from pydantic import BaseModel
 
 from ..errors import TeacherError
 from . import prompts
-from .guard import GuardedTeacher, RawAnswer
+from .answers import RawAnswer
+from .guard import GuardedTeacher
 
 
 class OpenAITeacher(GuardedTeacher):

@@ -17,7 +17,7 @@ from langchain_membrain.actions import Demote, Group, Promote
 from langchain_membrain.errors import TeacherError
 from langchain_membrain.pipeline import stage1_candidates
 from langchain_membrain.teachers.base import Subtree
-from langchain_membrain.teachers.guard import TeacherCallError
+from langchain_membrain.teachers.answers import TeacherCallError
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
 from langchain_membrain.teachers.prompts import parse_data_block
 

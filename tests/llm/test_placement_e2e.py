@@ -20,7 +20,8 @@ from langchain_membrain.graph import insert_fact
 from langchain_membrain.actions import Promote, apply_action
 from langchain_membrain.pipeline import stage1_candidates
 from langchain_membrain.teachers.base import NewFact, Subtree
-from langchain_membrain.teachers.guard import NEW_FACT, Placement, TeacherCallError
+from langchain_membrain.placement import NEW_FACT, Placement
+from langchain_membrain.teachers.answers import TeacherCallError
 from langchain_membrain.teachers.llm import LLMTeacher
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
 from langchain_membrain.teachers.prompts import parse_data_block, place_messages, stage1_messages, stage2_messages

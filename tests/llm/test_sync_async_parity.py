@@ -14,7 +14,7 @@ from test_placement_e2e import keyword_llm
 
 from langchain_membrain.pipeline import stage1_candidates
 from langchain_membrain.teachers.base import Subtree
-from langchain_membrain.teachers.guard import TeacherCallError
+from langchain_membrain.teachers.answers import TeacherCallError
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
 from langchain_membrain.tree import MembrainTree
 
