@@ -1,8 +1,9 @@
 """Evaluate a MembrainMemory on LoCoMo-style conversations, with the public API only.
 
 Each conversation goes turn by turn into its own namespace (speaker, session and date as
-metadata, which the search pipeline uses); each question is searched in its conversation's
-namespace and scored by whether its evidence turns are in the top k.
+metadata, which the chat scorers of ``RetrievalConfig.for_chat()`` read); each question is
+searched in its conversation's namespace and scored by whether its evidence turns are in the
+top k.
 
     python examples/locomo_eval.py --data ../shared/data/locomo_dev.json --conversations 1
 
@@ -17,7 +18,7 @@ import json
 import re
 from collections import defaultdict
 
-from langchain_membrain import MembrainMemory
+from langchain_membrain import MembrainMemory, RetrievalConfig
 
 CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
 
@@ -55,7 +56,7 @@ def main() -> None:
 
     samples = json.load(open(args.data))[: args.conversations]
     hits: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
-    with MembrainMemory() as memory:
+    with MembrainMemory(retrieval=RetrievalConfig.for_chat()) as memory:
         for sample in samples:
             ns = ("locomo", sample["sample_id"])
             turns = turns_of(sample)

@@ -158,12 +158,13 @@ def _given(args: argparse.Namespace) -> Any:
 
 @contextmanager
 def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB,
-                must_exist: bool = False, teacher: bool = True) -> Iterator[Any]:
+                must_exist: bool = False, teacher: bool = True, retrieval: Any = None) -> Iterator[Any]:
     """Open the MembrainMemory that ``--db`` names, with the environment's teacher.
 
     ``must_exist``: a read command; a database file that is not there is a mistake (and
     is not created empty). ``teacher=False``: a command that never asks the teacher
-    (search): the offline default is used, and no LLM SDK is loaded."""
+    (search): the offline default is used, and no LLM SDK is loaded. ``retrieval``: its
+    ``RetrievalConfig`` (None: the default)."""
     given = _given(args)
     if given is not None:  # main(argv, memory=...): an open memory the caller owns
         yield given
@@ -177,7 +178,7 @@ def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB
     from .memory import MembrainMemory  # torch and the insert pipeline: only for these commands
 
     with _opening(args, db):
-        memory = MembrainMemory(storage, teacher=chosen)
+        memory = MembrainMemory(storage, teacher=chosen, retrieval=retrieval)
     with memory:
         yield memory
 
@@ -754,7 +755,10 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.print(f"Maya told her assistant {len(turns)} things over {len(sessions)} sessions. "
                   f"membrain files each one into a tree for [bold]{escape(_ns_str(ns))}[/].")
     args.offline = True  # the demo never calls an LLM: it shows the offline models learning
-    with open_memory(args, default_db=None) as memory:
+    from .retrieval import RetrievalConfig
+
+    # The sample is a chat: its turns' speaker, session and date are for the chat scorers.
+    with open_memory(args, default_db=None, retrieval=RetrievalConfig.for_chat()) as memory:
         console.print(f"[dim]{escape(args.teacher_label)}; loading the embedder…[/]")
         _warm_up(memory)
         rates: list[tuple[int, float | None]] = []

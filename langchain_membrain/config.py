@@ -117,7 +117,9 @@ class MemoryConfig:
             placed); False trains inside each ``add``.
         refresh_interval: seconds between checks for other processes' writes.
         checkpoint_every: inserts between model checkpoints (with storage).
-        retrieval: the search pipeline's switches and weights (:class:`RetrievalConfig`).
+        retrieval: the search pipeline's switches and weights (:class:`RetrievalConfig`;
+            for chat turns with speaker, session and date metadata,
+            ``RetrievalConfig.for_chat()`` turns on the chat scorers of chat.py).
         search_mode: ``"fast"`` (posting lists and an HNSW index: sub-linear) or
             ``"exact"`` (every fact scored).
         dedupe: ``add``/``add_many`` without a key do not store a memory twice: when

@@ -7,27 +7,15 @@ so that each can be measured, plus the parts that use the tree.
 
 Definitions (``s`` is a fact, ``q`` the query):
 
-- **Lexical field** of a fact: the bag of its own terms (weight 1 per occurrence), plus
-  each term of the previous and of the next fact of the same *session* with weight
-  ``neighbour_weight`` (default 0.5), plus the session's month and year as terms (weight 1).
-  Terms are lower-cased word tokens of two or more characters, stop words removed,
-  Snowball-stemmed (PyStemmer; no stemming when it is not installed). The session of a
-  fact is ``metadata["session"]``; the order within a session is insertion order; the
-  date is ``metadata["date"]`` (a ``datetime``/``date`` or a string such as
-  ``"1:56 pm on 8 May, 2023"`` or ``"2023-05-08"``).
-- **BM25** (Lucene variant): ``sum_t idf(t) * f(t,s) (k1 + 1) / (f(t,s) + k1 (1 - b + b |s| / avgdl))``
-  over the distinct query terms, ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))``, ``f`` the
-  (fractional) weight of ``t`` in the field, ``|s|`` the field's total weight, ``k1 = 1.5``,
-  ``b = 0.3`` (short chat turns: length normalisation mostly hurts).
-- **Dense score**: cosine of the fact embedding with the query embedding, turned into a
-  z-score ``(cos - mean) / std`` with mean and standard deviation over *all* facts of the
-  index. Both come from running first and second moments of the stored embeddings
-  (``mean = q . mu``, ``var = q^T E[x x^T] q - mean^2``), so no scan is needed.
+- **Lexical field** and **BM25**: lexical.py. A fact's field holds its own terms, the terms
+  of its former versions (below) and what the chat scorers that are on add to it.
+- **Dense score**: the z-scored cosine of the fact's embedding with the query's, over
+  every embedded fact of the index (dense.py).
 - **Fused score**: ``bm25 / max(bm25) + dense_weight * z`` (``max`` over the scored set;
   linear fusion beat reciprocal-rank fusion on LoCoMo).
-- **Speaker boost**: when the query names exactly one of the speakers seen
-  (``metadata["speaker"]``), facts of that speaker get ``+ speaker_boost``.
-- **Session prior**: ``+ session_prior * max(score of the facts in the same session)``.
+- **Chat scorers** (opt-in, ``RetrievalConfig.chat``; chat.py): the speaker boost, the
+  session's context (neighbours' terms, session prior) and date terms, for facts that are
+  turns of a conversation with ``speaker``/``session``/``date`` metadata. Off by default.
 - **Relevance** (the score a search reports, :func:`relevance`): the final score ``s`` that
   :meth:`FactIndex.search` ranks by, every boost included, mapped to ``[0, 1]`` by
   ``1 / (1 + exp(-4 (s - 0.5)))``. Monotone, so ranking by it is ranking by ``s``; 0.5 for
@@ -39,13 +27,11 @@ Definitions (``s`` is a fact, ``q`` the query):
   ``former_weight`` (per term, its count in the version that says it most), and the
   fact's cosine is the best over its own embedding and theirs. A fact that never changed
   is scored as before.
-- The dense query drops the speakers' names (they carry no topic, and pull the query
-  toward every turn of that speaker): with ``embed_query`` configured the index embeds the
-  stripped text itself, otherwise the caller may pass the embedding of
-  :meth:`FactIndex.dense_query_text`.
+- The dense query text is :meth:`FactIndex.dense_query_text`: the query itself, without
+  the speakers' names when :class:`~.chat.SpeakerBoost` strips them. With ``embed_query``
+  configured the index embeds it itself, otherwise the caller passes its embedding.
 
-Every metadata-driven part degrades to a no-op when its key is absent: plain facts with no
-metadata get BM25 over their own terms fused with the dense score.
+Plain facts with no metadata get BM25 over their own terms fused with the dense score.
 
 Modes: ``mode="exact"`` scores every fact. ``mode="fast"`` scores only candidates, once the
 index holds at least ``ann_min_facts`` embedded facts (below that a matrix-vector product
@@ -80,78 +66,35 @@ nothing and can be used from distinct threads.
 from __future__ import annotations
 
 import math
-import re
-import threading
 from collections import Counter
 from dataclasses import dataclass, replace
-from datetime import date, datetime
-from typing import Any, Callable, Hashable, Iterable, Literal, Mapping, cast
+from typing import Any, Callable, Hashable, Iterable, Literal
 
 import numpy as np
 
-try:  # optional: Snowball stemmer (extra "bench"); without it terms are not stemmed
-    import Stemmer as _PyStemmer
-except ImportError:  # pragma: no cover - exercised only where PyStemmer is missing
-    _PyStemmer = None
-
-_STEMMERS = threading.local()
-
-
-def _shared_stemmer() -> Any:
-    """This thread's English stemmer, shared by every index: stemming is a pure function of
-    the word, and a PyStemmer object (a C stemmer with a cache of the words it stemmed, about
-    1 KB for a handful) is not to be used by two threads at once. One per index cost each
-    namespace that kilobyte."""
-    stemmer = getattr(_STEMMERS, "english", None)
-    if stemmer is None:
-        stemmer = _STEMMERS.english = _PyStemmer.Stemmer("english")
-    return stemmer
+from .chat import (
+    CHAT_SCORERS,
+    ChatScorer,
+    ChatSignals,
+    DateTerms,
+    SessionContext,
+    SpeakerBoost,
+    check_chat,
+    date_tokens,
+    group_max,
+)
+from .dense import DenseIndex
+from .lexical import STOPWORDS, LexicalIndex, can_stem, shared_stemmer, tokenize
 
 #: Rows an index allocates one at a time before it doubles its capacity: a namespace of a
 #: few facts holds no spare rows (an empty 384-d row is 1.5 KB), and from here on the
 #: capacities are the powers of two they always were.
 GROW_EXACT_BELOW = 8
 
-# Embeddings past which an index keeps running moments for the dense z-score (below, it
-# computes them from its rows: cheaper than a dim x dim matrix per small namespace).
-MOMENTS_MIN = 256
-
-#: Embeddings counted in or out of the running moments whose outer products wait, to be
-#: added to the dim x dim sum together (one matrix product) once this many wait: a single
-#: write then costs no O(dim^2) update, and a search adds the few waiting ones exactly.
-MOMENTS_PENDING_MAX = 32
-
-#: Embeddings indexed with ``defer_ann`` wait outside the HNSW graph (searched exactly,
-#: beside it) until the next write that is not deferred, or until this many wait.
-ANN_PENDING_MAX = 256
-
-try:  # optional: HNSW for the fast mode; without it the dense part is exact
-    import hnswlib as _hnswlib
-except ImportError:  # pragma: no cover
-    _hnswlib = None
-
-__all__ = ["FactIndex", "RetrievalConfig", "tokenize", "date_tokens", "relevance", "STOPWORDS"]
+__all__ = ["FactIndex", "RetrievalConfig", "SpeakerBoost", "SessionContext", "DateTerms", "tokenize",
+           "date_tokens", "relevance", "STOPWORDS"]
 
 Mode = Literal["fast", "exact"]
-
-# English stop words (a common short list, plus chat fillers); question words stay out of
-# facts and queries alike so that "when did X" does not match every "when" in a chat.
-STOPWORDS = frozenset("""
-a about above after again against all also am an and any are as at be because been before
-being below between both but by can could did do does doing down during each few for from
-further had has have having he her here hers herself him himself his how i if in into is it
-its itself just me more most my myself no nor not now of off on once only or other our ours
-ourselves out over own same she should so some such than that the their theirs them
-themselves then there these they this those through to too under until up very was we were
-what when where which while who whom why will with would you your yours yourself yourselves
-yeah yes oh hey hi wow ok okay really thanks thank
-""".split())
-
-_TOKEN = re.compile(r"\b\w\w+\b")
-_MONTHS = ("january february march april may june july august september october november "
-           "december").split()
-_MONTH_RE = re.compile(r"\b(" + "|".join(m[:3] for m in _MONTHS) + r")[a-z]*\b", re.I)
-_YEAR_RE = re.compile(r"\b(1[89]\d\d|2\d\d\d)\b")
 
 #: :func:`relevance` is 0.5 at this ranking score; its log-odds grow by RELEVANCE_SLOPE per
 #: unit of score.
@@ -176,21 +119,18 @@ def relevance(score: float) -> float:
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """Switches and weights of the pipeline. Defaults: the strong flat pipeline; the tree
-    parts are off because none measured as a gain on LoCoMo (see the bench). Setting a
-    weight to 0 turns its part off."""
+    """Switches and weights of the pipeline. Defaults: the strong flat pipeline without the
+    chat scorers; the tree parts are off because none measured as a gain on LoCoMo (see the
+    bench). Setting a weight to 0 turns its part off."""
 
     stem: bool = True
     k1: float = 1.5
     b: float = 0.3
-    neighbour_weight: float = 0.5  # weight of the previous/next fact's terms in a field
-    date_terms: bool = True  # the session's month and year as terms
     dense_weight: float = 0.2  # fused = bm25 / max(bm25) + dense_weight * z(cos)
-    strip_names: bool = True  # drop speaker names from the dense query
-    # + to facts of the one speaker the query names; 1.0 = the scale of the normalised BM25
-    # term, so that speaker's facts come first unless another fact is much better.
-    speaker_boost: float = 1.0
-    session_prior: float = 0.5  # + session_prior * best score in the fact's session
+    # The chat scorers on (chat.py: SpeakerBoost, SessionContext, DateTerms), each at most
+    # once; none by default: they read speaker, session and date metadata as chat turns carry
+    # them, and other data need not mean that by those keys. for_chat() turns on all three.
+    chat: tuple[ChatScorer, ...] = ()
     # Fast mode.
     ann_min_facts: int = 2000
     ann_candidates: int = 200
@@ -216,6 +156,16 @@ class RetrievalConfig:
     former_weight: float = 1.0
     former_dense: bool = True
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chat", check_chat(self.chat))  # a list is kept as a tuple
+
+    @classmethod
+    def for_chat(cls, **changes: Any) -> RetrievalConfig:
+        """Every chat scorer on (``SpeakerBoost()``, ``SessionContext()``, ``DateTerms()``):
+        for facts that are conversation turns with speaker, session and date metadata (the
+        configuration of ``bench locomo``). ``changes``: other fields, as the constructor's."""
+        return cls(**{"chat": CHAT_SCORERS, **changes})
+
 
 TOPIC_WEIGHT = 1.0  # the topic match's weight when "auto" turns it on
 
@@ -233,44 +183,20 @@ def resolve_topic_weight(config: RetrievalConfig, *, teacher_names_topics: bool)
     return replace(config, tree_topic_weight=TOPIC_WEIGHT if teacher_names_topics else 0.0)
 
 
-def tokenize(text: str, stemmer: Any = None) -> list[str]:
-    """Lower-case word tokens of 2+ characters, stop words removed, stemmed if a stemmer
-    (PyStemmer ``Stemmer``) is given."""
-    toks = [t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
-    if stemmer is not None and toks:
-        toks = stemmer.stemWords(toks)
-    return toks
+@dataclass
+class _Query:
+    """One search's query side: what its steps share (FactIndex.search)."""
 
-
-def date_tokens(value: Any) -> list[str]:
-    """The month name and year of a date as terms (``["may", "2023"]``); [] if none found.
-
-    Accepts ``datetime``/``date``, ISO strings (``2023-05-08``) and free text such as
-    LoCoMo's ``"1:56 pm on 8 May, 2023"``.
-    """
-    if value is None:
-        return []
-    if isinstance(value, (datetime, date)):
-        return [_MONTHS[value.month - 1], str(value.year)]
-    text = str(value)
-    try:
-        d = datetime.fromisoformat(text.strip())
-        return [_MONTHS[d.month - 1], str(d.year)]
-    except ValueError:
-        pass
-    out = []
-    m = _MONTH_RE.search(text)
-    if m:
-        prefix = m.group(1).lower()
-        out.append(next(name for name in _MONTHS if name.startswith(prefix)))
-    y = _YEAR_RE.search(text)
-    if y:
-        out.append(y.group(1))
-    return out
-
-
-def _name_words(name: str) -> list[str]:
-    return [w for w in re.findall(r"\w+", name.lower()) if len(w) >= 2]
+    text: str
+    qvec: np.ndarray | None
+    dense: bool  # a query embedding, a dense weight and embedded facts: the dense part scores
+    use_ann: bool  # candidates from the HNSW graph and the selective posting lists
+    allowed: np.ndarray | None  # filter_ids as slots
+    tree: Any
+    former: tuple[np.ndarray, np.ndarray] | None  # FactIndex._former_cos
+    topics: dict[str, float]  # matching aspect -> z (FactIndex._topic_match)
+    walked: list[str]  # query terms scored from their posting lists
+    deferred: list[str]  # common query terms (fast mode) read from the candidates' fields
 
 
 class FactIndex:
@@ -287,50 +213,24 @@ class FactIndex:
     """
 
     # Slots, not a __dict__: a process may hold an index for each of thousands of namespaces.
-    __slots__ = ("config", "embed_query", "dim", "_stem", "_slot", "_ids", "_text", "_own", "_date", "_field",
-                 "_len", "_postings", "_posting_arrays", "_total_len", "_sessions", "_sess_key", "_sess_num",
-                 "_sess_arr", "_speaker", "_speaker_count", "_spk_num", "_spk_arr", "_emb", "_alive", "_has_emb",
-                 "_m1", "_m2", "_m2_pending", "_n_emb", "_hnsw", "_ann_pending", "_former", "_former_terms",
-                 "_former_stack", "_context")
+    __slots__ = ("config", "embed_query", "_stem", "_slot", "_ids", "_text", "_own", "_alive", "_lex", "_dense",
+                 "_chat", "_former", "_former_terms", "_former_stack", "_context")
 
     def __init__(self, config: RetrievalConfig | None = None, *,
                  embed_query: Callable[[str], Any] | None = None, dim: int | None = None):
         self.config = config or RetrievalConfig()
         self.embed_query = embed_query
-        self.dim = dim
-        self._stem = bool(self.config.stem and _PyStemmer)  # terms stemmed (by _shared_stemmer)
+        self._stem = bool(self.config.stem and can_stem())  # terms stemmed (by shared_stemmer)
         self._slot: dict[Hashable, int] = {}  # fact id -> slot
         self._ids: list[Hashable | None] = []  # slot -> fact id (None once removed)
         self._text: list[str] = []
         self._own: list[Counter] = []  # slot -> own terms
-        self._date: list[tuple[str, ...]] = []  # slot -> date terms
-        # slot -> full lexical field (its own terms' Counter when nothing else joins them)
-        self._field: list[Mapping[str, float]] = []
-        self._len = np.zeros(0, dtype=np.float64)  # slot -> field weight
-        self._postings: dict[str, dict[int, float]] = {}
-        self._posting_arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # cache
-        self._total_len = 0.0
-        self._sessions: dict[str, list[int]] = {}  # session key -> slots in insertion order
-        self._sess_key: list[str | None] = []
-        self._sess_num: dict[str, int] = {}  # session key -> small int (for array ops)
-        self._sess_arr = np.zeros(0, dtype=np.int64)  # slot -> session number, -1 none
-        self._speaker: list[str | None] = []
-        self._speaker_count: Counter = Counter()  # display name -> facts
-        self._spk_num: dict[str, int] = {}  # display name -> small int
-        self._spk_arr = np.zeros(0, dtype=np.int64)  # slot -> speaker number, -1 none
-        self._emb = np.zeros((0, dim or 0), dtype=np.float32)
-        self._alive = np.zeros(0, dtype=bool)
-        self._has_emb = np.zeros(0, dtype=bool)
-        self._m1: np.ndarray | None = None  # sum of embeddings (float64)
-        self._m2: np.ndarray | None = None  # sum of outer products (float64)
-        # Embeddings (float64) and signs counted in ``_m1`` whose outer products are not in
-        # ``_m2`` yet (see MOMENTS_PENDING_MAX).
-        self._m2_pending: list[tuple[np.ndarray, int]] = []
-        self._n_emb = 0
-        self._hnsw: Any = None
-        # Slots whose embedding is not in the HNSW graph yet (defer_ann): every search
-        # scores them exactly beside the graph's candidates, so results never miss them.
-        self._ann_pending: dict[int, None] = {}
+        self._alive = np.zeros(0, dtype=bool)  # slot -> a fact held (not removed, not a context entry)
+        cfg = self.config
+        self._lex = LexicalIndex(cfg.k1, cfg.b)  # slot -> field, posting lists
+        self._dense = DenseIndex(dim, ann_min_facts=cfg.ann_min_facts, hnsw_m=cfg.hnsw_m,  # slot -> embedding
+                                 hnsw_ef_construction=cfg.hnsw_ef_construction, hnsw_ef_search=cfg.hnsw_ef_search)
+        self._chat = ChatSignals(cfg.chat, stem=self._stem)  # slot -> speaker, session, date
         # Former versions (set_former): slot -> [(text, unit vector or None)], their terms
         # (max count over the versions), and all their vectors stacked (a cache).
         self._former: dict[int, list[tuple[str, np.ndarray | None]]] = {}
@@ -342,9 +242,14 @@ class FactIndex:
         self._context: dict[Hashable, int] = {}
 
     @property
+    def dim(self) -> int | None:
+        """The embedding dimension (None until the first embedding)."""
+        return self._dense.dim
+
+    @property
     def _stemmer(self) -> Any:
-        """The stemmer of this index's terms (this thread's, see _shared_stemmer), or None."""
-        return _shared_stemmer() if self._stem else None
+        """The stemmer of this index's terms (this thread's, see shared_stemmer), or None."""
+        return shared_stemmer() if self._stem else None
 
     # ------------------------------------------------------------------ reads
     def __len__(self) -> int:
@@ -361,8 +266,9 @@ class FactIndex:
         return [self._ids[s] for s in self._former]
 
     def speakers(self) -> list[str]:
-        """Distinct ``metadata["speaker"]`` values of the facts held."""
-        return sorted(self._speaker_count)
+        """Distinct ``metadata["speaker"]`` values of the facts held ([] unless
+        :class:`~.chat.SpeakerBoost` is on)."""
+        return self._chat.speakers()
 
     def terms(self, text: str) -> list[str]:
         """The lexical terms of ``text`` as this index sees them."""
@@ -370,7 +276,7 @@ class FactIndex:
 
     def field_of(self, fact_id: Hashable) -> dict[str, float]:
         """The lexical field of a fact (term -> weight), see the module docstring."""
-        return dict(self._field[self._slot[fact_id]])
+        return dict(self._lex.fields[self._slot[fact_id]])
 
     # ----------------------------------------------------------------- writes
     def add(self, fact_id: Hashable, text: str, embedding: Any = None,
@@ -384,30 +290,26 @@ class FactIndex:
         processes' facts does not pay their graph insertion inside a search."""
         if fact_id in self._slot:
             raise ValueError(f"fact {fact_id!r} is already indexed")
-        vec = self._check_vec(embedding)
-        meta = dict(metadata or {})
-        spk = meta.get("speaker")
-        spk = str(spk) if spk not in (None, "") else None
-        slot = self._new_slot(fact_id, text, self._date_terms(meta), spk, self._session_key(meta))
+        vec = self._dense.check(embedding)
+        slot = self._new_slot(fact_id, text, metadata)
         self._slot[fact_id] = slot
         self._alive[slot] = True
-        if spk:
-            self._speaker_count[spk] += 1
-        for s in (slot, *self._previous(slot)):  # the previous one gains this one as "next"
+        for s in (slot, *self._chat.previous(slot)):  # the previous one gains this one as "next"
             self._refresh_field(s)
         if vec is not None:
-            self._set_vec(slot, vec, defer_ann)
+            self._dense.set(slot, vec, len(self._ids), defer_ann)
 
     def add_context(self, item_id: Hashable, text: str, metadata: dict[str, Any] | None = None) -> None:
         """Hold an item that is not a memory (an ignored turn) in its session's order: it is
         never returned, but its words join its neighbours' fields as a neighbour fact's do
-        (``neighbour_weight``), so the answer after an ignored question still carries the
-        question's words. Nothing happens without a session, or when the id is held already."""
-        key = self._session_key(dict(metadata or {}))
+        (:class:`~.chat.SessionContext`), so the answer after an ignored question still carries
+        the question's words. Nothing happens without a session (or with SessionContext
+        off), or when the id is held already."""
+        key = self._chat.session_key(metadata or {})
         if key is None or item_id in self._context or item_id in self._slot:
             return
-        slot = self._context[item_id] = self._new_slot(item_id, text, (), None, key)
-        for s in self._previous(slot):
+        slot = self._context[item_id] = self._new_slot(item_id, text, metadata, context=True)
+        for s in self._chat.previous(slot):
             self._refresh_field(s)
 
     def remove_context(self, item_id: Hashable) -> None:
@@ -415,8 +317,8 @@ class FactIndex:
         slot = self._context.pop(item_id, None)
         if slot is None:
             return
-        prev_next = self._neighbours(slot)
-        self._sessions[cast(str, self._sess_key[slot])].remove(slot)  # a context entry has a session
+        prev_next = self._chat.neighbours(slot)
+        self._chat.remove(slot)
         for s in prev_next:
             self._refresh_field(s)
 
@@ -425,9 +327,9 @@ class FactIndex:
         """Change a fact's text, embedding and/or metadata (metadata replaced whole). The fact
         keeps its place in its session unless its session changes (then it goes last)."""
         slot = self._slot[fact_id]
-        vec = self._check_vec(embedding)
-        if metadata is not None and self._session_key(metadata) != self._sess_key[slot]:
-            old_text, old_emb = self._text[slot], self._emb[slot].copy() if self._has_emb[slot] else None
+        vec = self._dense.check(embedding)
+        if metadata is not None and self._chat.session_key(metadata) != self._chat.session_of(slot):
+            old_text, old_emb = self._text[slot], self._dense.vector(slot)
             former = self._former.get(slot, [])
             self.remove(fact_id)
             self.add(fact_id, old_text if text is None else text,
@@ -435,36 +337,22 @@ class FactIndex:
             self.set_former(fact_id, former)
             return
         if metadata is not None:
-            meta = dict(metadata)
-            old = self._speaker[slot]
-            if old:
-                self._speaker_count[old] -= 1
-                if not self._speaker_count[old]:
-                    del self._speaker_count[old]
-            spk = meta.get("speaker")
-            spk = str(spk) if spk not in (None, "") else None
-            self._speaker[slot] = spk
-            self._spk_arr[slot] = self._spk_num.setdefault(spk, len(self._spk_num)) if spk else -1
-            if spk:
-                self._speaker_count[spk] += 1
-            self._date[slot] = self._date_terms(meta)
+            self._chat.update(slot, metadata)
         if text is not None:
             self._text[slot] = text
             self._own[slot] = Counter(self.terms(text))
         if text is not None or metadata is not None:
-            for s in (slot, *self._neighbours(slot)):
+            for s in (slot, *self._chat.neighbours(slot)):
                 self._refresh_field(s)
         if vec is not None:
-            if self._has_emb[slot]:
-                self._moments(self._emb[slot], -1)
-            self._set_vec(slot, vec, defer_ann)
+            self._dense.set(slot, vec, len(self._ids), defer_ann)
 
     def set_former(self, fact_id: Hashable, versions: Iterable[tuple[str, Any]]) -> None:
         """Replace the former versions of a fact: ``(text, embedding or None)`` of each
         version it superseded (see the module docstring; ``[]``: none). KeyError if the
         fact is not held, ValueError for an embedding of the wrong shape."""
         slot = self._slot[fact_id]
-        versions = [(str(text), self._check_vec(vec)) for text, vec in versions]
+        versions = [(str(text), self._dense.check(vec)) for text, vec in versions]
         if not versions and slot not in self._former:
             return
         self._former.pop(slot, None)
@@ -484,77 +372,39 @@ class FactIndex:
         if self._former.pop(slot, None) is not None:
             self._former_terms.pop(slot, None)
             self._former_stack = None
-        prev_next = self._neighbours(slot)
-        key = self._sess_key[slot]
-        if key is not None:
-            self._sessions[key].remove(slot)
-        self._set_field(slot, {})
+        prev_next = self._chat.neighbours(slot)
+        self._chat.remove(slot)
+        self._lex.set_field(slot, {})
         for s in prev_next:
             self._refresh_field(s)
-        spk = self._speaker[slot]
-        if spk:
-            self._speaker_count[spk] -= 1
-            if not self._speaker_count[spk]:
-                del self._speaker_count[spk]
-        if self._has_emb[slot]:
-            self._moments(self._emb[slot], -1)
-            self._has_emb[slot] = False
-            pending = slot in self._ann_pending
-            self._ann_pending.pop(slot, None)
-            if self._hnsw is not None:
-                try:
-                    self._hnsw.mark_deleted(slot)
-                except RuntimeError:
-                    if not pending:  # only a slot still waiting may be absent from the graph
-                        raise
+        self._dense.unset(slot, len(self._ids))
         self._alive[slot] = False
-        self._spk_arr[slot] = -1
         self._ids[slot] = None
         self._own[slot] = Counter()
         self._text[slot] = ""
 
     # ----------------------------------------------------------------- search
     def dense_query_text(self, query: str) -> str:
-        """``query`` without the speaker names this index has seen (when ``strip_names``)."""
-        if not self.config.strip_names or not self._speaker_count:
-            return query
-        words = {w for name in self._speaker_count for w in _name_words(name)}
-        if not words:
-            return query
-        pat = re.compile(r"\b(" + "|".join(map(re.escape, sorted(words, key=len, reverse=True)))
-                         + r")(?:'s|s')?\b", re.I)
-        out = re.sub(r"\s+", " ", pat.sub(" ", query)).strip()
-        return out or query
+        """The text whose embedding the dense part compares: ``query``, without the speaker
+        names this index has seen when :class:`~.chat.SpeakerBoost` strips them."""
+        return self._chat.dense_query_text(query)
 
     def named_speaker(self, query: str) -> str | None:
         """The one speaker whose name (any word of it) the query contains; None if zero or
-        several are named."""
-        qwords = set(re.findall(r"\w+", query.lower()))
-        hits = [name for name in self._speaker_count if qwords & set(_name_words(name))]
-        return hits[0] if len(hits) == 1 else None
+        several are named, or when :class:`~.chat.SpeakerBoost` is off."""
+        return self._chat.named_speaker(query)
 
     def nearest(self, embedding: Any, k: int = 1) -> list[tuple[Hashable, float]]:
         """The ``k`` facts whose embeddings have the highest cosine with ``embedding``, with
         those cosines, best first ([] when no fact has an embedding). Approximate (HNSW)
         once the fast mode's index exists, exact below that."""
-        if not self._n_emb or k <= 0:
+        n_emb = self._dense.n_emb
+        if not n_emb or k <= 0:
             return []
-        vec = self._check_vec(embedding)
+        vec = self._dense.check(embedding)
         if vec is None:
             raise ValueError("nearest() needs an embedding")
-        k = min(k, self._n_emb)
-        if self._hnsw is not None:
-            k_ann = min(k, self._n_emb - len(self._ann_pending))
-            found = self._hnsw.knn_query(vec.reshape(1, -1), k=k_ann)[0][0] if k_ann > 0 else []
-            slots = np.union1d(np.asarray(found, dtype=np.int64), self._pending_slots())
-            slots = slots[np.argsort(-(self._emb[slots] @ vec), kind="stable")[:k]]
-        else:
-            n_slots = len(self._ids)
-            cos = np.where(self._has_emb[:n_slots], self._emb[:n_slots] @ vec, -np.inf)
-            slots = np.argpartition(-cos, k - 1)[:k]  # every add asks this: no full sort
-        sims = self._emb[slots] @ vec
-        order = np.argsort(-sims, kind="stable")
-        return [(self._ids[slots[i]], float(sims[i])) for i in order]
+        return [(self._ids[s], cos) for s, cos in self._dense.nearest(vec, min(k, n_emb), len(self._ids))]
 
     def search(self, query: str, query_embedding: Any = None, k: int = 10, *,
                tree: Any = None, mode: Mode = "fast",
@@ -573,78 +423,14 @@ class FactIndex:
         """
         if k <= 0 or not self._slot:
             return []
-        cfg = self.config
-        qvec = self._query_vec(query, query_embedding)
-        allowed = None
-        if filter_ids is not None:
-            allowed = np.array([self._slot[f] for f in filter_ids if f in self._slot], dtype=np.int64)
-            if allowed.size == 0:
-                return []
-        n_slots = len(self._ids)
-        use_ann = (mode == "fast" and qvec is not None and cfg.dense_weight and self._hnsw is not None
-                   and self._n_emb >= cfg.ann_min_facts and allowed is None)
-        former = self._former_cos(qvec) if qvec is not None and cfg.dense_weight else None
-        topics = (self._topic_match(tree, qvec) if tree is not None and qvec is not None and cfg.dense_weight
-                  and topic_weight(cfg) and self._n_emb else {})
-        # 1. lexical: walk only posting lists. In fast mode (ANN on) the lists of common
-        # terms (df > common_df * N) are not walked: their weights are read from the
-        # candidates' own fields below, so candidate scores stay exact.
-        terms = [t for t in dict.fromkeys(self.terms(query)) if t in self._postings]
-        walked, deferred = terms, []
-        if use_ann:
-            cut = cfg.common_df * len(self._slot)
-            walked = [t for t in terms if len(self._postings[t]) <= cut]
-            deferred = [t for t in terms if len(self._postings[t]) > cut]
-        lex_slots, lex_scores = self._bm25(walked)  # sorted slots, scores
-        # 2. candidate set
-        if qvec is None or not cfg.dense_weight or not self._n_emb:
-            # lexical only: a fact without a matching term has no evidence at all
-            cand = lex_slots if allowed is None else np.intersect1d(lex_slots, allowed)
-        elif not use_ann:
-            cand = np.flatnonzero(self._alive[:n_slots]) if allowed is None else allowed
-        else:
-            n_ann = min(max(cfg.ann_candidates, 4 * k), self._n_emb - len(self._ann_pending))
-            self._hnsw.set_ef(max(cfg.hnsw_ef_search, n_ann))
-            labels, _ = self._hnsw.knn_query(qvec.reshape(1, -1), k=n_ann)
-            labels = [np.union1d(labels[0].astype(np.int64), self._pending_slots())]
-            top_lex = lex_slots
-            if lex_slots.size > cfg.ann_candidates:
-                part = np.argpartition(-lex_scores, cfg.ann_candidates)[: cfg.ann_candidates]
-                top_lex = lex_slots[part]
-            cand = np.union1d(labels[0].astype(np.int64), top_lex)
-            if former is not None:  # facts whose former versions are near the query
-                owners, best = former
-                cand = np.union1d(cand, owners[np.argsort(-best)[: cfg.ann_candidates]])
-            if topics:  # the facts of the matching aspects
-                below = [self._slot[f] for a in topics for f in tree.facts_below(a) if f in self._slot]
-                cand = np.union1d(cand, np.array(below[: cfg.ann_candidates], dtype=np.int64))
+        q = self._query(query, query_embedding, tree, mode, filter_ids)
+        if q is None:
+            return []
+        lex_slots, lex_scores = self._lex.bm25(q.walked, len(self._slot))  # sorted slots, scores
+        cand = self._candidates(q, lex_slots, lex_scores, k)
         if cand.size == 0:
             return []
-        # 3. fused score on the candidates
-        c_lex = np.zeros(cand.size)
-        if lex_slots.size:
-            pos = np.minimum(np.searchsorted(lex_slots, cand), lex_slots.size - 1)
-            hit = lex_slots[pos] == cand
-            c_lex[hit] = lex_scores[pos[hit]]
-        if deferred:
-            c_lex += self._bm25_direct(deferred, cand)
-        mx = c_lex.max() if c_lex.size else 0.0
-        score = c_lex / mx if mx > 0 else np.zeros(cand.size)
-        if qvec is not None and cfg.dense_weight and self._n_emb:
-            score = score + cfg.dense_weight * self._dense_z(qvec, cand, former)
-        # 4. speaker boost
-        spk = self.named_speaker(query) if cfg.speaker_boost else None
-        if spk is not None:
-            score = score + cfg.speaker_boost * (self._spk_arr[cand] == self._spk_num[spk])
-        # 5. session prior (time structure) and aspect prior (tree)
-        base = score
-        if cfg.session_prior:
-            score = score + cfg.session_prior * _group_max(self._sess_arr[cand], base)
-        if tree is not None and cfg.tree_aspect_prior:
-            groups = self._aspect_groups(tree, cand)
-            score = score + cfg.tree_aspect_prior * _group_max(groups, base)
-        if topics:
-            score = score + topic_weight(cfg) * cfg.dense_weight * self._topic_boost(tree, topics, cand)
+        score = self._boosted(q, cand, self._fused(q, cand, lex_slots, lex_scores))
         if score.size > k:
             top = np.argpartition(-score, k - 1)[:k]
             order = top[np.argsort(-score[top], kind="stable")]
@@ -652,68 +438,113 @@ class FactIndex:
             order = np.argsort(-score, kind="stable")
         return [(self._ids[cand[i]], float(score[i])) for i in order]
 
+    # --------------------------------------------------------- search steps
+    def _query(self, query: str, query_embedding: Any, tree: Any, mode: Mode,
+               filter_ids: Iterable[Hashable] | None) -> _Query | None:
+        """The query side of a search; None when ``filter_ids`` names no fact held."""
+        cfg = self.config
+        qvec = self._query_vec(query, query_embedding)
+        allowed = None
+        if filter_ids is not None:
+            allowed = np.array([self._slot[f] for f in filter_ids if f in self._slot], dtype=np.int64)
+            if allowed.size == 0:
+                return None
+        n_emb = self._dense.n_emb
+        dense = qvec is not None and bool(cfg.dense_weight) and n_emb > 0
+        use_ann = (mode == "fast" and dense and self._dense.has_graph and n_emb >= cfg.ann_min_facts
+                   and allowed is None)
+        former = self._former_cos(qvec) if dense and qvec is not None else None
+        topics = (self._topic_match(tree, qvec) if tree is not None and dense and qvec is not None
+                  and topic_weight(cfg) else {})
+        # Lexical: walk only posting lists. In fast mode (ANN on) the lists of common terms
+        # (df > common_df * N) are not walked: their weights are read from the candidates'
+        # own fields (_fused), so candidate scores stay exact.
+        postings = self._lex.postings
+        terms = [t for t in dict.fromkeys(self.terms(query)) if t in postings]
+        walked, deferred = terms, []
+        if use_ann:
+            cut = cfg.common_df * len(self._slot)
+            walked = [t for t in terms if len(postings[t]) <= cut]
+            deferred = [t for t in terms if len(postings[t]) > cut]
+        return _Query(query, qvec, dense, use_ann, allowed, tree, former, topics, walked, deferred)
+
+    def _candidates(self, q: _Query, lex_slots: np.ndarray, lex_scores: np.ndarray, k: int) -> np.ndarray:
+        """The slots a search scores (sorted)."""
+        if not q.dense:  # lexical only: a fact without a matching term has no evidence at all
+            return lex_slots if q.allowed is None else np.intersect1d(lex_slots, q.allowed)
+        if not q.use_ann:
+            return np.flatnonzero(self._alive[: len(self._ids)]) if q.allowed is None else q.allowed
+        cfg = self.config
+        assert q.qvec is not None  # q.dense
+        n_ann = min(max(cfg.ann_candidates, 4 * k), self._dense.n_emb - self._dense.waiting)
+        near = self._dense.graph_neighbours(q.qvec, n_ann)
+        top_lex = lex_slots
+        if lex_slots.size > cfg.ann_candidates:
+            part = np.argpartition(-lex_scores, cfg.ann_candidates)[: cfg.ann_candidates]
+            top_lex = lex_slots[part]
+        cand = np.union1d(near, top_lex)
+        if q.former is not None:  # facts whose former versions are near the query
+            owners, best = q.former
+            cand = np.union1d(cand, owners[np.argsort(-best)[: cfg.ann_candidates]])
+        if q.topics:  # the facts of the matching aspects
+            below = [self._slot[f] for a in q.topics for f in q.tree.facts_below(a) if f in self._slot]
+            cand = np.union1d(cand, np.array(below[: cfg.ann_candidates], dtype=np.int64))
+        return cand
+
+    def _fused(self, q: _Query, cand: np.ndarray, lex_slots: np.ndarray, lex_scores: np.ndarray) -> np.ndarray:
+        """The candidates' fused scores: normalised BM25 plus the weighted dense z-score."""
+        c_lex = np.zeros(cand.size)
+        if lex_slots.size:
+            pos = np.minimum(np.searchsorted(lex_slots, cand), lex_slots.size - 1)
+            hit = lex_slots[pos] == cand
+            c_lex[hit] = lex_scores[pos[hit]]
+        if q.deferred:
+            c_lex += self._lex.bm25_direct(q.deferred, cand, len(self._slot))
+        mx = c_lex.max() if c_lex.size else 0.0
+        score = c_lex / mx if mx > 0 else np.zeros(cand.size)
+        if q.dense and q.qvec is not None:
+            score = score + self.config.dense_weight * self._dense.z(q.qvec, cand, len(self._ids), q.former)
+        return score
+
+    def _boosted(self, q: _Query, cand: np.ndarray, score: np.ndarray) -> np.ndarray:
+        """``score`` with the speaker boost, then the priors over the boosted scores (session,
+        aspect) and the topic match."""
+        cfg = self.config
+        base = self._chat.boost_speaker(q.text, cand, score)
+        score = self._chat.add_session_prior(cand, base)
+        if q.tree is not None and cfg.tree_aspect_prior:
+            score = score + cfg.tree_aspect_prior * group_max(self._aspect_groups(q.tree, cand), base)
+        if q.topics:
+            score = score + topic_weight(cfg) * cfg.dense_weight * self._topic_boost(q.tree, q.topics, cand)
+        return score
+
     # -------------------------------------------------------------- internals
-    def _stem_list(self, toks: list[str]) -> list[str]:
-        return _shared_stemmer().stemWords(toks) if (self._stem and toks) else toks
-
-    def _date_terms(self, meta: dict[str, Any]) -> tuple[str, ...]:
-        """A fact's date terms (stemmed as its words are), as a tuple: most facts have
-        none, and the empty tuple is one object."""
-        return tuple(self._stem_list(date_tokens(meta.get("date")) if self.config.date_terms else []))
-
-    @staticmethod
-    def _session_key(meta: dict[str, Any]) -> str | None:
-        s = meta.get("session")
-        return None if s is None or s == "" else str(s)
-
-    def _new_slot(self, item_id: Hashable, text: str, date: tuple[str, ...], speaker: str | None,
-                  key: str | None) -> int:
-        """A new slot (row) for a fact or a context entry, last in its session (``key``)."""
+    def _new_slot(self, item_id: Hashable, text: str, metadata: dict[str, Any] | None, *,
+                  context: bool = False) -> int:
+        """A new slot (row) for a fact or a context entry, last in its session."""
         slot = len(self._ids)
         self._ids.append(item_id)
         self._text.append(text)
         self._own.append(Counter(self.terms(text)))
-        self._date.append(date)
-        self._field.append({})
+        self._lex.new_slot()
         self._grow(slot + 1)
-        self._speaker.append(speaker)
-        self._spk_arr[slot] = self._spk_num.setdefault(speaker, len(self._spk_num)) if speaker else -1
-        self._sess_key.append(key)
-        if key is not None:
-            self._sessions.setdefault(key, []).append(slot)
-            self._sess_arr[slot] = self._sess_num.setdefault(key, len(self._sess_num))
+        self._chat.add(slot, metadata, context=context)
         return slot
 
-    def _previous(self, slot: int) -> list[int]:
-        """The slot before ``slot``, the last of its session (0 or 1 slot; O(1))."""
-        key = self._sess_key[slot]
-        order = self._sessions[key] if key is not None else []
-        return order[-2:-1] if order and order[-1] == slot else []
-
-    def _neighbours(self, slot: int) -> list[int]:
-        """The previous and next slots of ``slot`` in its session (0 to 2 slots)."""
-        key = self._sess_key[slot]
-        if key is None:
-            return []
-        order = self._sessions[key]
-        try:
-            i = order.index(slot)
-        except ValueError:
-            return []
-        return [order[j] for j in (i - 1, i + 1) if 0 <= j < len(order)]
-
     def _refresh_field(self, slot: int) -> None:
-        """Recompute one fact's lexical field from its own terms, neighbours and date."""
+        """Recompute one fact's lexical field from its own terms, former versions and chat
+        context (session neighbours, date)."""
         if not self._alive[slot]:
             return  # a context entry's or a removed fact's: it has no field
         own = self._own[slot]
-        w_next, w_former = self.config.neighbour_weight, self.config.former_weight
-        neighbours = self._neighbours(slot) if w_next else []
+        w_next, w_former = self._chat.neighbour_weight(), self.config.former_weight
+        neighbours = self._chat.neighbours(slot) if w_next else []
         former = self._former_terms.get(slot) if w_former else None
-        if not neighbours and not former and not self._date[slot]:
+        dates = self._chat.date_terms(slot)
+        if not neighbours and not former and not dates:
             # Nothing but its own terms: the field is their Counter itself, not a copy (both
             # are replaced, never changed in place).
-            self._set_field(slot, own)
+            self._lex.set_field(slot, own)
             return
         fld: dict[str, float] = dict(own)
         for nb in neighbours:
@@ -721,166 +552,24 @@ class FactIndex:
                 fld[t] = fld.get(t, 0.0) + w_next * c
         for t, c in (former or {}).items():
             fld[t] = fld.get(t, 0.0) + w_former * c
-        for t in self._date[slot]:
+        for t in dates:
             fld[t] = fld.get(t, 0.0) + 1.0
-        self._set_field(slot, fld)
-
-    def _set_field(self, slot: int, fld: Mapping[str, float]) -> None:
-        """Replace a field, touching only the posting lists of terms that changed."""
-        old = self._field[slot]
-        for t in old.keys() - fld.keys():
-            plist = self._postings[t]
-            del plist[slot]
-            if not plist:
-                del self._postings[t]
-            self._posting_arrays.pop(t, None)
-        for t, wt in fld.items():
-            if old.get(t) != wt:
-                self._postings.setdefault(t, {})[slot] = wt
-                self._posting_arrays.pop(t, None)
-        total = float(sum(fld.values()))
-        self._total_len += total - self._len[slot]
-        self._len[slot] = total
-        self._field[slot] = fld
-
-    def _idf(self, df: int) -> float:
-        n = len(self._slot)
-        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-
-    def _bm25(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(sorted slots, scores) of the facts with a non-zero BM25 score over ``terms``,
-        computed from their posting lists only."""
-        n = len(self._slot)
-        if not terms or n == 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        k1, b = self.config.k1, self.config.b
-        avgdl = max(self._total_len / n, 1e-9)
-        parts_s, parts_v = [], []
-        for t in terms:
-            slots, tf = self._posting(t)
-            denom = tf + k1 * (1.0 - b + b * self._len[slots] / avgdl)
-            parts_s.append(slots)
-            parts_v.append(self._idf(slots.size) * tf * (k1 + 1.0) / denom)
-        if len(parts_s) == 1:
-            order = np.argsort(parts_s[0])
-            return parts_s[0][order], parts_v[0][order]
-        slots = np.concatenate(parts_s)
-        vals = np.concatenate(parts_v)
-        uniq, inv = np.unique(slots, return_inverse=True)
-        return uniq, np.bincount(inv, weights=vals, minlength=uniq.size)
-
-    def _bm25_direct(self, terms: list[str], cand: np.ndarray) -> np.ndarray:
-        """BM25 over ``terms`` for the given slots only, read from their fields."""
-        k1, b = self.config.k1, self.config.b
-        avgdl = max(self._total_len / max(len(self._slot), 1), 1e-9)
-        norm = k1 * (1.0 - b + b * self._len[cand] / avgdl)
-        out = np.zeros(cand.size)
-        fields = [self._field[s] for s in cand]
-        for t in terms:
-            tf = np.fromiter((f.get(t, 0.0) for f in fields), dtype=np.float64, count=cand.size)
-            out += self._idf(len(self._postings[t])) * tf * (k1 + 1.0) / (tf + norm)
-        return out
-
-    def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray]:
-        arr = self._posting_arrays.get(term)
-        if arr is None:
-            plist = self._postings[term]
-            arr = (np.fromiter(plist.keys(), dtype=np.int64, count=len(plist)),
-                   np.fromiter(plist.values(), dtype=np.float64, count=len(plist)))
-            self._posting_arrays[term] = arr
-        return arr
-
-    def _check_vec(self, embedding: Any) -> np.ndarray | None:
-        if embedding is None:
-            return None
-        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
-        if self.dim is None:
-            self.dim = vec.size
-            self._emb = np.zeros((self._emb.shape[0], self.dim), dtype=np.float32)
-        if vec.size != self.dim:
-            raise ValueError(f"embedding has {vec.size} dimensions, the index uses {self.dim}")
-        norm = float(np.linalg.norm(vec))
-        if not np.isfinite(norm):
-            raise ValueError("embedding contains NaN or infinity")
-        return vec / norm if norm > 0 else vec  # cosine: store unit vectors
+        self._lex.set_field(slot, fld)
 
     def _grow(self, n: int) -> None:
         cap = self._alive.size
         if n <= cap:
             return
         new = n if cap < GROW_EXACT_BELOW else max(n, 2 * cap)
-        emb = np.zeros((new, self.dim or 0), dtype=np.float32)
-        emb[:cap] = self._emb[:cap]
-        self._emb = emb
         self._alive = np.concatenate([self._alive, np.zeros(new - cap, dtype=bool)])
-        self._has_emb = np.concatenate([self._has_emb, np.zeros(new - cap, dtype=bool)])
-        self._sess_arr = np.concatenate([self._sess_arr, np.full(new - cap, -1, dtype=np.int64)])
-        self._len = np.concatenate([self._len, np.zeros(new - cap)])
-        self._spk_arr = np.concatenate([self._spk_arr, np.full(new - cap, -1, dtype=np.int64)])
-
-    def _moments(self, vec: np.ndarray, sign: int) -> None:
-        """Count an embedding in (or out); past MOMENTS_MIN embeddings, keep the sums of
-        the embeddings and of their outer products (a dim x dim matrix: 1.2 MB at 384-d,
-        which a small namespace does without; :meth:`_dense_z` then reads the rows)."""
-        self._n_emb += sign
-        if self._m2 is None and self._n_emb >= MOMENTS_MIN:  # ``vec`` is among the rows already
-            live = self._emb[np.flatnonzero(self._has_emb[: len(self._ids)])].astype(np.float64)
-            self._m1, self._m2 = live.sum(axis=0), live.T @ live
-            return
-        if self._m1 is not None and self._m2 is not None:  # set together, above
-            v = vec.astype(np.float64)
-            self._m1 += sign * v
-            self._m2_pending.append((v, sign))
-            if len(self._m2_pending) >= MOMENTS_PENDING_MAX:
-                self._fold_m2()
-
-    def _fold_m2(self) -> None:
-        """Add the waiting outer products to ``_m2`` in one matrix product."""
-        assert self._m2 is not None
-        vecs = np.stack([v for v, _ in self._m2_pending])
-        signs = np.array([s for _, s in self._m2_pending], dtype=np.float64)
-        self._m2 += (vecs * signs[:, None]).T @ vecs
-        self._m2_pending = []
-
-    def _pending_slots(self) -> np.ndarray:
-        return np.fromiter(self._ann_pending, dtype=np.int64, count=len(self._ann_pending))
-
-    def _set_vec(self, slot: int, vec: np.ndarray, defer_ann: bool = False) -> None:
-        self._emb[slot] = vec
-        self._has_emb[slot] = True
-        self._moments(vec, +1)
-        if _hnswlib is None:
-            return
-        cfg = self.config
-        if self._hnsw is None:
-            if self._n_emb < cfg.ann_min_facts:
-                return  # built lazily once the index is large enough to need it
-            self._hnsw = _hnswlib.Index(space="ip", dim=self.dim)
-            self._hnsw.init_index(max_elements=max(2 * self._emb.shape[0], 1024),
-                                  ef_construction=cfg.hnsw_ef_construction, M=cfg.hnsw_m)
-            self._hnsw.set_num_threads(1)
-            live = np.flatnonzero(self._has_emb[: len(self._ids)])
-            self._hnsw.add_items(self._emb[live], live)
-            self._ann_pending.clear()
-            return
-        self._ann_pending[slot] = None
-        if not defer_ann or len(self._ann_pending) > ANN_PENDING_MAX:
-            slots = self._pending_slots()
-            self._ann_pending.clear()
-            if slots.max() >= self._hnsw.get_max_elements():
-                self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), int(slots.max()) + 1))
-            self._hnsw.add_items(self._emb[slots], slots)
+        self._lex.grow(new)
+        self._dense.grow(new)
+        self._chat.grow(new)
 
     def _query_vec(self, query: str, query_embedding: Any) -> np.ndarray | None:
         if query_embedding is None and self.embed_query is not None:
             query_embedding = self.embed_query(self.dense_query_text(query))
-        if query_embedding is None or self.dim is None:
-            return None
-        vec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
-        if vec.size != self.dim:
-            raise ValueError(f"query embedding has {vec.size} dimensions, the index uses {self.dim}")
-        norm = float(np.linalg.norm(vec))
-        return vec / norm if norm > 0 else None
+        return self._dense.query(query_embedding)
 
     def _former_cos(self, qvec: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(sorted slots, best cosine with ``qvec`` over each one's former versions), or None
@@ -906,37 +595,6 @@ class FactIndex:
             return None
         return owners, np.maximum.reduceat(mat @ qvec, starts)
 
-    def _dense_z(self, qvec: np.ndarray, cand: np.ndarray,
-                 former: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-        """z-scored cosine of the candidates (0 for facts without an embedding); with
-        ``former`` (:meth:`_former_cos`), a fact's cosine is the best over its versions."""
-        n_slots = len(self._ids)
-        if cand.size * 4 > n_slots:  # a contiguous product beats gathering most rows
-            cos = (self._emb[:n_slots] @ qvec)[cand]
-        else:
-            cos = self._emb[cand] @ qvec
-        if former is not None:
-            owners, best = former
-            pos = np.minimum(np.searchsorted(owners, cand), owners.size - 1)
-            hit = owners[pos] == cand
-            cos[hit] = np.maximum(cos[hit], best[pos[hit]])
-        mean, std = self._cos_moments(qvec.astype(np.float64))
-        z = (cos - mean) / std if std > 1e-6 else cos - mean
-        return np.where(self._has_emb[cand], z, 0.0)
-
-    def _cos_moments(self, q: np.ndarray) -> tuple[float, float]:
-        """Mean and standard deviation of the cosines of ``q`` to every embedded fact."""
-        n_slots = len(self._ids)
-        if self._m1 is None or self._m2 is None:  # a small index: the moments from its rows
-            every = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64) @ q
-            return float(every.mean()), float(every.std())
-        second = float(q @ self._m2 @ q)
-        if self._m2_pending:  # outer products not folded in yet: (q . v)^2 each
-            proj = np.stack([v for v, _ in self._m2_pending]) @ q
-            second += float(np.array([s for _, s in self._m2_pending]) @ (proj * proj))
-        mean = float(q @ self._m1) / self._n_emb
-        return mean, math.sqrt(max(second / self._n_emb - mean * mean, 0.0))
-
     def _topic_match(self, tree: Any, qvec: np.ndarray) -> dict[str, float]:
         """The aspects matching the query (class docstring, "Topic match") -> their z."""
         cfg = self.config
@@ -956,7 +614,7 @@ class FactIndex:
                 scored[a] = c
         if not scored:
             return {}
-        mean, std = self._cos_moments(q)
+        mean, std = self._dense.cos_moments(q, len(self._ids))
         best = max(scored.values())
         if std <= 1e-12 or (best - mean) / std < cfg.tree_topic_min_z:
             return {}
@@ -987,17 +645,3 @@ class FactIndex:
                 if p is not None and p != tree.root_id:
                     out[i] = nums.setdefault(p, len(nums))
         return out
-
-
-def _group_max(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """For each element, the max of ``values`` over the elements of its group; 0 where the
-    group is -1 (no group)."""
-    out = np.zeros(values.size)
-    mask = groups >= 0
-    if not mask.any():
-        return out
-    g = groups[mask]
-    best = np.full(int(g.max()) + 1, -np.inf)  # group numbers are small non-negative ints
-    np.maximum.at(best, g, values[mask])
-    out[mask] = best[g]
-    return out

@@ -16,6 +16,7 @@ from langchain_membrain import InvalidOperationError, MembrainError
 from langchain_membrain.inputs import NamespaceError
 from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.pipeline import LearnerConfig
+from langchain_membrain.retrieval import RetrievalConfig
 from langchain_membrain.training import Policy, StageTraining, TrainingConfig
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 
@@ -49,6 +50,24 @@ def test_add_search_get_delete():
         assert mem.delete(keys[0], namespace="me") and mem.get(keys[0], namespace="me") is None
         assert not mem.delete(keys[0], namespace="me")
         mem.tree("me").check_invariants()
+
+
+def test_chat_scorers_are_opt_in_through_the_memory(tmp_path):
+    """``MembrainMemory()`` ranks chat turns by their words and meaning; with
+    ``retrieval=RetrievalConfig.for_chat()`` a question naming a speaker ranks that speaker's
+    turn first, also in a memory reopened from its database (its search index is rebuilt
+    with that memory's configuration)."""
+    db = str(tmp_path / "chat.db")
+    turns = [("I love hiking in the mountains and hiking trails", "Alice"), ("hiking is fine", "Bob")]
+    question = "What does Bob think of hiking trails?"
+    with memory(storage=db) as mem:
+        mem.add_many([t for t, _ in turns], namespace="chat",
+                     metadatas=[{"speaker": s, "session": 1} for _, s in turns])
+        mem.flush()
+        assert mem.search(question, namespace="chat", limit=1)[0].text == turns[0][0]
+    with memory(storage=db, retrieval=RetrievalConfig.for_chat()) as mem:
+        assert mem.retrieval.chat == RetrievalConfig.for_chat().chat
+        assert mem.search(question, namespace="chat", limit=1)[0].text == turns[1][0]
 
 
 def test_bad_input_is_refused_with_typed_errors():

@@ -20,10 +20,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import WordEmbeddings  # noqa: E402
 
-from langchain_membrain import MembrainMemory  # noqa: E402
+from langchain_membrain import MembrainMemory, RetrievalConfig  # noqa: E402
 from langchain_membrain.bench.updates import GroundTruthTeacher, gt_value, load  # noqa: E402
 from langchain_membrain.cli import main as cli_main  # noqa: E402
 from langchain_membrain.export import tree_to_html  # noqa: E402
+from langchain_membrain.chat import SessionContext  # noqa: E402
 from langchain_membrain.operations import (  # noqa: E402
     ADD,
     IGNORE,
@@ -96,9 +97,10 @@ def test_texts_with_a_memory_are_added(text: str) -> None:
 
 def test_an_ignored_question_still_leads_search_to_its_answer(tmp_path) -> None:
     """The question is not a memory, but its words find the facts said around it (the ignored
-    item stands in its session, FactIndex.add_context), also after a reload; once purged,
-    its words count no more."""
+    item stands in its session, FactIndex.add_context, with the session scorer on), also
+    after a reload; once purged, its words count no more."""
     db = tmp_path / "m.db"
+    sessions = RetrievalConfig(chat=(SessionContext(),))
     turns = [("I collect jerseys from every club.", 1), ("Who is your favourite basketball player?", 1),
              ("LeBron is the man, I love his leadership.", 1), ("We painted the kitchen yellow.", 2),
              ("The tram to work was late again.", 2), ("My sister moved to Porto.", 2)]
@@ -108,13 +110,15 @@ def test_an_ignored_question_still_leads_search_to_its_answer(tmp_path) -> None:
         hits = mem.search("favourite basketball player", namespace="chat", limit=2)
         return {h.text for h in hits}, min(h.score for h in hits)
 
-    with memory(storage=db) as mem:
+    with memory(storage=db, retrieval=sessions) as mem:
         for text, session in turns:
             mem.add(text, namespace="chat", metadata={"session": session})
         assert [r.text for r in mem.ignored(namespace="chat")] == [turns[1][0]]
         found, _ = top2(mem)
         assert found == around
-    with memory(storage=db) as mem:
+    with memory(storage=db) as mem:  # the default reads no session: the question lends nothing
+        assert top2(mem)[0] != around
+    with memory(storage=db, retrieval=sessions) as mem:
         found, score = top2(mem)
         assert found == around
         mem.purge_history(namespace="chat")

@@ -9,9 +9,19 @@ import numpy as np
 import pytest
 
 from langchain_membrain.bench.locomo import normalize_evidence
-from langchain_membrain.retrieval import FactIndex, RetrievalConfig, date_tokens, tokenize
+from langchain_membrain.errors import InvalidOperationError
+from langchain_membrain.retrieval import (
+    DateTerms,
+    FactIndex,
+    RetrievalConfig,
+    SessionContext,
+    SpeakerBoost,
+    date_tokens,
+    tokenize,
+)
 
 DIM = 16
+CHAT = RetrievalConfig.for_chat()  # every chat scorer on: the facts of make_facts are chat turns
 
 
 def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
@@ -39,15 +49,15 @@ def snapshot(index: FactIndex) -> dict:
     """Postings and fields by fact id (slots differ between two indexes)."""
     ids = sorted(index.ids())
     postings = {}
-    for t, plist in index._postings.items():
+    for t, plist in index._lex.postings.items():
         postings[t] = sorted((index._ids[s], round(w, 9)) for s, w in plist.items())
     return {"fields": {f: index.field_of(f) for f in ids}, "postings": postings,
-            "total": round(index._total_len, 6)}
+            "total": round(index._lex.total_len, 6)}
 
 
 def test_incremental_index_equals_rebuilt_after_adds_removes_updates():
     facts = make_facts(60)
-    inc = FactIndex()
+    inc = FactIndex(CHAT)
     for f in facts:
         inc.add(*f)
     r = random.Random(1)
@@ -60,7 +70,7 @@ def test_incremental_index_equals_rebuilt_after_adds_removes_updates():
     inc.update(fid, text="guitar guitar river")
     kept[5] = (fid, "guitar guitar river", vec, meta)
 
-    fresh = FactIndex()
+    fresh = FactIndex(CHAT)
     for f in kept:
         fresh.add(*f)
     assert snapshot(inc) == snapshot(fresh)
@@ -74,7 +84,7 @@ def test_incremental_index_equals_rebuilt_after_adds_removes_updates():
 
 
 def test_neighbour_terms_are_half_weighted_and_follow_removal():
-    idx = FactIndex(RetrievalConfig(stem=False, date_terms=False))
+    idx = FactIndex(RetrievalConfig(stem=False, chat=(SessionContext(),)))
     idx.add("a", "apple", None, {"session": 1})
     idx.add("b", "banana", None, {"session": 1})
     idx.add("c", "cherry", None, {"session": 1})
@@ -101,17 +111,19 @@ def test_date_terms_from_metadata():
     assert date_tokens("1:56 pm on 8 May, 2023") == ["may", "2023"]
     assert date_tokens("2024-01-15") == ["january", "2024"]
     assert date_tokens(None) == []
-    idx = FactIndex()
+    idx = FactIndex(RetrievalConfig(chat=(DateTerms(),)))
     idx.add("m", "we met", None, {"date": "10:00 am on 3 July, 2022", "session": 1})
     idx.add("n", "we met", None, {"date": "10:00 am on 3 March, 2021", "session": 2})
     assert idx.search("what happened in July 2022", None, 1)[0][0] == "m"
+    assert idx.field_of("m") == dict.fromkeys(idx.terms("met July 2022"), 1.0)
 
 
 def test_speaker_named_in_query_boosts_that_speaker():
     rng = np.random.default_rng(0)
     v = unit(rng, 2)
-    cfg_off = RetrievalConfig(speaker_boost=0.0, dense_weight=0.0)
-    for cfg, expect in [(RetrievalConfig(dense_weight=0.0), "bob"), (cfg_off, "alice")]:
+    cfg_on = RetrievalConfig(dense_weight=0.0, chat=(SpeakerBoost(),))
+    cfg_off = RetrievalConfig(dense_weight=0.0, chat=(SpeakerBoost(weight=0.0),))  # names seen, no boost
+    for cfg, expect in [(cfg_on, "bob"), (cfg_off, "alice")]:
         idx = FactIndex(cfg)
         # Alice's fact matches the query terms better; Bob's less, but the query names Bob.
         idx.add("alice", "I love hiking in the mountains and hiking trails", v[0], {"speaker": "Alice"})
@@ -122,25 +134,58 @@ def test_speaker_named_in_query_boosts_that_speaker():
 
 
 def test_dense_query_drops_speaker_names():
-    idx = FactIndex()
-    idx.add("1", "x", None, {"speaker": "Caroline"})
-    idx.add("2", "y", None, {"speaker": "Melanie Smith"})
-    assert idx.dense_query_text("What did Caroline's friends give Melanie?") == "What did friends give ?"
-    assert FactIndex(RetrievalConfig(strip_names=False)).dense_query_text("Caroline?") == "Caroline?"
+    for strip, expect in [(True, "What did friends give ?"), (False, "What did Caroline's friends give Melanie?")]:
+        idx = FactIndex(RetrievalConfig(chat=(SpeakerBoost(strip_names=strip),)))
+        idx.add("1", "x", None, {"speaker": "Caroline"})
+        idx.add("2", "y", None, {"speaker": "Melanie Smith"})
+        assert idx.dense_query_text("What did Caroline's friends give Melanie?") == expect
+
+
+def test_the_default_reads_no_chat_metadata_and_for_chat_does():
+    """``RetrievalConfig()`` (what ``MembrainMemory()`` uses) scores chat turns by their words
+    and meaning alone: a query naming a speaker does not lift that speaker's facts, the dense
+    query keeps the name, a fact's field holds its own terms only (no session neighbours, no
+    date) and an ignored turn lends nothing. ``for_chat()`` turns the three scorers on."""
+    turns = [("alice", "I love hiking in the mountains and hiking trails",
+              {"speaker": "Alice", "session": 1, "date": "1:00 pm on 8 May, 2023"}),
+             ("bob", "hiking is fine", {"speaker": "Bob", "session": 1, "date": "1:00 pm on 8 May, 2023"}),
+             ("carol", "we painted the kitchen", {"speaker": "Carol", "session": 2, "date": "3 July, 2022"})]
+    query = "What does Bob think of hiking trails?"
+    plain, chat = FactIndex(RetrievalConfig()), FactIndex(RetrievalConfig.for_chat())
+    for idx in (plain, chat):
+        for fid, text, meta in turns:
+            idx.add(fid, text, None, meta)
+        idx.add_context("ignored", "Do you like kayaks?", {"session": 2})
+    assert plain.search(query, None, 1)[0][0] == "alice" and chat.search(query, None, 1)[0][0] == "bob"
+    assert plain.named_speaker(query) is None and plain.speakers() == []
+    assert plain.dense_query_text(query) == query and chat.dense_query_text(query) == "What does think of hiking trails?"
+    assert plain.field_of("bob") == dict.fromkeys(plain.terms("hiking is fine"), 1.0)
+    assert {"mountain", "2023"} <= set(chat.field_of("bob")) and "kayak" in chat.field_of("carol")
+    assert plain.search("kayaks", None, 1) == [] and plain.search("May 2023", None, 1) == []
+    assert {f for f, _ in chat.search("May 2023", None, 3)} == {"alice", "bob"}
+
+
+def test_chat_scorers_are_checked():
+    assert RetrievalConfig().chat == () and len(RetrievalConfig.for_chat().chat) == 3
+    assert RetrievalConfig.for_chat(dense_weight=0.3).dense_weight == 0.3
+    assert RetrievalConfig(chat=[DateTerms()]).chat == (DateTerms(),)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOperationError, match="not 'speaker'"):
+        RetrievalConfig(chat=("speaker",))  # type: ignore[arg-type]
+    with pytest.raises(InvalidOperationError, match="twice"):
+        RetrievalConfig(chat=(SpeakerBoost(), SpeakerBoost(weight=2.0)))
 
 
 def test_embed_query_is_used_on_the_stripped_text():
     seen = []
-    idx = FactIndex(embed_query=lambda t: seen.append(t) or np.ones(DIM))
+    idx = FactIndex(CHAT, embed_query=lambda t: seen.append(t) or np.ones(DIM))
     idx.add("1", "Anna: tea", np.ones(DIM), {"speaker": "Anna"})
     idx.search("Does Anna like tea?", k=1)
     assert seen == ["Does like tea?"]
 
 
 def test_session_prior_lifts_facts_of_the_best_session():
-    cfg = RetrievalConfig(dense_weight=0.0, neighbour_weight=0.0, date_terms=False)
     for prior, expect in [(0.5, "s1b"), (0.0, "s2")]:
-        idx = FactIndex(RetrievalConfig(**{**cfg.__dict__, "session_prior": prior}))
+        idx = FactIndex(RetrievalConfig(dense_weight=0.0, chat=(SessionContext(prior=prior, neighbour_weight=0.0),)))
         idx.add("s1a", "guitar concert tonight guitar", None, {"session": 1})
         idx.add("s1b", "concert", None, {"session": 1})
         idx.add("s2", "concert concert", None, {"session": 2})
@@ -165,7 +210,7 @@ def test_metadata_free_facts_work():
 def test_z_score_uses_exact_moments():
     rng = np.random.default_rng(7)
     v = unit(rng, 50)
-    idx = FactIndex(RetrievalConfig(dense_weight=1.0, session_prior=0.0))
+    idx = FactIndex(RetrievalConfig(dense_weight=1.0))
     for i in range(50):
         idx.add(i, "w", v[i])
     idx.remove(3)
@@ -187,7 +232,7 @@ def test_fast_mode_recall_against_exact_on_random_data():
         idx.add(i, f"w{i % 50} w{i % 7}", vecs[i])
     for i in range(0, 300, 3):
         idx.remove(i)
-    assert idx._hnsw is not None
+    assert idx._dense._hnsw is not None
     hits = total = 0
     for j in range(40):
         q = unit(rng, 1, dim)[0]
@@ -302,19 +347,19 @@ def test_locomo_bench_end_to_end_on_a_tiny_conversation(tmp_path):
 def test_small_and_large_indexes_score_alike(monkeypatch):
     """A small index computes the dense z-score's moments from its rows; past MOMENTS_MIN
     it keeps running sums instead. Both give the same scores, across adds and removals."""
-    import langchain_membrain.retrieval as retrieval
+    import langchain_membrain.dense as dense
 
     facts = make_facts(300, seed=7)
     q = unit(np.random.default_rng(8), 1)[0]
 
     def scores(moments_min: int) -> list:
-        monkeypatch.setattr(retrieval, "MOMENTS_MIN", moments_min)
-        index = FactIndex()
+        monkeypatch.setattr(dense, "MOMENTS_MIN", moments_min)
+        index = FactIndex(CHAT)
         for f in facts:
             index.add(*f)
         for f in facts[:40]:
             index.remove(f[0])
-        assert (index._m2 is None) == (moments_min > 300)
+        assert (index._dense._m2 is None) == (moments_min > 300)
         return index.search("Alice guitar river", q, 10, mode="exact")
 
     rows, sums = scores(10**6), scores(64)
@@ -339,7 +384,7 @@ def test_deferred_graph_insertion_finds_the_same_facts():
     for i in range(n, n + 40):
         now.add(i, f"w{i % 30} fresh", vecs[i])
         later.add(i, f"w{i % 30} fresh", vecs[i], defer_ann=True)
-    assert len(later._ann_pending) == 40
+    assert len(later._dense._pending) == 40
     for idx in (now, later):
         idx.remove(n + 3)  # waiting in ``later``
         idx.remove(5)
@@ -351,8 +396,8 @@ def test_deferred_graph_insertion_finds_the_same_facts():
         assert later.nearest(q, k=5) == now.nearest(q, k=5)
     assert {f for f, _ in later.nearest(vecs[0], k=2)} == {0, n + 4}
     later.add("flush", "a local write", vecs[1])
-    assert not later._ann_pending
-    assert later._hnsw.get_current_count() == n + 40  # the one removed while waiting never entered
+    assert not later._dense._pending
+    assert later._dense._hnsw.get_current_count() == n + 40  # the one removed while waiting never entered
 
 
 # ------------------------------------------------------------------ former versions
@@ -362,7 +407,7 @@ def test_a_fact_answers_what_its_former_versions_said():
     turned off, it is scored on its own text only."""
     rng = np.random.default_rng(3)
     v = unit(rng, 4)
-    config = RetrievalConfig(stem=False, session_prior=0.0)
+    config = RetrievalConfig(stem=False, chat=(SessionContext(prior=0.0),))  # sessions, for the move below
     idx = FactIndex(config)
     idx.add("home", "bought a house in Headingley", v[0])
     idx.add("pet", "the ferret lives aboard", v[1])
@@ -378,7 +423,7 @@ def test_a_fact_answers_what_its_former_versions_said():
     idx.set_former("home", [])
     assert "leeds" not in idx.field_of("home") and idx.former_ids() == []
     assert idx.search("nothing", v[3], 1, mode="exact")[0][0] != "home"
-    off = FactIndex(RetrievalConfig(stem=False, session_prior=0.0, former_weight=0.0, former_dense=False))
+    off = FactIndex(RetrievalConfig(stem=False, former_weight=0.0, former_dense=False))
     off.add("home", "bought a house in Headingley", v[0])
     off.add("pet", "the ferret lives aboard", v[1])
     off.set_former("home", [("rent a flat in Leeds", v[3])])
@@ -395,7 +440,7 @@ def test_an_ignored_turn_lends_its_words_to_its_neighbours_and_is_never_returned
     ignored turn itself is never a hit, and once forgotten its words leave the fields."""
     rng = np.random.default_rng(7)
     v = unit(rng, 3)
-    idx = FactIndex(RetrievalConfig(stem=False, session_prior=0.0))
+    idx = FactIndex(RetrievalConfig(stem=False, chat=(SessionContext(prior=0.0),)))
     s1 = {"session": 1}
     idx.add("jerseys", "I like to collect jerseys", v[0], s1)
     idx.add_context("q", "Who is your favourite basketball player?", s1)
@@ -416,7 +461,7 @@ def test_former_versions_without_embeddings_are_found_by_their_words_only():
     dense search goes on over the facts' own vectors."""
     rng = np.random.default_rng(5)
     v = unit(rng, 3)
-    idx = FactIndex(RetrievalConfig(stem=False, session_prior=0.0))
+    idx = FactIndex(RetrievalConfig(stem=False))
     idx.add("home", "bought a house in Headingley", v[0])
     idx.add("pet", "the ferret lives aboard", v[1])
     idx.set_former("home", [("rent a flat in Leeds", None)])
@@ -444,6 +489,6 @@ def test_fast_mode_finds_a_fact_by_its_former_version():
     for i in range(n):
         idx.add(i, f"w{i % 40}", vecs[i])
     idx.set_former(7, [("an old version", vecs[n])])
-    assert idx._hnsw is not None
+    assert idx._dense._hnsw is not None
     fast = idx.search("nothing", vecs[n], 5, mode="fast")
     assert fast[0][0] == 7 and fast == idx.search("nothing", vecs[n], 5, mode="exact")

@@ -8,12 +8,14 @@ of categories 1 to 4 every method returns its top k turns of that conversation:
 - **all@k**: every evidence turn is in the top k; **any@k**: at least one is.
 
 Methods: ``membrain`` (:class:`~langchain_membrain.memory.MembrainMemory` with its default
-settings, memory operations on: each turn goes through ``memory.add`` without a key, as a chat
-sends it, so a turn may be IGNOREd into the namespace's log or supersede an older turn;
+settings but the chat scorers on, :data:`RETRIEVAL`: the turns carry speaker, session and date;
+memory operations on: each turn goes through ``memory.add`` without a key, as a chat sends it,
+so a turn may be IGNOREd into the namespace's log or supersede an older turn;
 ``--no-operations`` turns them off), ``membrain_no_ops`` (the same memory with
 ``operations=False``: every turn stored, the behaviour before memory operations; measured in
 the same run when operations are on), ``bm25`` (bm25s, no stemming), ``dense`` (cosine),
-``flat_pipeline`` (FactIndex without a tree: the strong flat pipeline of retrieval.py),
+``flat_pipeline`` (FactIndex with the same configuration, without a tree: the strong flat
+pipeline of retrieval.py),
 ``inmemorystore`` (LangGraph's ``InMemoryStore`` with an index config, its own search). Evidence ids are normalised first
 (:func:`normalize_evidence`); questions left without a valid id are skipped.
 
@@ -47,6 +49,8 @@ CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
 CATEGORY_ORDER = ["overall", "multi_hop", "temporal", "single_hop", "open_domain"]
 METHODS = ["membrain", "membrain_no_ops", "flat_pipeline", "bm25", "dense", "inmemorystore"]
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
+#: membrain's and the flat pipeline's retrieval: every chat scorer on (LoCoMo's turns are a chat's).
+RETRIEVAL = RetrievalConfig.for_chat()
 
 
 # ----------------------------------------------------------------------------- data
@@ -309,11 +313,12 @@ def score(ranked: dict[str, list[list[str]]], conv_questions: list[Question], ks
 
 def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int] = (5, 10),
                methods: Sequence[str] = METHODS, cache_dir: str | None = None,
-               config: RetrievalConfig | None = None, flat_config: RetrievalConfig | None = None,
+               config: RetrievalConfig = RETRIEVAL, flat_config: RetrievalConfig | None = None,
                mode: str = "exact", embedder: Any = None, operations: bool = True,
                log: Callable[[str], None] = print) -> dict:
     """Run every method on every conversation; returns ``{"results", "timing", "tree",
-    "evidence_out", ...}``. ``operations``: whether ``membrain`` runs memory operations (the
+    "evidence_out", ...}``. ``config``: membrain's retrieval (and the flat pipeline's, unless
+    ``flat_config``). ``operations``: whether ``membrain`` runs memory operations (the
     product default)."""
     convs = load_locomo(data, conversations)
     if embedder is None:

@@ -4,8 +4,9 @@ Data (seeded, synthetic): 384-d unit embeddings drawn around ``sqrt(N)`` random 
 centres (``normalize(centre + 0.6 * noise / sqrt(d))``), so that nearest neighbours are
 meaningful as in real text embeddings; each fact's text is a few words of its cluster's
 topic vocabulary plus Zipf-distributed common words; every 20 consecutive facts form one
-session (so neighbour terms are exercised). A query is a stored fact's embedding plus noise,
-with three of that fact's words.
+session (so neighbour terms are exercised: the index runs with
+:class:`~langchain_membrain.chat.SessionContext` on). A query is a stored fact's embedding plus
+noise, with three of that fact's words.
 
 Methods: membrain ``FactIndex`` in ``fast`` mode (posting lists + HNSW candidates) and in
 ``exact`` mode (every fact scored); numpy brute force (``E @ q`` then ``argpartition``, dense
@@ -26,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..retrieval import FactIndex, RetrievalConfig
+from ..retrieval import FactIndex, RetrievalConfig, SessionContext
 
 
 def _rss_mb() -> float:
@@ -79,7 +80,7 @@ def bench_size(n: int, n_queries: int, *, store_max: int, k: int = 10,
     out: dict[str, Any] = {"n": n}
     gc.collect()
     rss0 = _rss_mb()
-    index = FactIndex(RetrievalConfig())
+    index = FactIndex(RetrievalConfig(chat=(SessionContext(),)))
     add = []
     for i in range(n):
         t0 = time.perf_counter()

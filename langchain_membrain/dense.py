@@ -1,0 +1,244 @@
+"""The dense half of the search index: unit embeddings by slot, the running moments of the
+dense z-score, and the HNSW graph of the fast mode.
+
+- **Dense score** (:meth:`DenseIndex.z`): cosine of a fact's embedding with the query
+  embedding, as a z-score ``(cos - mean) / std`` over *all* embedded facts. Past
+  :data:`MOMENTS_MIN` embeddings both come from running first and second moments
+  (``mean = q . mu``, ``var = q^T E[x x^T] q - mean^2``), so no scan is needed; below, from
+  the rows themselves (cheaper than a dim x dim matrix per small namespace).
+- **HNSW graph** (hnswlib, inner product on unit vectors): built once ``ann_min_facts``
+  facts are embedded; the fast mode's nearest neighbours (:meth:`DenseIndex.graph_neighbours`).
+  Without hnswlib the dense part is exact.
+
+Slots are the owning index's rows (:class:`~.retrieval.FactIndex`); ``n_slots`` arguments
+are the rows it has handed out so far.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+try:  # optional: HNSW for the fast mode; without it the dense part is exact
+    import hnswlib as _hnswlib
+except ImportError:  # pragma: no cover
+    _hnswlib = None
+
+__all__ = ["ANN_PENDING_MAX", "MOMENTS_MIN", "MOMENTS_PENDING_MAX", "DenseIndex"]
+
+# Embeddings past which an index keeps running moments for the dense z-score (below, it
+# computes them from its rows: cheaper than a dim x dim matrix per small namespace).
+MOMENTS_MIN = 256
+
+#: Embeddings counted in or out of the running moments whose outer products wait, to be
+#: added to the dim x dim sum together (one matrix product) once this many wait: a single
+#: write then costs no O(dim^2) update, and a search adds the few waiting ones exactly.
+MOMENTS_PENDING_MAX = 32
+
+#: Embeddings indexed with ``defer_ann`` wait outside the HNSW graph (searched exactly,
+#: beside it) until the next write that is not deferred, or until this many wait.
+ANN_PENDING_MAX = 256
+
+
+class DenseIndex:
+    """Unit embeddings by slot (a row of a matrix that grows with the index), their moments
+    and the HNSW graph over them."""
+
+    __slots__ = ("dim", "n_emb", "_ann_min_facts", "_hnsw_m", "_hnsw_ef_construction", "_hnsw_ef_search",
+                 "_emb", "_has_emb", "_m1", "_m2", "_m2_pending", "_hnsw", "_pending")
+
+    def __init__(self, dim: int | None, *, ann_min_facts: int, hnsw_m: int, hnsw_ef_construction: int,
+                 hnsw_ef_search: int):
+        self.dim = dim  # taken from the first embedding when None
+        self.n_emb = 0  # slots holding an embedding
+        self._ann_min_facts = ann_min_facts
+        self._hnsw_m, self._hnsw_ef_construction, self._hnsw_ef_search = hnsw_m, hnsw_ef_construction, hnsw_ef_search
+        self._emb = np.zeros((0, dim or 0), dtype=np.float32)
+        self._has_emb = np.zeros(0, dtype=bool)
+        self._m1: np.ndarray | None = None  # sum of embeddings (float64)
+        self._m2: np.ndarray | None = None  # sum of outer products (float64)
+        # Embeddings (float64) and signs counted in ``_m1`` whose outer products are not in
+        # ``_m2`` yet (see MOMENTS_PENDING_MAX).
+        self._m2_pending: list[tuple[np.ndarray, int]] = []
+        self._hnsw: Any = None
+        # Slots whose embedding is not in the HNSW graph yet (defer_ann): every search
+        # scores them exactly beside the graph's candidates, so results never miss them.
+        self._pending: dict[int, None] = {}
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def has_graph(self) -> bool:
+        """Whether the HNSW graph exists (``ann_min_facts`` facts were embedded)."""
+        return self._hnsw is not None
+
+    @property
+    def waiting(self) -> int:
+        """Embeddings waiting outside the graph (``defer_ann``)."""
+        return len(self._pending)
+
+    def vector(self, slot: int) -> np.ndarray | None:
+        """A copy of the slot's unit embedding, None when it has none."""
+        return self._emb[slot].copy() if self._has_emb[slot] else None
+
+    def check(self, embedding: Any) -> np.ndarray | None:
+        """``embedding`` as a unit float32 vector (None stays None); ValueError for the wrong
+        dimension or a NaN/infinity. The first one fixes the dimension."""
+        if embedding is None:
+            return None
+        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        if self.dim is None:
+            self.dim = vec.size
+            self._emb = np.zeros((self._emb.shape[0], self.dim), dtype=np.float32)
+        if vec.size != self.dim:
+            raise ValueError(f"embedding has {vec.size} dimensions, the index uses {self.dim}")
+        norm = float(np.linalg.norm(vec))
+        if not np.isfinite(norm):
+            raise ValueError("embedding contains NaN or infinity")
+        return vec / norm if norm > 0 else vec  # cosine: store unit vectors
+
+    def query(self, embedding: Any) -> np.ndarray | None:
+        """A query embedding as a unit vector; None without one, before any embedding, or
+        for a zero vector."""
+        if embedding is None or self.dim is None:
+            return None
+        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        if vec.size != self.dim:
+            raise ValueError(f"query embedding has {vec.size} dimensions, the index uses {self.dim}")
+        norm = float(np.linalg.norm(vec))
+        return vec / norm if norm > 0 else None
+
+    # ----------------------------------------------------------------- writes
+    def grow(self, capacity: int) -> None:
+        """Rows for at least ``capacity`` slots."""
+        cap = self._has_emb.size
+        if capacity <= cap:
+            return
+        emb = np.zeros((capacity, self.dim or 0), dtype=np.float32)
+        emb[:cap] = self._emb[:cap]
+        self._emb = emb
+        self._has_emb = np.concatenate([self._has_emb, np.zeros(capacity - cap, dtype=bool)])
+
+    def set(self, slot: int, vec: np.ndarray, n_slots: int, defer_ann: bool = False) -> None:
+        """Give a slot a (checked) embedding, replacing the one it had."""
+        if self._has_emb[slot]:
+            self._moments(self._emb[slot], -1, n_slots)
+        self._emb[slot] = vec
+        self._has_emb[slot] = True
+        self._moments(vec, +1, n_slots)
+        if _hnswlib is None:
+            return
+        if self._hnsw is None:
+            if self.n_emb < self._ann_min_facts:
+                return  # built lazily once the index is large enough to need it
+            self._hnsw = _hnswlib.Index(space="ip", dim=self.dim)
+            self._hnsw.init_index(max_elements=max(2 * self._emb.shape[0], 1024),
+                                  ef_construction=self._hnsw_ef_construction, M=self._hnsw_m)
+            self._hnsw.set_num_threads(1)
+            live = np.flatnonzero(self._has_emb[:n_slots])
+            self._hnsw.add_items(self._emb[live], live)
+            self._pending.clear()
+            return
+        self._pending[slot] = None
+        if not defer_ann or len(self._pending) > ANN_PENDING_MAX:
+            slots = self._pending_slots()
+            self._pending.clear()
+            if slots.max() >= self._hnsw.get_max_elements():
+                self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), int(slots.max()) + 1))
+            self._hnsw.add_items(self._emb[slots], slots)
+
+    def unset(self, slot: int, n_slots: int) -> None:
+        """A removed fact's slot: its embedding leaves the moments and the graph."""
+        if not self._has_emb[slot]:
+            return
+        self._moments(self._emb[slot], -1, n_slots)
+        self._has_emb[slot] = False
+        pending = slot in self._pending
+        self._pending.pop(slot, None)
+        if self._hnsw is not None:
+            try:
+                self._hnsw.mark_deleted(slot)
+            except RuntimeError:
+                if not pending:  # only a slot still waiting may be absent from the graph
+                    raise
+
+    def _moments(self, vec: np.ndarray, sign: int, n_slots: int) -> None:
+        """Count an embedding in (or out); past MOMENTS_MIN embeddings, keep the sums of
+        the embeddings and of their outer products (a dim x dim matrix: 1.2 MB at 384-d,
+        which a small namespace does without; :meth:`cos_moments` then reads the rows)."""
+        self.n_emb += sign
+        if self._m2 is None and self.n_emb >= MOMENTS_MIN:  # ``vec`` is among the rows already
+            live = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64)
+            self._m1, self._m2 = live.sum(axis=0), live.T @ live
+            return
+        if self._m1 is not None and self._m2 is not None:  # set together, above
+            v = vec.astype(np.float64)
+            self._m1 += sign * v
+            self._m2_pending.append((v, sign))
+            if len(self._m2_pending) >= MOMENTS_PENDING_MAX:
+                self._fold_m2()
+
+    def _fold_m2(self) -> None:
+        """Add the waiting outer products to ``_m2`` in one matrix product."""
+        assert self._m2 is not None
+        vecs = np.stack([v for v, _ in self._m2_pending])
+        signs = np.array([s for _, s in self._m2_pending], dtype=np.float64)
+        self._m2 += (vecs * signs[:, None]).T @ vecs
+        self._m2_pending = []
+
+    def _pending_slots(self) -> np.ndarray:
+        return np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+
+    # ----------------------------------------------------------------- search
+    def nearest(self, vec: np.ndarray, k: int, n_slots: int) -> list[tuple[int, float]]:
+        """The ``k`` slots (1 <= k <= n_emb) whose embeddings have the highest cosine with the
+        unit vector ``vec``, with those cosines, best first."""
+        if self._hnsw is not None:
+            k_ann = min(k, self.n_emb - len(self._pending))
+            found = self._hnsw.knn_query(vec.reshape(1, -1), k=k_ann)[0][0] if k_ann > 0 else []
+            slots = np.union1d(np.asarray(found, dtype=np.int64), self._pending_slots())
+            slots = slots[np.argsort(-(self._emb[slots] @ vec), kind="stable")[:k]]
+        else:
+            cos = np.where(self._has_emb[:n_slots], self._emb[:n_slots] @ vec, -np.inf)
+            slots = np.argpartition(-cos, k - 1)[:k]  # every add asks this: no full sort
+        sims = self._emb[slots] @ vec
+        order = np.argsort(-sims, kind="stable")
+        return [(int(slots[i]), float(sims[i])) for i in order]
+
+    def graph_neighbours(self, qvec: np.ndarray, n: int) -> np.ndarray:
+        """The graph's ``n`` nearest slots to ``qvec`` (searched with ef at least
+        ``hnsw_ef_search``) and every slot waiting outside it, sorted."""
+        self._hnsw.set_ef(max(self._hnsw_ef_search, n))
+        labels, _ = self._hnsw.knn_query(qvec.reshape(1, -1), k=n)
+        return np.union1d(labels[0].astype(np.int64), self._pending_slots())
+
+    def z(self, qvec: np.ndarray, cand: np.ndarray, n_slots: int,
+          former: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """z-scored cosine of the candidates (0 for facts without an embedding); with
+        ``former`` (sorted owner slots, each one's best cosine over its former versions), a
+        fact's cosine is the best over its versions."""
+        if cand.size * 4 > n_slots:  # a contiguous product beats gathering most rows
+            cos = (self._emb[:n_slots] @ qvec)[cand]
+        else:
+            cos = self._emb[cand] @ qvec
+        if former is not None:
+            owners, best = former
+            pos = np.minimum(np.searchsorted(owners, cand), owners.size - 1)
+            hit = owners[pos] == cand
+            cos[hit] = np.maximum(cos[hit], best[pos[hit]])
+        mean, std = self.cos_moments(qvec.astype(np.float64), n_slots)
+        z = (cos - mean) / std if std > 1e-6 else cos - mean
+        return np.where(self._has_emb[cand], z, 0.0)
+
+    def cos_moments(self, q: np.ndarray, n_slots: int) -> tuple[float, float]:
+        """Mean and standard deviation of the cosines of ``q`` to every embedded fact."""
+        if self._m1 is None or self._m2 is None:  # a small index: the moments from its rows
+            every = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64) @ q
+            return float(every.mean()), float(every.std())
+        second = float(q @ self._m2 @ q)
+        if self._m2_pending:  # outer products not folded in yet: (q . v)^2 each
+            proj = np.stack([v for v, _ in self._m2_pending]) @ q
+            second += float(np.array([s for _, s in self._m2_pending]) @ (proj * proj))
+        mean = float(q @ self._m1) / self.n_emb
+        return mean, math.sqrt(max(second / self.n_emb - mean * mean, 0.0))
