@@ -44,7 +44,7 @@ from .pipeline import DEFAULT_BATCH, Learner, LearnerConfig, PlaceRecord, relabe
 from .prior import load_prior, teacher_identity
 from .stats import Counters, LearningStats, read_stored
 from .storage import Storage
-from .teachers.base import Teacher
+from .teachers.base import RemoteTeacher, Teacher, is_fast
 from .tree import MembrainTree
 
 if TYPE_CHECKING:
@@ -72,11 +72,9 @@ def teacher_stats(teacher: Any) -> dict[str, Any]:
     from .teachers.budget import CircuitBreaker
     from .teachers.costs import TeacherStats
 
-    stats = getattr(teacher, "stats", None)
-    out = dict(stats()) if callable(stats) else {**TeacherStats().as_dict(), "mode": None}
-    health = getattr(teacher, "health", None)
-    out["health"] = health() if callable(health) else {**CircuitBreaker().snapshot(), "slow": None}
-    return out
+    if isinstance(teacher, RemoteTeacher):
+        return {**teacher.stats(), "health": teacher.health()}
+    return {**TeacherStats().as_dict(), "mode": None, "health": {**CircuitBreaker().snapshot(), "slow": None}}
 
 
 @dataclass
@@ -137,7 +135,7 @@ class Background:
         # many inserts behind, so an insert's labels are trained on within that many inserts.
         # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add
         # never waits for an LLM's answer to someone else's insert.
-        fast = getattr(teacher, "fast", False)
+        fast = is_fast(teacher)
         self.queue: queue.Queue = queue.Queue(maxsize=settings.max_training_lag if fast else 0)
         self.worker: threading.Thread | None = None
         self._load_operation_student()
@@ -183,7 +181,7 @@ class Background:
         earlier batches left it, and its answer is carried out then as one committed write."""
         learner = self.current
         assert learner is not None, "a batch fills after its inserts made the learner"
-        if getattr(self.teacher, "fast", False) or not self.background or not self.is_trainer:
+        if is_fast(self.teacher) or not self.background or not self.is_trainer:
             def write(tree: MembrainTree) -> None:
                 with self.lock:
                     learner.settle_batch(tree, learner.waiting.take(ns), carrier)
@@ -279,11 +277,10 @@ class Background:
         """What places a fact when the teacher gives no answer and the student is not warm
         yet: the LLM teacher's own fallback (the HeuristicTeacher by default), else the
         offline HeuristicTeacher; None for an in-process teacher (it always answers)."""
-        if getattr(self.teacher, "fast", False):
+        if is_fast(self.teacher):
             return None
-        fallback = getattr(self.teacher, "fallback", None)
-        if callable(getattr(fallback, "choose_stage1", None)):
-            return fallback
+        if isinstance(self.teacher, RemoteTeacher):
+            return self.teacher.fallback
         from .teachers.heuristic import HeuristicTeacher
 
         return HeuristicTeacher(embed=self.embed_label)

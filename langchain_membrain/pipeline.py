@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Any, Callable, cast
 
 import numpy as np
@@ -29,7 +28,7 @@ from .placement import (MAX_DESCENT, NewFact, Placement, Subtree, cosine, descen
                         path_choices, stage1_candidates)
 from .insert_records import Correction, PlaceRecord, Stage1Decision, Stage1Label, Stage2Decision, SupervisionResult
 from .shadow import ShadowScores, same_actions, stage1_classes, stage2_classes
-from .teachers.base import Teacher, ask_placement, safe_choice
+from .teachers.base import BatchTeacher, RemoteTeacher, Teacher, ask_placement, safe_choice
 from .teachers.budget import requests_sent
 from .training import OnlineTrainer, Policy
 from .tree import MembrainTree
@@ -188,7 +187,8 @@ class Learner:
         """A label from the teacher (counted in ``naming_calls``), or the model's own
         labeller's when it fails (a counted failure)."""
         before = requests_sent(self.teacher)
-        ask = getattr(self.teacher, "try_name_aspect", None) or self.teacher.name_aspect  # no silent fallback
+        teacher = self.teacher  # a remote teacher's try_ raises where it would fall back silently
+        ask = teacher.try_name_aspect if isinstance(teacher, RemoteTeacher) else teacher.name_aspect
         try:
             label = ask(texts)
         except Exception:
@@ -211,13 +211,7 @@ class Learner:
                 for sub, i in path_choices(tree, new_fact, plan.path, top_k=self.config.model.top_k)]
 
     def _plan_actions(self, tree: MembrainTree, fact_id: str, plan: Placement) -> list[Action]:
-        if plan.fell_back:
-            # An optional teacher method (teachers.guard's), not part of the Teacher protocol.
-            place = cast("Callable[[MembrainTree, str, Placement], Iterable[Action]] | None",
-                         getattr(self.teacher, "placement_actions", None))
-            if callable(place):
-                return list(place(tree, fact_id, plan))
-        return plan.bind(fact_id)
+        return plan.bind(fact_id)  # a fallback's plan is no answer (_valid_plan): never here
 
     # ------------------------------------------------------------------ features
     def _feats1(self, tree: MembrainTree, new_fact: NewFact, sub: Subtree) -> Stage1Features:
@@ -523,7 +517,7 @@ class Learner:
     def batching(self) -> bool:
         """Whether unsure inserts wait for a batch question: ``config.batch`` > 1 and the
         teacher answers batches (``place_batch(facts, tree)``)."""
-        return (self.config.batch or 1) > 1 and callable(getattr(self.teacher, "place_batch", None))
+        return (self.config.batch or 1) > 1 and isinstance(self.teacher, BatchTeacher)
 
     def wait_in_batch(self, key: Any, rec: PlaceRecord) -> bool:
         """Queue a waiting insert under ``key`` (its namespace); whether that batch is full."""
@@ -549,7 +543,7 @@ class Learner:
         before = requests_sent(self.teacher)
         learned: list[tuple[list[Stage1Label], Stage2Decision | None]] = []
         try:
-            plans = list(self.teacher.place_batch([(r.fact_id, r.new_fact) for r in live], view))  # type: ignore[attr-defined]
+            plans = list(cast(BatchTeacher, self.teacher).place_batch([(r.fact_id, r.new_fact) for r in live], view))
             if len(plans) != len(live):
                 raise InvalidOperationError(f"{len(plans)} placements for {len(live)} facts")
             for r, plan in zip(live, plans):
@@ -679,9 +673,8 @@ def teacher_forcing(teacher: Teacher, dim: int, *, allow_aspects: bool = False,
     cfg.model.dim = int(dim)
     cfg.stage1 = Policy(execute="teacher", query="always")
     cfg.stage2 = Policy(execute="teacher", query="always")
-    fallback = getattr(teacher, "fallback", None)
     return Learner(teacher, cfg, embed_label=embed_label,
-                   stand_in=fallback if callable(getattr(fallback, "choose_stage1", None)) else None)
+                   stand_in=teacher.fallback if isinstance(teacher, RemoteTeacher) else None)
 
 
 __all__ = [

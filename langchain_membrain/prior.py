@@ -68,7 +68,9 @@ def operation_teacher_identity(teacher: Any) -> str:
     """Who answers a memory's operation questions: a teacher with ``choose_operation`` (an
     LLM, an evaluation teacher) is itself (:func:`teacher_identity`); any other is answered
     by the offline rule (operations.py), whatever its class, so it is the rule."""
-    if callable(getattr(teacher, "choose_operation", None)):
+    from .teachers.base import OperationTeacher
+
+    if isinstance(teacher, OperationTeacher):
         return teacher_identity(teacher)
     from .operations import rule_identity
 

@@ -31,7 +31,7 @@ import asyncio
 import re
 import uuid
 from collections import Counter
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -54,6 +54,58 @@ class Teacher(Protocol):
     async def achoose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]: ...
 
     async def aname_aspect(self, fact_texts: list[str]) -> str: ...
+
+
+# ------------------------------------------------------------------ what else a teacher answers
+# Each capability beyond the Teacher protocol is a protocol of its own, checked once where it
+# is used with isinstance (runtime_checkable: the methods' presence).
+@runtime_checkable
+class JointTeacher(Protocol):
+    """Answers the joint question itself (an LLM: one request), not from its elementary answers."""
+
+    def place(self, new_fact: NewFact, tree: MembrainTree) -> Placement: ...
+
+
+@runtime_checkable
+class BatchTeacher(Protocol):
+    """Answers the batch question (``LearnerConfig.batch``): one placement per ``(id, fact)``."""
+
+    def place_batch(self, facts: Sequence[tuple[str, NewFact]], tree: MembrainTree) -> list[Placement]: ...
+
+
+@runtime_checkable
+class OperationTeacher(Protocol):
+    """Decides memory operations (ADD, UPDATE, DELETE, IGNORE; operations.py)."""
+
+    def choose_operation(self, question: Any) -> Any: ...
+
+
+@runtime_checkable
+class RemoteTeacher(Protocol):
+    """A teacher whose questions are requests that can fail (the guarded LLM teachers):
+    ``try_*`` raise instead of falling back, ``fallback`` answers when they fail,
+    ``requests_sent`` counts this thread's requests, ``mode`` says whether the memory
+    operation's question places the item too ("one_call")."""
+
+    mode: str
+
+    @property
+    def fallback(self) -> Teacher: ...
+
+    def requests_sent(self) -> int: ...
+
+    def try_name_aspect(self, fact_texts: list[str]) -> str: ...
+
+    def try_operation(self, question: Any) -> Any: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+
+def is_fast(teacher: object) -> bool:
+    """Whether ``teacher`` answers in-process without I/O (it says ``fast = True``)."""
+    return bool(getattr(teacher, "fast", False))
 
 
 def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
@@ -93,8 +145,9 @@ def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -
 
 def ask_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
     """The teacher's answer to the joint question (its own ``place`` when it has one)."""
-    place = getattr(teacher, "place", None)
-    return place(new_fact, tree) if callable(place) else teacher_placement(teacher, new_fact, tree)
+    if isinstance(teacher, JointTeacher):
+        return teacher.place(new_fact, tree)
+    return teacher_placement(teacher, new_fact, tree)
 
 
 def sequential_placements(teacher: Teacher, facts: Sequence[tuple[str, NewFact]],

@@ -31,6 +31,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
+from .base import RemoteTeacher
+
 _local = threading.local()
 
 #: A request is not sent with less than this left before the deadline.
@@ -62,8 +64,7 @@ def requests_sent(teacher: Any) -> int | None:
     """The requests ``teacher`` has sent from this thread so far (retries included), for a
     caller that counts a question's requests as the difference around it; None for a
     teacher that answers in-process (each of its questions counts as one)."""
-    count = getattr(teacher, "requests_sent", None)
-    return int(count()) if callable(count) else None
+    return int(teacher.requests_sent()) if isinstance(teacher, RemoteTeacher) else None
 
 
 class CircuitBreaker:

@@ -67,7 +67,7 @@ from . import budget, prompts
 from ..placement import NEW_FACT, Placement, descend, destination
 from .answers import (FEEDBACK_KINDS, AttachedView, RawAnswer, TeacherCallError, TeacherUnavailable,
                       check_raw, classify_failure, clean_label, neighbourhood, resolve_actions, validate_stage1)
-from .base import BaseTeacher, LastResortTeacher, NewFact, Subtree, Teacher, safe_actions, safe_choice
+from .base import BaseTeacher, LastResortTeacher, NewFact, OperationTeacher, Subtree, Teacher, safe_actions, safe_choice
 from .core import Core, Done, Send, Sleep, advance
 from .costs import TeacherStats
 
@@ -343,10 +343,9 @@ class GuardedTeacher(BaseTeacher):
             if self.raise_on_failure:
                 raise
             self._stats.add("operation", fallbacks=1)
-            choose = getattr(self.fallback, "choose_operation", None)
-            if callable(choose):
+            if isinstance(self.fallback, OperationTeacher):
                 try:
-                    return choose(question)
+                    return self.fallback.choose_operation(question)
                 except Exception:  # noqa: BLE001 - the fallback's failure: the offline rule
                     pass
             from ..operations import conservative_operation
