@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("langchain_membrain")
 
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
-OPERATIONS_CHECKPOINT = "operations"  # the operation student (operations.py), saved beside them
+OPERATIONS_CHECKPOINT = "operations"  # the operation student (operation_student.py), saved beside them
 
 
 def saved_questions(counters: dict[str, Any]) -> dict[str, int]:

@@ -7,7 +7,7 @@ set, and the role/kind ids say what each token is), then read logits off them:
 - :class:`Stage1Net`: one logit per candidate (the current node, then its child aspects).
 - :class:`Stage2Net`: per actable fact, logits over {idle, promote, demote, group}; per
   (fact, sibling aspect) a demote-target logit; per (fact, fact) a group-together logit.
-- :class:`OperationNet` (no encoder): the memory operation of a new item (operations.py).
+- :class:`OperationNet` (no encoder): the memory operation of a new item (operation_student.py).
 
 Every head also sees the token's numeric features directly (a skip path around the
 encoder): the features carry the quantities a teacher compares, so a near-linear read of
@@ -24,8 +24,10 @@ that both compute the same logits).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
@@ -184,7 +186,7 @@ class Stage2Net(nn.Module):
 
 
 class OperationNet(nn.Module):
-    """New item + its ``k`` candidate facts -> memory-operation logits (operations.py):
+    """New item + its ``k`` candidate facts -> memory-operation logits (operation_student.py):
     ``[ADD, IGNORE, UPDATE_1..k, DELETE-keep_1..k, DELETE-drop_1..k]``.
 
     An item encoder (embedding and flags) gives the ADD and IGNORE logits; a pair scorer
@@ -326,9 +328,35 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(prev)
 
 
+def optimiser_step(opt: torch.optim.Optimizer, params: Iterable[nn.Parameter], loss: torch.Tensor,
+                   clip: float) -> None:
+    """One optimiser step on ``loss``, as every network here trains: gradients cleared,
+    back-propagated, their joint norm over ``params`` clipped to ``clip`` (0: not
+    clipped), then the step."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.step()
+
+
+def trace(net: nn.Module, example: tuple, *, strict: bool = True) -> Any:
+    """A TorchScript trace of ``net`` on ``example`` (its inputs), or None when it cannot be
+    traced (the caller then runs ``net`` eagerly: the same computation). The trace shares
+    the network's parameters, so training and parameter copies reach it; it cuts the Python
+    overhead of a single item's forward (the insert's hot path). ``strict=False`` lets a
+    network take a dict of inputs (the placement stages' batches)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer warnings about shapes read as constants
+            return torch.jit.trace(net, example, strict=strict, check_trace=False)
+    except Exception:  # noqa: BLE001 - any failure to trace: run eagerly
+        return None
+
+
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
 __all__ = ["ModelConfig", "Stage1Net", "Stage2Net", "OperationNet", "collate_stage1", "collate_stage2", "NEG",
-           "count_parameters"]
+           "count_parameters", "optimiser_step", "trace"]

@@ -14,7 +14,7 @@ Weights are a state dict of numpy arrays (``torchfile.load`` of a checkpoint).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -114,6 +114,24 @@ def check_weights(weights: Weights, shapes: Mapping[str, tuple[int, ...]]) -> di
             raise ValueError(f"size mismatch for {k}: checkpoint {tuple(a.shape)}, model {tuple(shape)}")
         out[k] = np.ascontiguousarray(a, dtype=_F)
     return out
+
+
+def check_optimiser_state(state: Any, groups: Sequence[Mapping[str, tuple[int, ...]]]) -> None:
+    """What ``Adam.load_state_dict`` (and ``AdamW``'s) checks of a saved optimiser state,
+    checked without torch, and what its first step needs: one saved parameter group per
+    entry of ``groups`` (each the shapes of its parameters by name, in the optimiser's
+    order), holding as many parameters, and every state entry's moments the shape of its
+    parameter. ValueError otherwise."""
+    saved = state["param_groups"]
+    if len(saved) != len(groups) or [len(g["params"]) for g in saved] != [len(g) for g in groups]:
+        raise ValueError("loaded state dict contains a parameter group that doesn't match the size of optimizer's group")
+    shapes = [(name, shape) for g in groups for name, shape in g.items()]
+    index = [i for g in saved for i in g["params"]]
+    for i, entry in state["state"].items():
+        name, shape = shapes[index.index(i)]
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in entry and tuple(np.shape(entry[key])) != tuple(shape):
+                raise ValueError(f"optimiser state of {name} has shape {np.shape(entry[key])}")
 
 
 # --------------------------------------------------------------------- forwards
@@ -236,5 +254,5 @@ def operation_shapes(dim: int, k: int, n_flags: int, n_pair: int, hidden: int = 
             **_linear("pair.2", hidden, 3)}
 
 
-__all__ = ["ModelConfig", "NEG", "check_weights", "encode_tokens", "operation_logits", "operation_shapes",
+__all__ = ["ModelConfig", "NEG", "check_optimiser_state", "check_weights", "encode_tokens", "operation_logits", "operation_shapes",
            "parameter_shapes", "stage1_logits", "stage2_logits"]

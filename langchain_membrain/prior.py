@@ -16,14 +16,13 @@ SHA-256); never from LoCoMo or from the evaluation data.
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from importlib import resources
 from typing import Any
 
 PRIOR_FILE = "data/prior.pt"
 MANIFEST_FILE = "data/prior.json"
-#: The operation student's prior (operations.py), built by ``bench pretrain --part operations``.
+#: The operation student's prior (operation_student.py), built by ``bench pretrain --part operations``.
 OPERATIONS_PRIOR_FILE = "data/operations_prior.pt"
 OPERATIONS_MANIFEST_FILE = "data/operations_prior.json"
 
@@ -53,12 +52,7 @@ def load_prior() -> tuple[dict[str, Any], dict[str, Any]] | None:
 
     try:
         data, manifest = _read(PRIOR_FILE, MANIFEST_FILE)
-        try:
-            state = torchfile.load(data)
-        except torchfile.UnsupportedFile:
-            import torch
-
-            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        state = torchfile.read_checkpoint(data)
     except Exception:  # a missing or damaged prior: start from scratch, as before priors
         return None
     return state, manifest
@@ -67,12 +61,12 @@ def load_prior() -> tuple[dict[str, Any], dict[str, Any]] | None:
 def operation_teacher_identity(teacher: Any) -> str:
     """Who answers a memory's operation questions: a teacher with ``choose_operation`` (an
     LLM, an evaluation teacher) is itself (:func:`teacher_identity`); any other is answered
-    by the offline rule (operations.py), whatever its class, so it is the rule."""
+    by the offline rule (operation_rule.py), whatever its class, so it is the rule."""
     from .teachers.base import OperationTeacher
 
     if isinstance(teacher, OperationTeacher):
         return teacher_identity(teacher)
-    from .operations import rule_identity
+    from .operation_rule import rule_identity
 
     return rule_identity()
 

@@ -9,6 +9,8 @@ tensor storage) into the same nested dicts, lists and tuples, with numpy arrays 
 of tensors, and writes such a structure back as an archive ``torch.load(...,
 weights_only=True)`` reads: the same records, tensors rebuilt by
 ``torch._utils._rebuild_tensor_v2`` from typed storages, as torch itself writes them.
+Every checkpoint of the package (both trainers' and the priors) is read by
+:func:`read_checkpoint` and written by :func:`write_checkpoint`.
 
 Only what the checkpoints hold is understood: float, double, int64, int32 and bool tensors
 on the CPU, ``collections.OrderedDict``, and plain containers and scalars. Anything else
@@ -108,6 +110,33 @@ def load(data: bytes) -> Any:
         raise
     except Exception as exc:  # noqa: BLE001 - a damaged archive: the caller reads it with torch
         raise UnsupportedFile(f"{type(exc).__name__}: {exc}") from None
+
+
+def read_checkpoint(data: bytes, *, torch_first: bool = False) -> Any:
+    """A checkpoint's structure: read by :func:`load` (numpy arrays, torch not imported),
+    or, for a file it does not understand, by ``torch.load(weights_only=True)`` onto the
+    CPU (tensors). ``torch_first``: go to torch at once (a caller whose networks are in
+    torch already gains nothing from the numpy reading). torch's own errors propagate."""
+    if not torch_first:
+        try:
+            return load(data)
+        except UnsupportedFile:
+            pass
+    import torch
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def write_checkpoint(state: Any, *, tensors: bool) -> bytes:
+    """``state`` as checkpoint bytes, the archive ``torch.save`` writes: by torch when it
+    holds torch tensors (``tensors``), else by :func:`save` without importing torch."""
+    if not tensors:
+        return save(state)
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
 
 
 # ------------------------------------------------------------------ conversions

@@ -1,11 +1,13 @@
-"""Online imitation of a teacher (README, Concepts): losses, policies, calibration, checkpoints.
+"""Online imitation of a teacher (README, Concepts): the trainer of the two placement networks.
 
 The pieces:
 
-- :class:`Policy`: *which* decision is executed (``execute``: the teacher's, the model's, or
-  ``auto``: the model's when its calibrated confidence passes ``confidence``) and *when* the
-  teacher is asked (``query``: always, only when the model is uncertain plus a random audit
-  of ``audit_rate`` of the other decisions, or never).
+- The settings (training_config.py): :class:`Policy`, *which* decision is executed
+  (``execute``: the teacher's, the model's, or ``auto``: the model's when its calibrated
+  confidence passes ``confidence``) and *when* the teacher is asked (``query``: always, only
+  when the model is uncertain plus a random audit of ``audit_rate`` of the other decisions,
+  or never); :class:`StageTraining` and :class:`TrainingConfig`, the optimisers' settings.
+  They are importable from here.
 - Calibration (calibration.py): stage 1's confidence is its temperature-scaled top
   probability, the temperature fitted on a window of *unbiasedly chosen* labelled decisions
   (teacher-forced, always-queried or randomly audited; never the ones asked *because* the
@@ -16,32 +18,31 @@ The pieces:
 - :class:`OnlineTrainer`: both networks, their optimisers, replay buffers and counters.
   Each teacher-labelled decision is first scored *prequentially* (the model's argmax
   before it has trained on that label), then queued. Once ``batch_size`` decisions are
-  queued, the trainer takes ``steps_per_batch`` optimiser steps, each on the queued
-  decisions plus a sample of a bounded replay buffer (so early decisions are not
-  forgotten). The queued decisions form one padded batch, so this *is* gradient
-  accumulation over ``batch_size`` decisions, computed in one forward pass.
+  queued, the trainer takes ``steps_per_batch`` optimiser steps (models.optimiser_step),
+  each on the queued decisions plus a sample of a bounded replay buffer (replay.py: so
+  early decisions are not forgotten). The queued decisions form one padded batch, so this
+  *is* gradient accumulation over ``batch_size`` decisions, computed in one forward pass.
 
-Losses: stage 1, cross-entropy of the candidate logits against the teacher's index;
-stage 2, cross-entropy of the action type per fact (non-Idle classes weighted up:
-Idle dominates), cross-entropy of the demote target for facts the teacher demoted, and
-binary cross-entropy of the pairwise group logits against "both in one teacher Group".
+The losses the steps minimise are in losses.py.
 
 Checkpoints hold both networks, both optimisers, calibration and counters; they are read
-with ``torch.load(weights_only=True)`` and validated completely before anything running is
-replaced, so a bad checkpoint raises :class:`~.errors.CheckpointError` and changes nothing.
+by torchfile.read_checkpoint (``torch.load(weights_only=True)`` where torchfile cannot) and
+validated completely before anything running is replaced, so a bad checkpoint raises
+:class:`~.errors.CheckpointError` and changes nothing.
+
+The operation student (operation_student.py) trains with the same replay buffer, optimiser
+step, calibration and checkpoint container.
 """
 
 from __future__ import annotations
 
 import copy
-import io
 import random
 import threading
 import time
-from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,11 +52,17 @@ from .errors import CheckpointError
 from .calibration import Calibrator, PlattCalibrator
 from .features import Stage1Features, Stage2Features
 from .minilm import blas_threads
-from .nets import ModelConfig, check_weights, parameter_shapes, stage1_logits, stage2_logits
+from .nets import ModelConfig, check_optimiser_state, check_weights, parameter_shapes, stage1_logits, stage2_logits
+from .replay import ReplayBuffer, compact_stage1, compact_stage2
 from .students import LinearIdle, LinearStage1
+from .training_config import Execute, Policy, Query, StageTraining, TrainingConfig
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported where the networks are trained
     import torch
+
+# The settings are defined in training_config.py and importable from here, as they always were.
+__all__ = ["CHECKPOINT_FORMAT", "DECISION_SCORE", "PRIOR_FORMAT", "Execute", "OnlineTrainer", "Policy", "Query",
+           "StageCounters", "StageTraining", "TrainingConfig", "decided_facts", "optimiser_groups", "resolve_device"]
 
 CHECKPOINT_FORMAT = 1
 PRIOR_FORMAT = 1
@@ -64,75 +71,6 @@ PRIOR_FORMAT = 1
 # on other scores (temperature-scaled, or without the size), and the calibrator starts from
 # its default and refits from this teacher's audits.
 DECISION_SCORE = "sum-log-top-softmax, facts decided"
-Execute = Literal["teacher", "model", "auto"]
-Query = Literal["always", "uncertain", "never"]
-
-
-@dataclass
-class Policy:
-    """Who decides, and when the teacher is asked, for one stage.
-
-    ``warmup``: labelled decisions the stage must have seen before ``auto`` lets the model
-    decide alone. ``audit_rate``: with ``query="uncertain"``, the share of the model's
-    confident decisions that are still sent to the teacher, so agreement and calibration
-    stay measured on an unbiased sample.
-    """
-
-    execute: Execute = "auto"
-    query: Query = "uncertain"
-    confidence: float = 0.9
-    audit_rate: float = 0.02
-    warmup: int = 64
-
-    def __post_init__(self) -> None:
-        if self.execute not in ("teacher", "model", "auto"):
-            raise ValueError(f"execute must be teacher, model or auto, not {self.execute!r}")
-        if self.query not in ("always", "uncertain", "never"):
-            raise ValueError(f"query must be always, uncertain or never, not {self.query!r}")
-
-
-@dataclass
-class StageTraining:
-    """Optimiser settings of one stage."""
-
-    batch_size: int = 16
-    steps_per_batch: int = 1
-    replay_size: int = 1024
-    replay_batch: int = 32
-    lr: float = 3e-3
-    skip_lr: float = 3e-2  # for the linear skip heads (parameters named ``*skip*``)
-    weight_decay: float = 1e-4
-
-
-@dataclass
-class TrainingConfig:
-    """All training settings. ``device=None`` picks CUDA when available, else CPU."""
-
-    stage1: StageTraining = field(default_factory=lambda: StageTraining(batch_size=16, steps_per_batch=6, lr=1e-2,
-                                                                        skip_lr=1e-1))
-    stage2: StageTraining = field(default_factory=lambda: StageTraining(batch_size=8, steps_per_batch=12, lr=1e-2,
-                                                                        skip_lr=1e-1, replay_size=768))
-    nonidle_weight: float = 2.0
-    pair_pos_weight: float = 3.0
-    demote_weight: float = 1.0
-    calibration_window: int = 128
-    calibrate_every: int = 16
-    grad_clip: float = 1.0
-    seed: int = 0
-    device: str | None = None
-    trace_inference: bool = True  # run inference through TorchScript traces of both networks (faster)
-    # Learning rates (both stages, skip heads included) are multiplied by this when the
-    # networks start from a prior: fine-tuning. A fresh Adam moves every weight by about its
-    # learning rate per step whatever the gradient, so the from-scratch rates undo a prior
-    # within a few batches of a new teacher's labels (bench/RESULTS.md, economy: a new teacher starts expensive).
-    prior_lr_scale: float = 0.3
-    # CPU threads torch uses for these networks' forwards and optimiser steps (None: torch's
-    # own setting, one per core); one is fastest at these sizes (models.torch_threads).
-    threads: int | None = 1
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.prior_lr_scale <= 1.0:
-            raise ValueError(f"prior_lr_scale must be in (0, 1], not {self.prior_lr_scale!r}")
 
 
 @dataclass
@@ -166,21 +104,6 @@ def decided_facts(type_mask: np.ndarray) -> int:
     return int((np.asarray(type_mask).sum(axis=1) > 1).sum()) if len(type_mask) else 0
 
 
-def _half(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float16)
-
-
-def _compact1(f: Stage1Features) -> Stage1Features:
-    """A replay copy with the embeddings stored in float16 (half the memory)."""
-    return Stage1Features(_half(f.label), _half(f.mean), f.kind, f.role, f.num, f.n_candidates)
-
-
-def _compact2(f: Stage2Features) -> Stage2Features:
-    return Stage2Features(_half(f.label), _half(f.mean), f.kind, f.role, f.num, f.node_ids, f.fact_tok,
-                          f.aspect_tok, f.demote_pair, f.group_pair, f.focal_id, f.parent_id, f.grandparent_id,
-                          f.can_group)
-
-
 def resolve_device(device: str | None) -> "torch.device":
     import torch
 
@@ -189,22 +112,10 @@ def resolve_device(device: str | None) -> "torch.device":
     return torch.device(device)
 
 
-def _check_optimiser_state(state: Any, shapes: dict[str, tuple[int, ...]]) -> None:
-    """What ``AdamW.load_state_dict`` checks of a saved state, checked without torch: two
-    parameter groups (the networks' own parameters, then their skip heads, see
-    ``OnlineTrainer._optimiser``) holding as many parameters as the network, each state
-    entry's moments the shape of its parameter. ValueError otherwise."""
-    groups = state["param_groups"]
-    order = [n for n in shapes if "skip" not in n] + [n for n in shapes if "skip" in n]
-    sizes = [sum("skip" not in n for n in shapes), sum("skip" in n for n in shapes)]
-    if len(groups) != 2 or [len(g["params"]) for g in groups] != sizes:
-        raise ValueError("loaded state dict contains a parameter group that doesn't match the size of optimizer's group")
-    index = [i for g in groups for i in g["params"]]
-    for i, entry in state["state"].items():
-        name = order[index.index(i)]
-        for key in ("exp_avg", "exp_avg_sq"):
-            if key in entry and tuple(np.shape(entry[key])) != tuple(shapes[name]):
-                raise ValueError(f"optimiser state of {name} has shape {np.shape(entry[key])}")
+def optimiser_groups(shapes: dict[str, tuple[int, ...]]) -> list[dict[str, tuple[int, ...]]]:
+    """A stage's parameters (``shapes``, by name) as its optimiser groups them
+    (``OnlineTrainer._optimiser``): the network's own parameters, then its skip heads."""
+    return [{n: s for n, s in shapes.items() if "skip" not in n}, {n: s for n, s in shapes.items() if "skip" in n}]
 
 
 class _TorchNets:
@@ -256,8 +167,8 @@ class OnlineTrainer:
         self.decision_calib = PlattCalibrator(self.config.calibration_window)
         self.pending1: list[tuple[Stage1Features, int]] = []
         self.pending2: list[tuple[Stage2Features, Stage2Labels]] = []
-        self.replay1: deque = deque(maxlen=self.config.stage1.replay_size)
-        self.replay2: deque = deque(maxlen=self.config.stage2.replay_size)
+        self.replay1 = ReplayBuffer(self.config.stage1.replay_size)
+        self.replay2 = ReplayBuffer(self.config.stage2.replay_size)
         self.lock = threading.RLock()
         self.infer_lock = threading.RLock()
         # Labels a loaded prior was trained on, per stage, when the prior was taught by this
@@ -322,6 +233,8 @@ class OnlineTrainer:
 
     @staticmethod
     def _optimiser(net: "torch.nn.Module", st: StageTraining, scale: float = 1.0) -> "torch.optim.Optimizer":
+        """AdamW over two parameter groups (:func:`optimiser_groups`): the network's own
+        parameters at ``st.lr``, its skip heads at ``st.skip_lr``, both scaled by ``scale``."""
         import torch
 
         skip = [p for n, p in net.named_parameters() if "skip" in n]
@@ -362,19 +275,12 @@ class OnlineTrainer:
         are traced symbolically, so one trace serves every closure. It shares the eager
         network's parameters, so the parameter copies of ``_publish`` reach it. Tracing is
         lazy; a network that fails to trace runs eagerly from then on (held as None)."""
-        import torch
-
         nets = self._torch_nets()
         net = nets.infer1 if stage == "stage1" else nets.infer2
         if self.config.trace_inference and stage not in nets.traced:
-            try:
-                import warnings
+            from .models import trace
 
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    nets.traced[stage] = torch.jit.trace(net, (b,), strict=False, check_trace=False)
-            except Exception:
-                nets.traced[stage] = None
+            nets.traced[stage] = trace(net, (b,), strict=False)
         fast = nets.traced.get(stage)
         return net(b) if fast is None else fast(b)
 
@@ -491,69 +397,32 @@ class OnlineTrainer:
             self._publish()
         return steps
 
-    def _batch(self, pending: list, replay: deque, st: StageTraining) -> list:
-        k = min(st.replay_batch, len(replay))
-        return pending + (self.rng.sample(list(replay), k) if k else [])
+    def _batch(self, pending: list, replay: ReplayBuffer, st: StageTraining) -> list:
+        return pending + replay.sample(st.replay_batch, self.rng)
 
     def _train1(self, pending: list) -> int:
-        import torch
-        import torch.nn.functional as F
-
-        from .models import collate_stage1
+        from .losses import stage1_loss
 
         st, c = self.config.stage1, self.counters["stage1"]
         t0 = time.perf_counter()
         for _ in range(st.steps_per_batch):
             with self.lock:
                 self.stage1.train()
-                batch = self._batch(pending, self.replay1, st)
-                b = collate_stage1([f for f, _ in batch], self.device)
-                target = torch.tensor([1 + y for _, y in batch], device=self.device)
-                loss = F.cross_entropy(self.stage1(b), target)
+                loss = stage1_loss(self.stage1, self._batch(pending, self.replay1, st), self.device)
                 self._step(self.opt1, self.stage1, loss)
                 self.stage1.eval()
                 c.loss = loss.item() if c.steps == 0 else 0.9 * c.loss + 0.1 * loss.item()
                 c.steps += 1
         with self.lock:
-            self.replay1.extend((_compact1(f), y) for f, y in pending)
+            self.replay1.extend((compact_stage1(f), y) for f, y in pending)
             c.train_ms += (time.perf_counter() - t0) * 1000
         return st.steps_per_batch
 
     def stage2_loss(self, batch: list[tuple[Stage2Features, Stage2Labels]]) -> "torch.Tensor":
-        """The stage-2 loss of a batch (type CE + demote CE + pairwise group BCE)."""
-        import torch
-        import torch.nn.functional as F
+        """The stage-2 loss of a batch (losses.stage2_loss) under this trainer's weights."""
+        from .losses import stage2_loss
 
-        from .models import collate_stage2
-
-        cfg = self.config
-        b = collate_stage2([f for f, _ in batch], self.device)
-        type_logits, demote_logits, group_logits = self.stage2(b)
-        B, N, A = demote_logits.shape
-        types = torch.zeros(B, N, dtype=torch.long)
-        targets = torch.full((B, N), -100, dtype=torch.long)
-        together = torch.zeros(B, N, N)
-        for i, (_, lab) in enumerate(batch):
-            n = len(lab.types)
-            types[i, :n] = torch.as_tensor(lab.types)
-            targets[i, :n] = torch.as_tensor(np.where(lab.targets >= 0, lab.targets, -100))
-            together[i, :n, :n] = torch.as_tensor(lab.together)
-        types, targets, together = types.to(self.device), targets.to(self.device), together.to(self.device)
-        fact_mask = b["fact_mask"]
-        weight = torch.tensor([1.0] + [cfg.nonidle_weight] * 3, device=self.device)
-        ce = F.cross_entropy(type_logits.reshape(-1, 4), types.reshape(-1), weight=weight, reduction="none")
-        loss = (ce * fact_mask.reshape(-1)).sum() / fact_mask.sum().clamp(min=1)
-        if A and (targets >= 0).any():
-            loss = loss + cfg.demote_weight * F.cross_entropy(demote_logits.reshape(-1, A), targets.reshape(-1),
-                                                              ignore_index=-100)
-        pair_ok = fact_mask[:, :, None] & fact_mask[:, None, :]
-        pair_ok = pair_ok & torch.triu(torch.ones(N, N, dtype=torch.bool, device=self.device), 1)[None]
-        if pair_ok.any():
-            bce = F.binary_cross_entropy_with_logits(
-                group_logits[pair_ok], together[pair_ok],
-                pos_weight=torch.tensor(cfg.pair_pos_weight, device=self.device))
-            loss = loss + bce
-        return loss
+        return stage2_loss(self.stage2, batch, self.config, self.device)
 
     def _train2(self, pending: list) -> int:
         st, c = self.config.stage2, self.counters["stage2"]
@@ -567,18 +436,14 @@ class OnlineTrainer:
                 c.loss = loss.item() if c.steps == 0 else 0.9 * c.loss + 0.1 * loss.item()
                 c.steps += 1
         with self.lock:
-            self.replay2.extend((_compact2(f), lab) for f, lab in pending)
+            self.replay2.extend((compact_stage2(f), lab) for f, lab in pending)
             c.train_ms += (time.perf_counter() - t0) * 1000
         return st.steps_per_batch
 
     def _step(self, opt: "torch.optim.Optimizer", net: "torch.nn.Module", loss: "torch.Tensor") -> None:
-        import torch
+        from .models import optimiser_step
 
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.config.grad_clip:
-            torch.nn.utils.clip_grad_norm_(net.parameters(), self.config.grad_clip)
-        opt.step()
+        optimiser_step(opt, net.parameters(), loss, self.config.grad_clip)
 
     # ------------------------------------------------------------- checkpoints
     def _calibration_state(self) -> dict[str, Any]:
@@ -594,20 +459,26 @@ class OnlineTrainer:
         """What a checkpoint holds beyond a prior's state: the linear students."""
         return {"linear1": self.linear1.state(), "idle2": self.idle2.state()}
 
+    def _checkpoint(self, networks: tuple[Any, Any], optimisers: tuple[Any, Any]) -> dict[str, Any]:
+        """A checkpoint's state holding these states of the two networks and their
+        optimisers (torch's, or the loaded numpy ones), with the counters and calibration."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "model_config": self.model_config.to_dict(),
+            "stage1": networks[0],
+            "stage2": networks[1],
+            "opt1": optimisers[0],
+            "opt2": optimisers[1],
+            "counters": {k: asdict(v) for k, v in self.counters.items()},
+            **self._calibration_state(),
+            **self._checkpoint_extras(),
+            "prior_labels": dict(self.prior_labels),
+        }
+
     def state_dict(self) -> dict[str, Any]:
         with self.lock:
-            return {
-                "format": CHECKPOINT_FORMAT,
-                "model_config": self.model_config.to_dict(),
-                "stage1": self.stage1.state_dict(),
-                "stage2": self.stage2.state_dict(),
-                "opt1": self.opt1.state_dict(),
-                "opt2": self.opt2.state_dict(),
-                "counters": {k: asdict(v) for k, v in self.counters.items()},
-                **self._calibration_state(),
-                **self._checkpoint_extras(),
-                "prior_labels": dict(self.prior_labels),
-            }
+            return self._checkpoint((self.stage1.state_dict(), self.stage2.state_dict()),
+                                    (self.opt1.state_dict(), self.opt2.state_dict()))
 
     def prior_state(self) -> dict[str, Any]:
         """What a shipped prior holds: both networks, calibration and label counts (no
@@ -695,23 +566,9 @@ class OnlineTrainer:
         ``torch.save`` of :meth:`state_dict`."""
         with self.lock:
             if self._t is None and self._weights is not None and self._opt_states is not None:
-                return torchfile.save({
-                    "format": CHECKPOINT_FORMAT,
-                    "model_config": self.model_config.to_dict(),
-                    "stage1": self._weights["stage1"],
-                    "stage2": self._weights["stage2"],
-                    "opt1": self._opt_states[0],
-                    "opt2": self._opt_states[1],
-                    "counters": {k: asdict(v) for k, v in self.counters.items()},
-                    **self._calibration_state(),
-                    **self._checkpoint_extras(),
-                    "prior_labels": dict(self.prior_labels),
-                })
-            import torch
-
-            buf = io.BytesIO()
-            torch.save(self.state_dict(), buf)
-            return buf.getvalue()
+                loaded = (self._weights["stage1"], self._weights["stage2"])
+                return torchfile.write_checkpoint(self._checkpoint(loaded, self._opt_states), tensors=False)
+            return torchfile.write_checkpoint(self.state_dict(), tensors=True)
 
     def load_bytes(self, data: bytes) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -736,19 +593,10 @@ class OnlineTrainer:
     def _load(self, data: bytes) -> None:
         # Read without torch (torchfile) unless torch holds the networks already; a file
         # torchfile does not understand is read by torch.
-        state = None
-        if self._t is None:
-            try:
-                state = torchfile.load(data)
-            except torchfile.UnsupportedFile:
-                state = None
-        if state is None:
-            import torch
-
-            try:
-                state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-            except Exception as exc:  # torch raises many types for corrupt or foreign files
-                raise CheckpointError(f"cannot read checkpoint: {exc}") from None
+        try:
+            state = torchfile.read_checkpoint(data, torch_first=self._t is not None)
+        except Exception as exc:  # torch raises many types for corrupt or foreign files
+            raise CheckpointError(f"cannot read checkpoint: {exc}") from None
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError("not a membrain checkpoint (unknown format)")
         mine = self.model_config.to_dict()
@@ -764,8 +612,8 @@ class OnlineTrainer:
             if self._t is None:  # numpy until the first training
                 weights = {k: self._checked(state[k], k) for k in ("stage1", "stage2")}
                 opt_states = (torchfile.as_numpy(state["opt1"]), torchfile.as_numpy(state["opt2"]))
-                _check_optimiser_state(opt_states[0], parameter_shapes(self.model_config, "stage1"))
-                _check_optimiser_state(opt_states[1], parameter_shapes(self.model_config, "stage2"))
+                for opt_state, stage in zip(opt_states, ("stage1", "stage2")):
+                    check_optimiser_state(opt_state, optimiser_groups(parameter_shapes(self.model_config, stage)))
                 nets = None
             else:
                 nets = self._torch_copy(state["stage1"], state["stage2"], (state["opt1"], state["opt2"]))

@@ -470,6 +470,26 @@ def test_an_unreadable_student_checkpoint_starts_afresh(tmp_path) -> None:
         mem.add("I like green tea.", namespace="u")
 
 
+def test_a_student_checkpoint_whose_optimiser_does_not_fit_is_refused(one_torch_thread) -> None:
+    """The optimiser state is checked as the placement trainer's is (nets.check_optimiser_state):
+    moments of another shape are refused when loaded, not at the first training step."""
+    from langchain_membrain import torchfile
+    from langchain_membrain.errors import CheckpointError
+
+    student = OperationStudent(batch=2, steps=1)
+    e = np.ones(8, np.float32) / np.sqrt(8)
+    for text in ["I like tea.", "Hello!"] * 2:
+        q = OperationQuestion(text, e, ())
+        student.learn(q, conservative_operation(q), student.propose(q)[0])
+    state = torchfile.load(student.state_bytes())
+    fresh = OperationStudent(batch=2, steps=1)
+    fresh.load_bytes(torchfile.save(state))
+    assert fresh.optimiser_steps == student.optimiser_steps
+    state["optimiser"]["state"][0]["exp_avg"] = np.zeros(3, np.float32)
+    with pytest.raises(CheckpointError, match="optimiser state"):
+        OperationStudent(batch=2, steps=1).load_bytes(torchfile.save(state))
+
+
 def test_an_audited_item_is_one_question() -> None:
     """One audit draw per item serves its memory operation and its placement: with every
     item drawn (audit_rate 1), each costs exactly one question, the operation's (in one-call

@@ -291,11 +291,11 @@ class GuardedTeacher(BaseTeacher):
 
     # ---------------------------------------------------------- operation
     def try_operation(self, question: Any) -> Any:
-        """The LLM's memory operation for ``question`` (operations.OperationQuestion),
+        """The LLM's memory operation for ``question`` (operation_types.OperationQuestion),
         validated: a target that is not a shown number, or an UPDATE/DELETE without one,
         is rejected (and retried once with the error quoted). TeacherCallError when
         unusable."""
-        from ..operations import Operation
+        from ..operation_types import Operation
 
         self._stats.add("operation", decisions=1)
         cands = list(question.candidates)
@@ -348,7 +348,7 @@ class GuardedTeacher(BaseTeacher):
                     return self.fallback.choose_operation(question)
                 except Exception:  # noqa: BLE001 - the fallback's failure: the offline rule
                     pass
-            from ..operations import conservative_operation
+            from ..operation_rule import conservative_operation
 
             return conservative_operation(question)
 
