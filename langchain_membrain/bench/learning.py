@@ -20,13 +20,16 @@ Reported ("last200": over the last 200 decisions or inserts):
   descending alone on the same tree, would have attached the fact.
 - ``stage2_agreement_last200``: the decoded action series equals the teacher's (as sets;
   Group labels ignored); ``stage2_idle_baseline_last200``: the teacher's series is empty;
-  ``stage2_nonidle_recall_last200`` / ``_precision_``: over individual non-Idle actions;
+  ``stage2_nonidle_recall_last200`` / ``_precision_``: over individual non-Idle actions,
+  of the network's proposals (where its gate sent the decision to the teacher too);
+  ``stage2_executed_nonidle_recall_last200`` / ``_precision_``: the same of what was
+  executed (the teacher's answer where it was asked): what the tree got;
   ``stage2_focal_action_auc_last200``: how well the network's probability that the new fact
   is not left Idle ranks the decisions where the teacher does move it (ROC AUC,
   ``evaluation.ranking_auc``; 0.5: it cannot tell them apart, whatever its gate does).
 - ``teacher_calls_per_insert_last200`` (every teacher question; naming a new aspect is
   counted apart in ``naming_calls_per_insert_last200``), ``insert_p50_ms`` /
-  ``insert_p95_ms`` (wall clock of ``place``: descent, attach, stage 2, apply; over the
+  ``insert_p95_ms`` (wall clock of the insert's steps: descent, attach, stage 2, apply; over the
   second-half inserts decided by the model alone, i.e. the model path; embedding excluded:
   all texts are embedded in one batch before the timed loop), the same in CPU time
   (``insert_p50_cpu_ms``: the machine may be shared) and over every second-half insert,
@@ -110,6 +113,7 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
     s2 = [r.record.stage2 for r in results
           if r.record.stage2 is not None and r.record.stage2.shadow_actions is not None][-window:]
     agree2 = idle2 = hit = n_teacher = n_model = 0
+    done_hit = n_done = 0  # the same against what was executed (the teacher's answer where it was asked)
     acts_score: list[float] = []  # the model's P(not Idle) for the new fact ...
     acts_label: list[bool] = []  # ... and whether the teacher acted on it
     by_type = {t: [0, 0, 0] for t in ("promote", "demote", "group")}  # hits, teacher, model
@@ -121,6 +125,9 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
         hit += len(mine & theirs)
         n_teacher += len(theirs)
         n_model += len(mine)
+        done = {action_key(a) for a in d.executed}
+        done_hit += len(done & theirs)
+        n_done += len(done)
         for k in mine & theirs:
             by_type[k[0]][0] += 1
         for k in theirs:
@@ -142,6 +149,8 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
         "stage2_idle_baseline_last200": _rate(idle2, len(s2)),
         "stage2_nonidle_recall_last200": _rate(hit, n_teacher),
         "stage2_nonidle_precision_last200": _rate(hit, n_model),
+        "stage2_executed_nonidle_recall_last200": _rate(done_hit, n_teacher),
+        "stage2_executed_nonidle_precision_last200": _rate(done_hit, n_done),
         "stage2_focal_action_auc_last200": ranking_auc(acts_score, acts_label),
         **{f"stage2_{t}_recall_last200": _rate(v[0], v[1]) for t, v in by_type.items()},
         **{f"stage2_{t}_precision_last200": _rate(v[0], v[2]) for t, v in by_type.items()},

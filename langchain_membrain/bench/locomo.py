@@ -362,17 +362,7 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
                     shapes.append(_tree_shape(memories[m].tree(("locomo", conv.sample_id))))
             if "flat_pipeline" in methods:
                 retrievers["flat_pipeline"] = MembrainNamespace(flat, None, lookup, "exact")
-        if "bm25" in methods:
-            retrievers["bm25"] = BM25Retriever(conv)
-        if "dense" in methods:
-            retrievers["dense"] = DenseRetriever(conv, embs, qfull)
-        if "inmemorystore" in methods:
-            known = {**by_text, **qfull}
-
-            def lookup_many(texts: Sequence[str], known: dict = known) -> list[list[float]]:
-                return [(known[t] if t in known else cache.embed([t])[0]).tolist() for t in texts]
-
-            retrievers["inmemorystore"] = InMemoryStoreRetriever(conv, embs, lookup_many)
+        retrievers.update(_baselines(conv, embs, {**by_text, **qfull}, cache, methods))
         for m in methods:
             r = retrievers[m]
             for q in qs:
@@ -383,15 +373,7 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         log(f"{conv.sample_id}: {len(conv.turns)} turns, {len(conv.questions)} questions"
             f" ({conv.skipped} skipped: no valid evidence id)")
     results = score(ranked, questions, ks)
-    timing: dict[str, dict[str, Any]] = {
-        m: {"search_p50_ms": 1e3 * float(np.percentile(v, 50)),
-            "search_p95_ms": 1e3 * float(np.percentile(v, 95))} for m, v in latency.items() if v}
-    for m, st in ingest.items():
-        if st:
-            n_turns = sum(st["turns"]) or 1
-            timing.setdefault(m, {})["ingest_ms_per_turn"] = 1e3 * sum(st["ingest_s"]) / n_turns
-            timing[m]["teacher_calls_per_turn"] = sum(st["teacher_calls"]) / n_turns
-            timing[m]["teacher"] = st.get("teacher")
+    timing = _timing(latency, ingest)
     operation_stats = {}
     for m, memory in memories.items():
         if ops_of[m]:
@@ -401,6 +383,37 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
             "operations": operation_stats,
             "questions": len(questions), "embedding_s": cache.seconds,
             "ranked": ranked, "question_list": questions}
+
+
+def _baselines(conv: Any, embs: np.ndarray, known: dict[str, Any], cache: Any,
+               methods: Sequence[str]) -> dict[str, Retriever]:
+    """The flat baselines among ``methods`` for one conversation (``known``: the embeddings
+    of its turns and questions, text -> vector)."""
+    out: dict[str, Retriever] = {}
+    if "bm25" in methods:
+        out["bm25"] = BM25Retriever(conv)
+    if "dense" in methods:
+        out["dense"] = DenseRetriever(conv, embs, known)
+    if "inmemorystore" in methods:
+        def lookup_many(texts: Sequence[str]) -> list[list[float]]:
+            return [(known[t] if t in known else cache.embed([t])[0]).tolist() for t in texts]
+
+        out["inmemorystore"] = InMemoryStoreRetriever(conv, embs, lookup_many)
+    return out
+
+
+def _timing(latency: dict[str, list[float]], ingest: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Search latency percentiles per method, and ingest cost per turn of the memories."""
+    timing: dict[str, dict[str, Any]] = {
+        m: {"search_p50_ms": 1e3 * float(np.percentile(v, 50)),
+            "search_p95_ms": 1e3 * float(np.percentile(v, 95))} for m, v in latency.items() if v}
+    for m, st in ingest.items():
+        if st:
+            n_turns = sum(st["turns"]) or 1
+            timing.setdefault(m, {})["ingest_ms_per_turn"] = 1e3 * sum(st["ingest_s"]) / n_turns
+            timing[m]["teacher_calls_per_turn"] = sum(st["teacher_calls"]) / n_turns
+            timing[m]["teacher"] = st.get("teacher")
+    return timing
 
 
 def _tree_shape(tree: Any) -> dict[str, Any]:

@@ -136,7 +136,9 @@ def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -
                 raise TeacherError(f"aspect label {label!r} is empty")
             a = Group(a.node_ids, label, a.metadata, a.aspect_id)
         try:
-            apply_action(view, a)
+            # Aspect moves are checked as moves here; whether they are executed is the
+            # executor's setting (LearnerConfig.allow_aspects), which re-validates each action.
+            apply_action(view, a, allow_aspects=True)
         except MembrainError as exc:
             raise TeacherError(f"stage-2 action {a!r} does not apply: {exc}") from None
         actions.append(a)
@@ -169,7 +171,7 @@ def sequential_placements(teacher: Teacher, facts: Sequence[tuple[str, NewFact]]
             if isinstance(a, Group) and a.aspect_id is None:
                 a = Group(a.node_ids, a.label, a.metadata, f"aspect-{uuid.uuid4().hex}")
             try:
-                apply_action(view, a)
+                apply_action(view, a, allow_aspects=True)
             except MembrainError as exc:
                 raise TeacherError(f"stage-2 action {a!r} does not apply: {exc}") from None
             actions.append(a)
