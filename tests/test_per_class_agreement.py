@@ -1,5 +1,5 @@
 """Per-class agreement of the student's own decisions with a shadow teacher
-(``stats()["shadow_per_class"]``, ``Learner.shadow_per_class``): stage 1's "stop", stage 2's
+(``stats()["shadow_per_class"]``, ``Learner.shadow_scores``): stage 1's "stop", stage 2's
 Idle and each action kind, counted on the decisions the student executed alone."""
 
 from __future__ import annotations
@@ -7,15 +7,19 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from langchain_membrain import MembrainMemory
 from langchain_membrain.decoding import action_key
+from langchain_membrain.graph import insert_fact
 from langchain_membrain.pipeline import Learner, LearnerConfig
 from langchain_membrain.shadow import SHADOW_CLASSES
 from langchain_membrain.stats import LearningStats
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 from langchain_membrain.training import Policy
+from langchain_membrain.placement import NewFact
+from langchain_membrain.tree import MembrainTree
 
 from helpers import WordEmbeddings
 
@@ -36,26 +40,18 @@ class StopAndIdle(HeuristicTeacher):
         return []
 
 
-def _recorded(monkeypatch) -> list:
-    """Every PlaceRecord the memory's learner closes (apply_stage2 is its last step)."""
-    records: list = []
-    original = Learner.apply_stage2
-
-    def apply_stage2(self, tree, rec):
-        out = original(self, tree, rec)
-        records.append(rec)
-        return out
-
-    monkeypatch.setattr(Learner, "apply_stage2", apply_stage2)
-    return records
-
-
-def _run(shadow, learner: LearnerConfig):
-    with MembrainMemory(embeddings=WordEmbeddings(), background=False, prior=False, operations=False,
-                        relabel=False, learner=learner, shadow_teacher=shadow) as mem:
-        for text in TEXTS:
-            mem.add(text, namespace="alice")
-        return mem.stats()
+def _run(shadow, learner: LearnerConfig) -> tuple[dict, dict, list]:
+    """The texts inserted through the insert graph on a bare tree (graph.insert_fact) by a
+    learner with ``shadow``: (per-class counts, pooled agreement, every insert's record)."""
+    emb = WordEmbeddings()
+    learner.model.dim = emb.dimensions
+    student = Learner(HeuristicTeacher(), learner, shadow=shadow)
+    tree = MembrainTree("alice", dim=emb.dimensions)
+    records = [insert_fact(tree, student, NewFact(t, np.asarray(emb.embed_query(t), np.float32))).record
+               for t in TEXTS]
+    pooled = {k: {"agreed": a, "decisions": n, "rate": a / n if n else None}
+              for k, (a, n) in student.shadow_scores.agreement.items()}
+    return student.shadow_scores.per_class(), pooled, records
 
 
 def _recount(records: list) -> Counter:
@@ -108,12 +104,10 @@ CONFIGS = {
 
 @pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("who", ["stage1 alone", "stage2 alone"])
-def test_against_a_shadow_that_always_stops_and_idles(monkeypatch, who):
+def test_against_a_shadow_that_always_stops_and_idles(who):
     """The shadow's answer is always the rare class, so the per-class counts of the
     student's own decisions must equal the pooled agreement's."""
-    records = _recorded(monkeypatch)
-    stats = _run(StopAndIdle(), CONFIGS[who]())
-    per_class, pooled = stats["shadow_per_class"], stats["shadow_agreement"]
+    per_class, pooled, records = _run(StopAndIdle(), CONFIGS[who]())
     _check_shape(per_class)
     stop, idle = per_class["stage1"]["stop"], per_class["stage2"]["idle"]
     assert stop["shadow"] == pooled["stage1"]["decisions"]  # the shadow stops at every level
@@ -137,20 +131,17 @@ def test_against_a_shadow_that_always_stops_and_idles(monkeypatch, who):
 
 @pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("who", ["stage1 alone", "both gated"])
-def test_counts_the_students_own_decisions_only(monkeypatch, who):
+def test_counts_the_students_own_decisions_only(who):
     """With the real offline teacher as shadow, the counts are those of the decisions the
     student took alone, recomputed from the records; decisions sent to the teacher are left
     out."""
-    records = _recorded(monkeypatch)
-    stats = _run(HeuristicTeacher(), CONFIGS[who]())
-    per_class = stats["shadow_per_class"]
+    per_class, pooled, records = _run(HeuristicTeacher(), CONFIGS[who]())
     _check_shape(per_class)
     recount = _recount(records)
     for stage, classes in SHADOW_CLASSES.items():
         for cls in classes:
             for outcome in ("shadow", "student", "agreed"):
                 assert per_class[stage][cls][outcome] == recount[stage, cls, outcome], (stage, cls, outcome)
-    pooled = stats["shadow_agreement"]
     assert per_class["stage2"]["idle"]["shadow"] == sum(
         r.stage2 is not None and r.stage2.by == "model" and not r.stage2.shadow_actions for r in records)
     if who == "stage1 alone":  # stops on both sides, some of them agreed
@@ -161,7 +152,21 @@ def test_counts_the_students_own_decisions_only(monkeypatch, who):
         assert sum(per_class["stage2"][k]["shadow"] for k in ("promote", "demote", "group")) > 0
         assert any(r.stage2 is not None and r.stage2.by == "teacher" for r in records)
         assert any(s.by != "model" for r in records for s in r.steps)
-    # the typed view and the flat one agree, and survive a checkpoint's JSON
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_stats_report_the_per_class_counts():
+    """Through a memory: stats() reports the per-class counts beside the pooled agreement,
+    the typed view and the flat one agree, and they survive a checkpoint's JSON."""
+    with MembrainMemory(embeddings=WordEmbeddings(), background=False, prior=False, operations=False,
+                        relabel=False, learner=CONFIGS["both gated"](), shadow_teacher=HeuristicTeacher()) as mem:
+        mem.add_many(TEXTS, namespace="alice")
+        stats = mem.stats()
+    per_class, pooled = stats["shadow_per_class"], stats["shadow_agreement"]
+    _check_shape(per_class)
+    assert per_class["stage1"]["stop"]["shadow"] <= pooled["stage1"]["decisions"]
+    assert per_class["stage2"]["idle"]["shadow"] <= pooled["stage2"]["decisions"]
+    assert sum(v["student"] for v in per_class["stage2"].values()) >= pooled["stage2"]["decisions"] > 0
     assert stats.learning.shadow_per_class == per_class
     saved = json.loads(json.dumps(stats.as_dict()))
     assert LearningStats.from_mapping(saved).shadow_per_class == per_class
