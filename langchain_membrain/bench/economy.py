@@ -88,6 +88,8 @@ import numpy as np
 
 from . import machine_description
 from .economy_stream import Insert, PrecomputedEmbeddings, StreamResult, load_stream, read_counts, run_stream
+from .economy_stream import Item as Item  # re-exported, as tree_shape: public names of this module
+from .economy_stream import tree_shape as tree_shape
 
 LAST = 200
 NEW_TEACHER_CROWD = 7  # --teacher new: HeuristicConfig.crowd other than the default (6) that taught the prior

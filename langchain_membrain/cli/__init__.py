@@ -40,15 +40,21 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import MembrainError
-from .demo import cmd_demo
+from .demo import DEMO_NAMESPACE, DEMO_QUERIES, agreements, cmd_demo, load_sample_conversation, teacher_calls
 from .history import cmd_history
-from .opening import DEFAULT_DB, IN_MEMORY, UserError
-from .reading import EXPORT_FORMATS, cmd_export, cmd_search, cmd_show, cmd_stats
-from .reading import stats_rows as stats_rows
-from .stored import CHECKPOINT_NAME as CHECKPOINT_NAME
-from .stored import StoredMemory as StoredMemory
-from .writing import cmd_add, cmd_import
-from .writing import read_records as read_records
+from .opening import DEFAULT_DB, IN_MEMORY, UserError, open_memory, open_stored, redact, teacher_from_env
+from .reading import EXPORT_FORMATS, cmd_export, cmd_search, cmd_show, cmd_stats, stats_rows
+from .stored import CHECKPOINT_NAME, StoredMemory
+from .writing import cmd_add, cmd_import, facts_per_second, import_seconds, read_records
+
+# What ``langchain_membrain.cli`` offers: its own names and those of its modules.
+__all__ = [
+    "CHECKPOINT_NAME", "COMMANDS", "DEFAULT_DB", "DEMO_NAMESPACE", "DEMO_QUERIES", "EXPORT_FORMATS", "IN_MEMORY",
+    "StoredMemory", "UserError", "agreements", "build_parser", "cmd_add", "cmd_bench", "cmd_demo", "cmd_export",
+    "cmd_history", "cmd_import", "cmd_search", "cmd_show", "cmd_stats", "facts_per_second", "import_seconds",
+    "load_sample_conversation", "main", "open_memory", "open_stored", "read_records", "redact", "stats_rows",
+    "teacher_calls", "teacher_from_env",
+]
 
 
 def cmd_bench(argv: list[str]) -> int:
