@@ -1,4 +1,4 @@
-"""Prompt text shared by the LLM teachers (the answer schemas: :mod:`.answers`).
+"""Prompt text shared by the LLM teachers (the answer schemas: :mod:`.schemas`).
 
 Every question is two messages: a **system** message with the instructions (fixed text,
 never containing user data) and a **user** message holding only data: one JSON document
@@ -53,18 +53,18 @@ import numpy as np
 
 from ..tree import Closure, MembrainTree
 
-# The answer schemas (answers.py): the teachers read them from this module too.
-from .answers import SCHEMAS as SCHEMAS
-from .answers import ActionSpec as ActionSpec
-from .answers import AspectName as AspectName
-from .answers import BatchEntry as BatchEntry
-from .answers import OperationAnswer as OperationAnswer
-from .answers import OperationPlaceAnswer as OperationPlaceAnswer
-from .answers import PlaceAnswer as PlaceAnswer
-from .answers import PlaceBatchAnswer as PlaceBatchAnswer
-from .answers import Stage1Answer as Stage1Answer
-from .answers import Stage2Answer as Stage2Answer
-from .answers import strict_json_schema as strict_json_schema
+# The answer schemas (schemas.py): the teachers read them from this module too.
+from .schemas import SCHEMAS as SCHEMAS
+from .schemas import ActionSpec as ActionSpec
+from .schemas import AspectName as AspectName
+from .schemas import BatchEntry as BatchEntry
+from .schemas import OperationAnswer as OperationAnswer
+from .schemas import OperationPlaceAnswer as OperationPlaceAnswer
+from .schemas import PlaceAnswer as PlaceAnswer
+from .schemas import PlaceBatchAnswer as PlaceBatchAnswer
+from .schemas import Stage1Answer as Stage1Answer
+from .schemas import Stage2Answer as Stage2Answer
+from .schemas import strict_json_schema as strict_json_schema
 
 Message = dict[str, str]
 
