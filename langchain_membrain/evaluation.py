@@ -316,6 +316,42 @@ def _resolve_synset(name: str, index_noun: Path) -> str:
     raise MembrainError(f"synset {name!r} is not in {index_noun}")
 
 
+def _hyponym_tree(synsets: dict[str, tuple[list[str], list[str], str]], top: str) -> tuple[dict[str, str | None], list[str]]:
+    """The hyponym subtree of ``top``, breadth-first: each synset's parent (its first-found
+    hypernym on a path from ``top``; ``top``'s is None) and the synsets in visiting order."""
+    parent: dict[str, str | None] = {top: None}
+    order = [top]
+    queue = deque([top])
+    while queue:
+        head = queue.popleft()
+        for child in synsets[head][1]:
+            if child not in parent:
+                parent[child] = head
+                order.append(child)
+                queue.append(child)
+    return parent, order
+
+
+def _parent_closed_sample(parent: dict[str, str | None], order: list[str], size: int, seed: int) -> set[str]:
+    """``order[0]`` and random others (``random.Random(seed)``), each with its whole
+    ancestor chain, while the chain fits in ``size`` synsets."""
+    rng = random.Random(seed)
+    chosen: set[str] = {order[0]}
+    pool = order[1:]
+    rng.shuffle(pool)
+    for off in pool:
+        if len(chosen) >= size:
+            break
+        chain = []
+        cur: str | None = off
+        while cur is not None and cur not in chosen:
+            chain.append(cur)
+            cur = parent[cur]
+        if len(chosen) + len(chain) <= size:
+            chosen.update(chain)
+    return chosen
+
+
 def wordnet_subtree_facts(
     root: str,
     *,
@@ -350,31 +386,8 @@ def wordnet_subtree_facts(
     if top not in synsets:
         raise MembrainError(f"synset {root!r} ({top}) is not in data.noun")
 
-    parent: dict[str, str | None] = {top: None}
-    order = [top]
-    queue = deque([top])
-    while queue:
-        head = queue.popleft()
-        for child in synsets[head][1]:
-            if child not in parent:
-                parent[child] = head
-                order.append(child)
-                queue.append(child)
-
-    rng = random.Random(seed)
-    chosen: set[str] = {top}
-    pool = order[1:]
-    rng.shuffle(pool)
-    for off in pool:
-        if len(chosen) >= size:
-            break
-        chain = []
-        cur: str | None = off
-        while cur is not None and cur not in chosen:
-            chain.append(cur)
-            cur = parent[cur]
-        if len(chosen) + len(chain) <= size:
-            chosen.update(chain)
+    parent, order = _hyponym_tree(synsets, top)
+    chosen = _parent_closed_sample(parent, order, size, seed)
 
     def name(off: str) -> str:
         return synsets[off][0][0]
@@ -398,4 +411,3 @@ def wordnet_subtree_facts(
             extra={"depth": len(anc)},
         ))
     return rows
-

@@ -319,77 +319,107 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
 
     Columns (STAGE2_COLUMNS), with ``e`` a fact's unit embedding, ``q`` the focal fact's,
     ``P`` the parent, ``G`` the grandparent, ``S(X)``/``n(X)`` the embedding sum/count of
-    the facts below ``X``:
-
-    - every token: depth, children, facts, ``cos_label = cos(q, label)``,
-      ``cos_mean = cos(q, m(node))``;
-    - the closure (same on every token): ``has_grandparent``; ``parent_facts`` and
-      ``parent_aspects`` (log counts of P's fact and aspect children), ``parent_facts_lin``
-      (the fact count / 10); ``coherence`` = mean pairwise cosine of P's fact children;
-      ``parent_share_of_grand = n(P) / n(G)`` (0 without G);
-    - fact tokens: ``aff_parent_loo = e . (S(P) - e) / (n(P) - 1)`` (affinity to P's other
-      facts); ``aff_grand_out = e . (S(G) - S(P)) / (n(G) - n(P))`` (to the facts of G
-      outside P); ``promote_margin`` = their difference; ``cos_parent_loo`` the cosine
-      form; ``best_aspect_aff`` = max over P's child aspects A of ``e . m(A)``;
-      ``demote_margin = best_aspect_aff - aff_parent_loo``; ``best_aspect_label`` the
-      best cosine to an aspect label; ``best_other_fact``/``mean_other_fact`` the max/mean
-      cosine to P's other facts; ``cluster@c`` = log1p of the size of the fact's
-      average-linkage cluster among P's facts cut at similarity ``c``, and
-      ``cluster@coh+c`` the same cut at ``coherence + c``; ``best_coph`` the largest
-      cophenetic similarity to another fact of P (where the fact first joins a cluster)
-      and that minus ``coherence``; ``parent_facts=k`` one-hot of P's fact count. Sizes
-      weigh against similarities where a teacher balances a tree: with ``B`` the fact's
-      best aspect (by ``e . m(A)``), ``aff_rest_of_parent = e . (S(P) - S(B) - e) /
-      (n(P) - n(B) - 1)`` (affinity to the rest of P), ``best_aspect_odds = n(B) /
-      (n(P) - n(B) - 1)`` and ``parent_odds_in_grand = (n(P) - 1) / (n(G) - n(P))``, both
-      clipped at 20 and divided by 20.
-
-    Demote pairs (fact, aspect A), DEMOTE_COLUMNS: ``e . m(A)``, that minus
-    ``aff_parent_loo``, cos to A's label, log1p facts of A, is the fact's best aspect, best
-    minus second best (for the best) or own minus best (others). Group pairs (fact, fact),
-    GROUP_COLUMNS: cosine, cophenetic similarity, that minus ``coherence``, mutual nearest
-    facts, P's fact count / 10, ``coherence``.
+    the facts below ``X``, are defined by the functions that write them: every token's own
+    (:func:`_node_columns`), the closure's, the same on every token
+    (:func:`_closure_columns`), and on fact tokens what a Promote (:func:`_promotion_columns`),
+    a Demote (:func:`_aspect_columns`) and a Group (:func:`_cluster_columns`) compare. Sizes
+    weigh against similarities where a teacher balances a tree (``aff_rest_of_parent``,
+    ``best_aspect_odds``, ``parent_odds_in_grand``). Demote pairs (fact, aspect):
+    :func:`_demote_pairs`; group pairs (fact, fact): :func:`_group_pairs`.
     """
-    focal = closure.fact_id
-    parent = closure.parent_id
-    gp = closure.grandparent_id
+    focal, parent, gp = closure.fact_id, closure.parent_id, closure.grandparent_id
     dim = _tree_dim(tree)
     q = _unit(_vec(tree.node(focal).embedding, dim)[None])[0]
-
-    all_facts = [focal] + [c for c in tree.child_facts(parent) if c != focal]
+    pf = _parent_facts(tree, closure, dim)
     all_aspects = tree.child_aspects(parent)
     uncles = [m.node_id for m in closure.members if m.role == "uncle"]
 
-    f_label, _ = _node_vectors(tree, all_facts, dim)
-    f_unit = _unit(f_label)
-    fsims = f_unit @ f_unit.T  # (F, F) over all facts of the parent
-    coph = _cophenetic_similarity(f_unit)
-    n_all = len(all_facts)
-    coherence = float((fsims.sum() - n_all) / (n_all * (n_all - 1))) if n_all > 1 else 1.0
-
-    def top(ids: list[str], k: int, first_fixed: bool = False) -> list[int]:
-        if len(ids) <= k:
-            return list(range(len(ids)))
-        _, m = _node_vectors(tree, ids, dim)
-        s = _unit(m) @ q
-        if first_fixed:
-            s[0] = np.inf
-        return sorted(np.argsort(-s, kind="stable")[:k].tolist())
-
-    keep_f = top(all_facts, max_facts, first_fixed=True)
-    facts = [all_facts[i] for i in keep_f]
-    keep_a = top(all_aspects, max_aspects)
+    keep_f = _most_similar(tree, pf.ids, max_facts, q, dim, keep_first=True)
+    facts = [pf.ids[i] for i in keep_f]
+    keep_a = _most_similar(tree, all_aspects, max_aspects, q, dim)
     aspects = [all_aspects[i] for i in keep_a]
-    uncles = [uncles[i] for i in top(uncles, max_uncles)]
+    uncles = [uncles[i] for i in _most_similar(tree, uncles, max_uncles, q, dim)]
 
     ids = facts + aspects + [parent] + uncles + ([gp] if gp else [])
     roles = (["self"] + ["sibling"] * (len(facts) - 1 + len(aspects)) + ["parent"]
              + ["uncle"] * len(uncles) + (["grandparent"] if gp else []))
     label, mean = _node_vectors(tree, ids, dim)
-    T = len(ids)
-    num = np.zeros((T, STAGE2_NUM), np.float32)
+    num = np.zeros((len(ids), STAGE2_NUM), np.float32)
     kind = np.array([KIND_ID[tree.node(i).kind] for i in ids], np.int64)
     role = np.array([ROLE_ID[r] for r in roles], np.int64)
+    _node_columns(num, tree, parent, ids, roles, label, mean, q)
+    _closure_columns(num, tree, closure, pf, len(all_aspects))
+
+    # Fact quantities, for every fact of the parent (the kept ones are copied to tokens).
+    kf = np.array(keep_f, np.int64)
+    aff_p, cos_p = _leave_one_out(tree, parent, pf)
+    a_label, a_mean = _node_vectors(tree, all_aspects, dim)
+    a_aff = pf.unit @ a_mean.T  # (F, A)
+    a_lcos = pf.unit @ _unit(a_label).T
+    _promotion_columns(num, tree, closure, pf, kf, aff_p, cos_p)
+    _aspect_columns(num, tree, parent, all_aspects, pf, kf, aff_p, a_aff, a_lcos, dim)
+    _cluster_columns(num, pf, kf)
+
+    n_f = len(kf)
+    fact_tok = np.arange(n_f, dtype=np.int64)
+    aspect_tok = np.arange(n_f, n_f + len(aspects), dtype=np.int64)
+    demote = _demote_pairs(tree, aspects, kf, np.array(keep_a, np.int64), aff_p, a_aff, a_lcos)
+    group = _group_pairs(pf, kf)
+    return Stage2Features(label, mean, kind, role, num, ids, fact_tok, aspect_tok, demote, group,
+                          focal, parent, gp, tree.has_room(parent, 2))
+
+
+@dataclass
+class _ParentFacts:
+    """All the fact children of a closure's parent ``P``, the focal fact first: clustering
+    and the per-fact quantities use every one of them, however many are kept as tokens."""
+
+    ids: list[str]
+    label: np.ndarray  # (F, dim) their stored embeddings (zeros where none)
+    unit: np.ndarray  # (F, dim) the same as unit vectors
+    sims: np.ndarray  # (F, F) pairwise cosines
+    others: np.ndarray  # ``sims`` with the diagonal lowered by 3: a row's max is its nearest *other* fact
+    coph: np.ndarray  # (F, F) cophenetic similarity (:func:`_cophenetic_similarity`)
+    coherence: float  # mean pairwise cosine (1 for a lone fact)
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+
+def _parent_facts(tree: MembrainTree, closure: Closure, dim: int) -> _ParentFacts:
+    focal = closure.fact_id
+    ids = [focal] + [c for c in tree.child_facts(closure.parent_id) if c != focal]
+    label, _ = _node_vectors(tree, ids, dim)
+    unit = _unit(label)
+    sims = unit @ unit.T
+    coph = _cophenetic_similarity(unit)
+    n = len(ids)
+    coherence = float((sims.sum() - n) / (n * (n - 1))) if n > 1 else 1.0
+    others = sims - np.eye(n) * 3.0
+    return _ParentFacts(ids, label, unit, sims, others, coph, coherence)
+
+
+def _most_similar(tree: MembrainTree, ids: list[str], k: int, q: np.ndarray, dim: int, *,
+                  keep_first: bool = False) -> list[int]:
+    """Indices, in order, of the ``k`` of ``ids`` whose mean embedding has the largest
+    cosine to ``q`` (all of them when there are at most ``k``); ``keep_first``: the first
+    (the focal fact) is always among them."""
+    if len(ids) <= k:
+        return list(range(len(ids)))
+    _, m = _node_vectors(tree, ids, dim)
+    s = _unit(m) @ q
+    if keep_first:
+        s[0] = np.inf
+    return sorted(np.argsort(-s, kind="stable")[:k].tolist())
+
+
+def _node_columns(num: np.ndarray, tree: MembrainTree, parent: str, ids: list[str], roles: list[str],
+                  label: np.ndarray, mean: np.ndarray, q: np.ndarray) -> None:
+    """Every token's own columns: ``depth`` (/ 10, by role: the parent's depth ``d`` for
+    the parent and uncles, ``d + 1`` for the facts and aspects below it, ``d - 1`` for the
+    grandparent), ``children`` and ``facts`` (log counts), ``cos_label = cos(q, label)``
+    and ``cos_mean = cos(q, m(node))``."""
     depth_p = tree.depth(parent)
     depth_of = {"self": depth_p + 1, "sibling": depth_p + 1, "parent": depth_p, "uncle": depth_p,
                 "grandparent": depth_p - 1}
@@ -400,44 +430,62 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
         num[t, S2["facts"]] = _count(node.n_facts)
     num[:, S2["cos_label"]] = _unit(label) @ q
     num[:, S2["cos_mean"]] = _unit(mean) @ q
+
+
+def _closure_columns(num: np.ndarray, tree: MembrainTree, closure: Closure, pf: _ParentFacts,
+                     n_aspects: int) -> None:
+    """The closure's columns, the same on every token: ``has_grandparent``;
+    ``parent_facts`` and ``parent_aspects`` (log counts of P's fact and aspect children),
+    ``parent_facts_lin`` (the fact count / 10) and its one-hot ``parent_facts=k``;
+    ``coherence``; ``parent_share_of_grand = n(P) / n(G)`` (0 without G)."""
+    gp = closure.grandparent_id
     num[:, S2["has_grandparent"]] = float(gp is not None)
-    num[:, S2["parent_facts"]] = _count(n_all)
-    num[:, S2["parent_facts_lin"]] = n_all / 10.0
-    num[:, S2["parent_aspects"]] = _count(len(all_aspects))
-    num[:, S2["coherence"]] = coherence
+    num[:, S2["parent_facts"]] = _count(pf.n)
+    num[:, S2["parent_facts_lin"]] = pf.n / 10.0
+    num[:, S2["parent_aspects"]] = _count(n_aspects)
+    num[:, S2["coherence"]] = pf.coherence
     g_cnt = tree.node(gp).emb_count if gp is not None else 0
     if g_cnt:
-        num[:, S2["parent_share_of_grand"]] = tree.node(parent).emb_count / g_cnt
+        num[:, S2["parent_share_of_grand"]] = tree.node(closure.parent_id).emb_count / g_cnt
+    num[:, S2[f"parent_facts={min(pf.n, FACT_BUCKETS)}"]] = 1.0
 
-    # Fact quantities, for every fact of the parent (the kept ones are copied to tokens).
+
+def _leave_one_out(tree: MembrainTree, parent: str, pf: _ParentFacts) -> tuple[np.ndarray, np.ndarray]:
+    """(F,) each fact's affinity to P's other facts, ``e . (S(P) - x) / (n(P) - 1)`` with
+    ``x`` its raw embedding (what the sums hold), and the cosine form (divided by
+    ``|S(P) - x| / (n(P) - 1)``); 0 for a fact without embedding or alone in P."""
     pnode = tree.node(parent)
     p_sum, p_cnt = pnode.emb_sum, pnode.emb_count
+    aff_p = np.zeros(pf.n)
+    cos_p = np.zeros(pf.n)
+    if p_sum is not None and p_cnt > 1:
+        rest = (p_sum[None, :] - pf.label) / (p_cnt - 1)  # (F, dim); facts without embedding: unused
+        aff_p = np.einsum("ij,ij->i", pf.unit, rest)
+        cos_p = aff_p / np.maximum(np.linalg.norm(rest, axis=1), 1e-12)
+        has = np.linalg.norm(pf.label, axis=1) > 0
+        aff_p, cos_p = np.where(has, aff_p, 0.0), np.where(has, cos_p, 0.0)
+    return aff_p, cos_p
+
+
+def _promotion_columns(num: np.ndarray, tree: MembrainTree, closure: Closure, pf: _ParentFacts, kf: np.ndarray,
+                       aff_p: np.ndarray, cos_p: np.ndarray) -> None:
+    """Fact tokens (the first ``len(kf)``), what a Promote compares: ``is_focal``;
+    ``aff_parent_loo`` and ``cos_parent_loo`` (:func:`_leave_one_out`); ``aff_grand_out =
+    e . (S(G) - S(P)) / (n(G) - n(P))`` (to the facts of G outside P; 0 without them) and
+    ``promote_margin`` = that minus ``aff_parent_loo``; ``parent_odds_in_grand = (n(P) - 1)
+    / (n(G) - n(P))``, clipped at 20 and divided by 20."""
+    gp = closure.grandparent_id
+    pnode = tree.node(closure.parent_id)
+    p_sum, p_cnt = pnode.emb_sum, pnode.emb_count
     g_out = None
+    g_cnt = 0
     if gp is not None:
         gnode = tree.node(gp)
+        g_cnt = gnode.emb_count
         if gnode.emb_count > p_cnt:
             assert gnode.emb_sum is not None  # a node with embedded facts below has their sum
             g_out = (gnode.emb_sum - (p_sum if p_sum is not None else 0.0)) / (gnode.emb_count - p_cnt)
-    # Leave-one-out affinity to P, vectorised: e . (S(P) - x) / (n(P) - 1) with x the fact's
-    # raw embedding (what the sums hold); the cosine form divides by |S(P) - x| / (n(P) - 1).
-    aff_p = np.zeros(n_all)
-    cos_p = np.zeros(n_all)
-    if p_sum is not None and p_cnt > 1:
-        rest = (p_sum[None, :] - f_label) / (p_cnt - 1)  # (F, dim); facts without embedding: unused
-        aff_p = np.einsum("ij,ij->i", f_unit, rest)
-        cos_p = aff_p / np.maximum(np.linalg.norm(rest, axis=1), 1e-12)
-        has = np.linalg.norm(f_label, axis=1) > 0
-        aff_p, cos_p = np.where(has, aff_p, 0.0), np.where(has, cos_p, 0.0)
-    aff_g = f_unit @ g_out if g_out is not None else np.zeros(n_all)
-    a_label, a_mean = _node_vectors(tree, all_aspects, dim)
-    a_aff = f_unit @ a_mean.T  # (F, A)
-    a_lcos = f_unit @ _unit(a_label).T
-    other = fsims - np.eye(n_all) * 3.0  # exclude self from "best other"
-    cuts = list(CLUSTER_CUTS) + [coherence + c for c in RELATIVE_CUTS]
-    sizes = np.stack([(coph >= c - 1e-9).sum(1) for c in cuts], axis=1)  # (F, cuts)
-    c0 = S2["cluster@" + str(CLUSTER_CUTS[0])]
-    kf = np.array(keep_f, np.int64)
-    ka = np.array(keep_a, np.int64)
+    aff_g = pf.unit @ g_out if g_out is not None else np.zeros(pf.n)
     n_f = len(kf)  # facts are the first n_f tokens
     num[0, S2["is_focal"]] = 1.0
     num[:n_f, S2["aff_parent_loo"]] = aff_p[kf]
@@ -445,37 +493,68 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
     if g_out is not None:
         num[:n_f, S2["promote_margin"]] = aff_g[kf] - aff_p[kf]
     num[:n_f, S2["cos_parent_loo"]] = cos_p[kf]
-    if all_aspects:
-        best_aff = a_aff[kf].max(axis=1)
-        num[:n_f, S2["best_aspect_aff"]] = best_aff
-        num[:n_f, S2["demote_margin"]] = best_aff - aff_p[kf]
-        num[:n_f, S2["best_aspect_label"]] = a_lcos[kf].max(axis=1)
-    if all_aspects and p_sum is not None:
-        best = np.argmax(a_aff[kf], axis=1)
-        a_nodes = [tree.node(a) for a in all_aspects]
-        a_cnt = np.array([n.emb_count for n in a_nodes], np.float64)
-        a_sum = np.stack([n.emb_sum if n.emb_sum is not None else np.zeros(dim) for n in a_nodes])
-        rest_cnt = p_cnt - a_cnt[best] - 1
-        rest = (p_sum[None, :] - a_sum[best] - f_label[kf]) / np.maximum(rest_cnt, 1)[:, None]
-        num[:n_f, S2["aff_rest_of_parent"]] = np.where(rest_cnt > 0, np.einsum("ij,ij->i", f_unit[kf], rest), 0.0)
-        num[:n_f, S2["best_aspect_odds"]] = np.minimum(a_cnt[best] / np.maximum(rest_cnt, 1), 20.0) / 20.0
     if g_cnt > p_cnt:
         num[:n_f, S2["parent_odds_in_grand"]] = min((p_cnt - 1) / (g_cnt - p_cnt), 20.0) / 20.0
+
+
+def _aspect_columns(num: np.ndarray, tree: MembrainTree, parent: str, all_aspects: list[str], pf: _ParentFacts,
+                    kf: np.ndarray, aff_p: np.ndarray, a_aff: np.ndarray, a_lcos: np.ndarray, dim: int) -> None:
+    """Fact tokens, what a Demote compares (0 when P has no child aspect):
+    ``best_aspect_aff`` = max over P's child aspects A of ``e . m(A)`` (``a_aff``);
+    ``demote_margin`` = that minus ``aff_parent_loo``; ``best_aspect_label`` the best cosine
+    to an aspect label (``a_lcos``); with ``B`` the fact's best aspect,
+    ``aff_rest_of_parent = e . (S(P) - S(B) - e) / (n(P) - n(B) - 1)`` (0 when nothing is
+    left) and ``best_aspect_odds = n(B) / (n(P) - n(B) - 1)``, clipped at 20 and divided
+    by 20."""
+    if not all_aspects:
+        return
+    n_f = len(kf)
+    best_aff = a_aff[kf].max(axis=1)
+    num[:n_f, S2["best_aspect_aff"]] = best_aff
+    num[:n_f, S2["demote_margin"]] = best_aff - aff_p[kf]
+    num[:n_f, S2["best_aspect_label"]] = a_lcos[kf].max(axis=1)
+    pnode = tree.node(parent)
+    p_sum, p_cnt = pnode.emb_sum, pnode.emb_count
+    if p_sum is None:
+        return
+    best = np.argmax(a_aff[kf], axis=1)
+    a_nodes = [tree.node(a) for a in all_aspects]
+    a_cnt = np.array([n.emb_count for n in a_nodes], np.float64)
+    a_sum = np.stack([n.emb_sum if n.emb_sum is not None else np.zeros(dim) for n in a_nodes])
+    rest_cnt = p_cnt - a_cnt[best] - 1
+    rest = (p_sum[None, :] - a_sum[best] - pf.label[kf]) / np.maximum(rest_cnt, 1)[:, None]
+    num[:n_f, S2["aff_rest_of_parent"]] = np.where(rest_cnt > 0, np.einsum("ij,ij->i", pf.unit[kf], rest), 0.0)
+    num[:n_f, S2["best_aspect_odds"]] = np.minimum(a_cnt[best] / np.maximum(rest_cnt, 1), 20.0) / 20.0
+
+
+def _cluster_columns(num: np.ndarray, pf: _ParentFacts, kf: np.ndarray) -> None:
+    """Fact tokens, what a Group compares: ``best_other_fact``/``mean_other_fact`` (the
+    max/mean cosine to P's other facts; 0 for a lone fact); ``cluster@c`` = log1p of the
+    size of the fact's average-linkage cluster among P's facts cut at similarity ``c``
+    (/ 5), and ``cluster@coh+c`` the same cut at ``coherence + c``; ``best_coph`` the
+    largest cophenetic similarity to another fact of P (where the fact first joins a
+    cluster) and that minus ``coherence``."""
+    n_f, n_all = len(kf), pf.n
+    cuts = list(CLUSTER_CUTS) + [pf.coherence + c for c in RELATIVE_CUTS]
+    sizes = np.stack([(pf.coph >= c - 1e-9).sum(1) for c in cuts], axis=1)  # (F, cuts)
+    c0 = S2["cluster@" + str(CLUSTER_CUTS[0])]
     if n_all > 1:
-        num[:n_f, S2["best_other_fact"]] = other[kf].max(axis=1)
-        num[:n_f, S2["mean_other_fact"]] = (fsims[kf].sum(axis=1) - 1.0) / (n_all - 1)
+        num[:n_f, S2["best_other_fact"]] = pf.others[kf].max(axis=1)
+        num[:n_f, S2["mean_other_fact"]] = (pf.sims[kf].sum(axis=1) - 1.0) / (n_all - 1)
     num[:n_f, c0:c0 + len(cuts)] = np.log1p(sizes[kf]) / COUNT_SCALE
     if n_all > 1:
         # the similarity at which the fact first joins another (its cophenetic nearest)
-        best_coph = (coph - np.eye(n_all, dtype=coph.dtype) * 3.0).max(axis=1)
+        best_coph = (pf.coph - np.eye(n_all, dtype=pf.coph.dtype) * 3.0).max(axis=1)
         num[:n_f, S2["best_coph"]] = best_coph[kf]
-        num[:n_f, S2["best_coph_minus_coherence"]] = best_coph[kf] - coherence
-    num[:, S2[f"parent_facts={min(n_all, FACT_BUCKETS)}"]] = 1.0
+        num[:n_f, S2["best_coph_minus_coherence"]] = best_coph[kf] - pf.coherence
 
-    n_a = len(aspects)
-    fact_tok = np.arange(n_f, dtype=np.int64)
-    aspect_tok = np.arange(n_f, n_f + n_a, dtype=np.int64)
 
+def _demote_pairs(tree: MembrainTree, aspects: list[str], kf: np.ndarray, ka: np.ndarray, aff_p: np.ndarray,
+                  a_aff: np.ndarray, a_lcos: np.ndarray) -> np.ndarray:
+    """(N, A, DEMOTE_PAIR_NUM) for each kept fact and kept aspect A: ``e . m(A)``, that
+    minus ``aff_parent_loo``, cos to A's label, log1p facts of A, is the fact's best
+    aspect, best minus second best (for the best) or own minus best (others)."""
+    n_f, n_a = len(kf), len(aspects)
     demote = np.zeros((n_f, n_a, DEMOTE_PAIR_NUM), np.float32)
     if n_a:
         s = a_aff[np.ix_(kf, ka)]
@@ -489,16 +568,20 @@ def stage2_features(tree: MembrainTree, closure: Closure, *, max_facts: int = 48
         demote[..., 3] = np.array([_count(tree.node(a).n_facts) for a in aspects], np.float32)[None]
         demote[..., 4] = is_best
         demote[..., 5] = np.where(is_best, best - second, s - best)
+    return demote
 
+
+def _group_pairs(pf: _ParentFacts, kf: np.ndarray) -> np.ndarray:
+    """(N, N, GROUP_PAIR_NUM) for each pair of kept facts: cosine, cophenetic similarity,
+    that minus ``coherence``, mutual nearest facts, P's fact count / 10, ``coherence``."""
+    n_f = len(kf)
     group = np.zeros((n_f, n_f, GROUP_PAIR_NUM), np.float32)
     if n_f > 1:
-        nearest = np.argmax(other, axis=1)
-        group[..., 0] = fsims[np.ix_(kf, kf)]
-        group[..., 1] = coph[np.ix_(kf, kf)]
-        group[..., 2] = coph[np.ix_(kf, kf)] - coherence
+        nearest = np.argmax(pf.others, axis=1)
+        group[..., 0] = pf.sims[np.ix_(kf, kf)]
+        group[..., 1] = pf.coph[np.ix_(kf, kf)]
+        group[..., 2] = pf.coph[np.ix_(kf, kf)] - pf.coherence
         group[..., 3] = (nearest[kf][:, None] == kf[None, :]) & (nearest[kf][None, :] == kf[:, None])
-        group[..., 4] = n_all / 10.0
-        group[..., 5] = coherence
-
-    return Stage2Features(label, mean, kind, role, num, ids, fact_tok, aspect_tok, demote, group,
-                          focal, parent, gp, tree.has_room(parent, 2))
+        group[..., 4] = pf.n / 10.0
+        group[..., 5] = pf.coherence
+    return group

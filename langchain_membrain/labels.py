@@ -130,6 +130,8 @@ _TOKEN = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
 _NUMBER = re.compile(r"\d+(?:[.,:\-]\d+)*(?:st|nd|rd|th|s|k|km|am|pm|h|m)?")  # dates (2024-09-02) too
 
 FALLBACK_LABEL = "topic"
+#: Texts to vectors, one per text (e.g. ``MiniLMEmbeddings().embed_documents``).
+Embed = Callable[[list[str]], Sequence[Sequence[float]] | np.ndarray]
 
 
 def _key(word: str) -> str:
@@ -259,7 +261,7 @@ def _content(label: str) -> frozenset[str]:
 
 def offline_label(
     texts: list[str],
-    embed: Callable[[list[str]], Sequence[Sequence[float]] | np.ndarray] | None,
+    embed: Embed | None,
     *,
     mean: np.ndarray | None = None,
     avoid: Iterable[str] = (),
@@ -325,22 +327,36 @@ def offline_label(
 
     keys = [k for k in c.ranked() if allowed(k)][:max(1, max_candidates)]
     if keys:
-        if embed is None or len(keys) == 1:
-            return c.surface(keys[0])
-        phrases = [c.surface(k) for k in keys]
-        own_mean = mean is None
-        vecs = np.asarray(embed(phrases + (c.bodies if own_mean else [])), dtype=np.float64)
-        cand = vecs[:len(phrases)]
-        m = vecs[len(phrases):].mean(axis=0) if own_mean else np.asarray(mean, dtype=np.float64)
-        m_norm = float(np.linalg.norm(m))
-        norms = np.linalg.norm(cand, axis=1)
-        denom = norms * m_norm
-        cos = np.divide(cand @ m, denom, out=np.zeros(len(keys)), where=denom > 0)
-        n = max(1, c.n_texts)
-        scores = [float(cos[i]) + 0.15 * c.df[k] / n - 0.03 * k.count(" ")
-                  - 0.05 * len(_content(k) & avoided_words) for i, k in enumerate(keys)]
-        best = max(range(len(keys)), key=lambda i: (scores[i], -i))
-        return phrases[best]
+        return _best_candidate(c, keys, embed, mean, avoided_words)
+    return _fallback_label(c, avoided, avoided_content)
+
+
+def _best_candidate(c: _Candidates, keys: list[str], embed: Embed | None, mean: np.ndarray | None,
+                    avoided_words: frozenset[str]) -> str:
+    """The surface form of the key of ``keys`` with the best :func:`offline_label` score
+    (the first key without ``embed`` or when it is the only one; the first among equals)."""
+    if embed is None or len(keys) == 1:
+        return c.surface(keys[0])
+    phrases = [c.surface(k) for k in keys]
+    own_mean = mean is None
+    vecs = np.asarray(embed(phrases + (c.bodies if own_mean else [])), dtype=np.float64)
+    cand = vecs[:len(phrases)]
+    m = vecs[len(phrases):].mean(axis=0) if own_mean else np.asarray(mean, dtype=np.float64)
+    m_norm = float(np.linalg.norm(m))
+    norms = np.linalg.norm(cand, axis=1)
+    denom = norms * m_norm
+    cos = np.divide(cand @ m, denom, out=np.zeros(len(keys)), where=denom > 0)
+    n = max(1, c.n_texts)
+    scores = [float(cos[i]) + 0.15 * c.df[k] / n - 0.03 * k.count(" ")
+              - 0.05 * len(_content(k) & avoided_words) for i, k in enumerate(keys)]
+    best = max(range(len(keys)), key=lambda i: (scores[i], -i))
+    return phrases[best]
+
+
+def _fallback_label(c: _Candidates, avoided: set[str], avoided_content: list[frozenset[str]]) -> str:
+    """:func:`offline_label` when no candidate is allowed: the most frequent weak word
+    ("today") that is not avoided, else the first of ``"topic"``, ``"topic 2"``, ... not
+    avoided."""
     # Every content word is a candidate: what is left are weak words ("today"), if any.
     for kw, _ in sorted(c.words.items(), key=lambda kv: -kv[1]):  # stable: first seen among equals
         if kw not in avoided and not any({kw} <= ac for ac in avoided_content):

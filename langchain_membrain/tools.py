@@ -125,11 +125,20 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         ``[save_memory, update_memory, delete_memory, search_memory]``.
     """
     target = _Target(memory, namespace)
+    schemas: tuple[type[BaseModel], ...] = (SaveMemoryInput, UpdateMemoryInput, DeleteMemoryInput, SearchMemoryInput)
+    return [StructuredTool.from_function(func=func, coroutine=afunc, name=func.__name__, args_schema=schema,
+                                         description=TOOL_DESCRIPTIONS[func.__name__],
+                                         handle_tool_error=True)
+            for func, afunc, schema in zip(_tool_functions(target), _async_tool_functions(target), schemas)]
 
-    def missing(memory_id: str) -> ToolException:
-        return ToolException(f"There is no memory with id {memory_id!r}; search first to find its id.")
 
-    # -- sync
+def _missing(memory_id: str) -> ToolException:
+    return ToolException(f"There is no memory with id {memory_id!r}; search first to find its id.")
+
+
+def _tool_functions(target: _Target) -> tuple[Callable[..., str], ...]:
+    """save_memory, update_memory, delete_memory and search_memory on ``target``."""
+
     def save_memory(content: str, config: RunnableConfig) -> str:
         store, ns = target.store(), target.namespace(config)
         if isinstance(store, MembrainStore):  # add() does not store the same memory twice
@@ -142,14 +151,14 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         store, ns = target.store(), target.namespace(config)
         old = store.get(ns, memory_id)
         if old is None:
-            raise missing(memory_id)
+            raise _missing(memory_id)
         store.put(ns, memory_id, {**old.value, "content": content})
         return f"Updated memory {memory_id}."
 
     def delete_memory(memory_id: str, config: RunnableConfig) -> str:
         store, ns = target.store(), target.namespace(config)
         if store.get(ns, memory_id) is None:
-            raise missing(memory_id)
+            raise _missing(memory_id)
         store.delete(ns, memory_id)
         return f"Deleted memory {memory_id}."
 
@@ -157,7 +166,13 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         store, ns = target.store(), target.namespace(config)
         return json.dumps([_hit(store, item) for item in store.search(ns, query=query, limit=limit)])
 
-    # -- async twins
+    return save_memory, update_memory, delete_memory, search_memory
+
+
+def _async_tool_functions(target: _Target) -> tuple[Callable[..., Awaitable[str]], ...]:
+    """The async twins of :func:`_tool_functions`: asave_memory, aupdate_memory,
+    adelete_memory and asearch_memory."""
+
     async def asave_memory(content: str, config: RunnableConfig) -> str:
         store, ns = target.store(), target.namespace(config)
         if isinstance(store, MembrainStore):
@@ -170,14 +185,14 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         store, ns = target.store(), target.namespace(config)
         old = await store.aget(ns, memory_id)
         if old is None:
-            raise missing(memory_id)
+            raise _missing(memory_id)
         await store.aput(ns, memory_id, {**old.value, "content": content})
         return f"Updated memory {memory_id}."
 
     async def adelete_memory(memory_id: str, config: RunnableConfig) -> str:
         store, ns = target.store(), target.namespace(config)
         if await store.aget(ns, memory_id) is None:
-            raise missing(memory_id)
+            raise _missing(memory_id)
         await store.adelete(ns, memory_id)
         return f"Deleted memory {memory_id}."
 
@@ -186,13 +201,4 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
         items = await store.asearch(ns, query=query, limit=limit)
         return json.dumps([_hit(store, item) for item in items])
 
-    specs: list[tuple[Callable[..., str], Callable[..., Awaitable[str]], type[BaseModel]]] = [
-        (save_memory, asave_memory, SaveMemoryInput),
-        (update_memory, aupdate_memory, UpdateMemoryInput),
-        (delete_memory, adelete_memory, DeleteMemoryInput),
-        (search_memory, asearch_memory, SearchMemoryInput),
-    ]
-    return [StructuredTool.from_function(func=func, coroutine=afunc, name=func.__name__, args_schema=schema,
-                                         description=TOOL_DESCRIPTIONS[func.__name__],
-                                         handle_tool_error=True)
-            for func, afunc, schema in specs]
+    return asave_memory, aupdate_memory, adelete_memory, asearch_memory

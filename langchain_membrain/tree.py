@@ -25,6 +25,9 @@ Every write checks its preconditions first and raises a :class:`~.errors.Membrai
 subclass before touching anything, so a failed write leaves the tree exactly as it was.
 Each node keeps the sum and count of the embeddings of the facts below it, updated along
 one root path per write, so an aspect's mean embedding costs O(depth) to keep current.
+
+The node record is :class:`~.nodes.Node`; the tree as rows (what storage persists, a tree
+rebuilt from them, another copy's changes applied) is the base class :class:`~.tree_rows.TreeRows`.
 """
 
 from __future__ import annotations
@@ -32,62 +35,26 @@ from __future__ import annotations
 import gc
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 import networkx as nx
 import numpy as np
 
-from .errors import DimensionError, InvalidOperationError, InvariantError, MembrainError, NodeNotFoundError
+from .errors import InvalidOperationError, InvariantError, NodeNotFoundError
+from .nodes import ARCHIVE_KINDS, Node, as_vector, check_text, copy_node
+from .nodes import NodeKind as NodeKind  # re-exported, as SERIAL_VERSION: public names of this module
+from .tree_rows import SERIAL_VERSION as SERIAL_VERSION
+from .tree_rows import TreeRows
 
-NodeKind = Literal["root", "aspect", "fact", "history", "ignored"]
 Role = Literal["self", "sibling", "parent", "uncle", "grandparent"]
 
 ROOT_ID = "root"
-SERIAL_VERSION = 1
-ARCHIVE_KINDS = ("history", "ignored")
 #: The metadata key of an archived entry that holds its history record (see :func:`history_of`).
 HISTORY_KEY = "history"
 #: The metadata key of a current fact that holds the time its version became valid (set by
 #: an UPDATE; a fact never updated is valid from its ``created_at``).
 VALID_FROM_KEY = "valid_from"
-
-
-@dataclass(slots=True)
-class Node:
-    """One node of the tree. ``text`` is the fact text, the aspect label or the subject.
-    Slotted, without a ``__dict__``: a process holds one per memory of each loaded namespace."""
-
-    id: str
-    kind: NodeKind
-    text: str
-    embedding: np.ndarray | None = None
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    metadata: dict[str, Any] = field(default_factory=dict)
-    # Sum (float64 above a fact, to avoid drift) and count of the embeddings of the facts at
-    # or below this node; a fact's sum is its own embedding (the same array). Maintained by
-    # MembrainTree only, which never writes an array in place once a node holds it.
-    emb_sum: np.ndarray | None = field(default=None, repr=False)
-    emb_count: int = 0
-    n_facts: int = 0  # facts at or below this node, embedded or not
-    seq: int = 0  # order among siblings: set on every attach or move (persisted)
-
-    @property
-    def mean_embedding(self) -> np.ndarray | None:
-        """Mean embedding of the facts below (a fact: its own embedding); None if none."""
-        if self.emb_count == 0 or self.emb_sum is None:
-            return None
-        return (self.emb_sum / self.emb_count).astype(np.float32)
-
-
-def _node_copy(node: Node) -> Node:
-    """A copy of ``node`` with its own metadata dict; its arrays are shared (a tree replaces
-    an array, never writes one in place). Field by field, without dataclasses.replace's
-    per-call checks: a tree copy makes one per node."""
-    n = node
-    return Node(n.id, n.kind, n.text, n.embedding, n.created_at, n.updated_at, dict(n.metadata), n.emb_sum,
-                n.emb_count, n.n_facts, n.seq)
 
 
 @dataclass(frozen=True)
@@ -117,22 +84,6 @@ class Closure:
         return None
 
 
-def _as_vector(embedding: Any, dim: int | None) -> np.ndarray | None:
-    if embedding is None:
-        return None
-    try:
-        vec = np.asarray(embedding, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise DimensionError(f"embedding is not a numeric vector: {exc}") from None
-    if vec.ndim != 1 or vec.size == 0:
-        raise DimensionError(f"embedding must be a non-empty 1-d vector, got shape {vec.shape}")
-    if dim is not None and vec.size != dim:
-        raise DimensionError(f"embedding has {vec.size} dimensions, the tree uses {dim}")
-    if not np.isfinite(vec).all():
-        raise DimensionError("embedding contains NaN or infinity")
-    return vec.copy()
-
-
 def check_max_height(max_height: Any) -> int | None:
     """``max_height`` as given, or InvalidOperationError unless it is None or an int >= 1."""
     if max_height is None:
@@ -142,13 +93,7 @@ def check_max_height(max_height: Any) -> int | None:
     return max_height
 
 
-def _check_text(text: Any, what: str) -> str:
-    if not isinstance(text, str):
-        raise InvalidOperationError(f"{what} must be a str, got {type(text).__name__}")
-    return text
-
-
-class MembrainTree:
+class MembrainTree(TreeRows):
     """A tree of memories for one subject, backed by a :class:`networkx.DiGraph`.
 
     Edges go parent -> child; children keep the order in which they were attached.
@@ -171,7 +116,7 @@ class MembrainTree:
         self._removed: dict[str, None] = {}
         self.archive: dict[str, Node] = {}  # history and ignored entries, in insertion order
         now = self.clock()
-        self.graph.add_node(root_id, node=Node(root_id, "root", _check_text(subject, "subject"), None, now, now))
+        self.graph.add_node(root_id, node=Node(root_id, "root", check_text(subject, "subject"), None, now, now))
 
     # ------------------------------------------------------------------ reads
     @property
@@ -290,8 +235,8 @@ class MembrainTree:
         Refused where its facts would be deeper than ``max_height``."""
         self._require_container(parent_id)
         self._require_room(parent_id, 2)
-        label = _check_text(label, "aspect label")
-        vec = _as_vector(embedding, self.dim)
+        label = check_text(label, "aspect label")
+        vec = as_vector(embedding, self.dim)
         node_id = self._new_id(node_id, "a")
         self._claim_dim(vec)
         now = self.clock()
@@ -313,8 +258,8 @@ class MembrainTree:
     ) -> str:
         """Attach a new fact (a leaf) under a root or aspect."""
         self._require_container(parent_id)
-        text = _check_text(text, "fact text")
-        vec = _as_vector(embedding, self.dim)
+        text = check_text(text, "fact text")
+        vec = as_vector(embedding, self.dim)
         node_id = self._new_id(node_id, "f")
         self._claim_dim(vec)
         now = self.clock()
@@ -376,8 +321,8 @@ class MembrainTree:
         parent = parents.pop()
         assert parent is not None  # facts always have a parent
         self._require_room(parent, 2)
-        label = _check_text(label, "aspect label")
-        vec = _as_vector(embedding, self.dim)
+        label = check_text(label, "aspect label")
+        vec = as_vector(embedding, self.dim)
         if node_id is not None and node_id in self.graph:
             raise InvalidOperationError(f"node id {node_id!r} is already used")
         aspect = self.add_aspect(parent, label, node_id=node_id, embedding=vec, metadata=metadata)
@@ -424,8 +369,8 @@ class MembrainTree:
         if node.kind != "fact":
             raise InvalidOperationError(f"{fact_id!r} is a {node.kind}, not a fact")
         if text is not None:
-            _check_text(text, "fact text")
-        vec = _as_vector(embedding, self.dim)
+            check_text(text, "fact text")
+        vec = as_vector(embedding, self.dim)
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidOperationError("metadata must be a dict")
         if vec is not None:
@@ -447,10 +392,10 @@ class MembrainTree:
         node = self.node(aspect_id)
         if node.kind != "aspect":
             raise InvalidOperationError(f"{aspect_id!r} is a {node.kind}, not an aspect")
-        label = _check_text(label, "aspect label")
+        label = check_text(label, "aspect label")
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidOperationError("metadata must be a dict")
-        vec = _as_vector(embedding, self.dim)
+        vec = as_vector(embedding, self.dim)
         self._claim_dim(vec)
         node.text = label
         if vec is not None:
@@ -517,10 +462,10 @@ class MembrainTree:
         node = self.node(fact_id)
         if node.kind != "fact":
             raise InvalidOperationError(f"{fact_id!r} is a {node.kind}, not a fact")
-        _check_text(text, "fact text")
+        check_text(text, "fact text")
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidOperationError("metadata must be a dict")
-        _as_vector(embedding, self.dim)  # checked before anything changes
+        as_vector(embedding, self.dim)  # checked before anything changes
         now = self.clock() if when is None else float(when)
         entry = self._archive_version(fact_id, "update", now, superseded_by=fact_id, source=source)
         meta = dict(node.metadata if metadata is None else metadata)
@@ -543,8 +488,8 @@ class MembrainTree:
     def log_ignored(self, node_id: str | None, text: str, *, embedding: Any = None,
                     metadata: dict[str, Any] | None = None, reason: str = "ignore") -> str:
         """Keep an item that is not a memory in the namespace's log (not the tree)."""
-        text = _check_text(text, "text")
-        vec = _as_vector(embedding, self.dim)
+        text = check_text(text, "text")
+        vec = as_vector(embedding, self.dim)
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidOperationError("metadata must be a dict")
         node_id = self._new_id(node_id, "i")
@@ -585,219 +530,6 @@ class MembrainTree:
     def _forget(self, node_id: str) -> None:
         self._dirty.pop(node_id, None)
         self._removed[node_id] = None
-
-    def node_row(self, node_id: str) -> dict[str, Any]:
-        """One node (or archived entry, whose parent is the root) as a JSON-compatible row
-        (the unit that storage backends persist)."""
-        archived = self.archive.get(node_id)
-        n = archived if archived is not None else self.node(node_id)
-        return {
-            "id": n.id,
-            "kind": n.kind,
-            "text": n.text,
-            "parent": self.root_id if archived is not None else self.parent(node_id),
-            "seq": n.seq,
-            "embedding": None if n.embedding is None else n.embedding.tolist(),
-            "created_at": n.created_at,
-            "updated_at": n.updated_at,
-            "metadata": n.metadata,
-        }
-
-    def drain_changes(self) -> tuple[list[dict[str, Any]], list[str]]:
-        """Rows written and ids removed since the last drain, then forget them.
-
-        A backend that persists both (in one transaction) keeps an exact copy of the tree.
-        """
-        rows = [self.node_row(i) for i in sorted(self._dirty) if i in self.graph or i in self.archive]
-        removed = sorted(self._removed)
-        self._dirty, self._removed = {}, {}
-        return rows, removed
-
-    def apply_rows(self, rows: Iterable[dict[str, Any]], removed: Iterable[str] = ()) -> None:
-        """Bring this tree up to date with changes another copy of it made: ``rows`` it wrote
-        and ids it ``removed`` (what that copy's :meth:`drain_changes` returned, or several
-        such drains merged in order: a later row replaces an earlier one, a removal drops
-        it). Afterwards this tree equals one rebuilt with :meth:`from_rows` from the other
-        copy's rows (same nodes, parents, sibling order, sums).
-
-        Cost: O(changed rows x depth) plus the children of each container whose sums
-        changed, not O(tree). Removed ids not in the tree are ignored (created and removed
-        elsewhere meanwhile). Applied changes are not journalled (:meth:`drain_changes`
-        does not return them: they are stored already).
-
-        Raises InvariantError when the changes do not fit this tree (a parent that does not
-        exist, a fact with children, a cycle, a node left without a parent, a changed kind);
-        the tree may then be half-updated and must be rebuilt from storage.
-        """
-        rows, removed = list(rows), list(removed)
-        archived = [r for r in rows if r["kind"] in ARCHIVE_KINDS]
-        try:
-            self._apply_rows([r for r in rows if r["kind"] not in ARCHIVE_KINDS],
-                             [r for r in removed if r in self.graph])
-            self._apply_archive(archived, [r for r in removed if r in self.archive])
-        except InvariantError:
-            raise
-        except MembrainError as exc:
-            raise InvariantError(f"changes do not apply: {exc}") from None
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError, nx.NetworkXError) as exc:
-            raise InvariantError(f"changes do not apply: {exc!r}") from None
-
-    def _apply_archive(self, rows: list[dict[str, Any]], removed: list[str]) -> None:
-        """The archive's part of :meth:`apply_rows`: history and ignored entries (rows of
-        those kinds) join it, removed ones leave it; an entry never shares an id with a
-        node of the tree."""
-        for nid in removed:
-            del self.archive[nid]
-        for row in sorted(rows, key=lambda r: r.get("seq", 0)):
-            node = self._node_from_row(row)
-            if node.id in self.graph:
-                raise InvariantError(f"{node.id!r} is both in the tree and archived")
-            self.archive[node.id] = node
-            self._seq = max(self._seq, node.seq)
-
-    def _apply_rows(self, rows: list[dict[str, Any]], removed: list[str]) -> None:
-        root_row = None
-        incoming: dict[str, tuple[Node, str]] = {}
-        for row in rows:  # parse and check every row before touching the tree
-            if row["kind"] == "root":
-                if row["id"] != self.root_id or row["parent"] is not None:
-                    raise InvariantError(f"a second root {row['id']!r}")
-                root_row = row
-                continue
-            node = self._node_from_row(row)
-            if node.id in incoming or node.id == self.root_id:
-                raise InvariantError(f"node id {node.id!r} appears twice")
-            if not isinstance(row["parent"], str):
-                raise InvariantError(f"node {node.id!r} has no parent")
-            incoming[node.id] = (node, row["parent"])
-        if self.root_id in removed:
-            raise InvariantError("the root cannot be removed")
-        if not removed and all(node.kind == "fact" and nid not in self.graph for nid, (node, _) in incoming.items()):
-            self._attach_new_facts(incoming)  # another process's adds: O(new facts x depth)
-        else:
-            self._apply_nodes(incoming, removed)
-        if root_row is not None:
-            root = self.node(self.root_id)
-            root.text = _check_text(root_row["text"], "subject")
-            root.created_at, root.updated_at = float(root_row["created_at"]), float(root_row["updated_at"])
-            root.metadata = dict(root_row["metadata"] or {})
-        if incoming:
-            self._seq = max(self._seq, max(node.seq for node, _ in incoming.values()))
-        self.version += 1
-
-    def _attach_new_facts(self, incoming: dict[str, tuple[Node, str]]) -> None:
-        """The part of :meth:`_apply_rows` for changes that only add facts new to this tree
-        (what another process's ``add()`` logs): each is attached to its parent, last among
-        its siblings unless its seq says otherwise, and counted on its ancestors (as
-        :meth:`add_fact` does), without recomputing any container from all its children."""
-        attach = sorted((node.seq, nid, parent) for nid, (node, parent) in incoming.items())
-        added: dict[str, int] = {}  # parent -> facts attached to it here
-        for _, nid, parent in attach:
-            if parent not in self.graph or self.node(parent).kind == "fact":
-                raise InvariantError(f"node {nid!r} is attached to {parent!r}, which is not a root or aspect")
-        for _, nid, parent in attach:
-            self.graph.add_node(nid, node=incoming[nid][0])
-            self.graph.add_edge(parent, nid)
-            added[parent] = added.get(parent, 0) + 1
-            self._add_to_ancestors(nid, +1)
-        for parent, k in added.items():
-            # The new facts came last and in seq order: the siblings stay in seq order
-            # when the last one before them has a lower seq (else sort them, as below).
-            kids = list(self.graph.successors(parent))
-            if len(kids) > k and self.node(kids[-k - 1]).seq > self.node(kids[-k]).seq:
-                self._sort_children(parent)
-
-    def _sort_children(self, parent: str) -> None:
-        """Put a container's children in ``seq`` order, as :meth:`from_rows` builds them."""
-        kids = list(self.graph.successors(parent))
-        seqs = [self.node(k).seq for k in kids]
-        if any(a > b for a, b in zip(seqs, seqs[1:])):
-            kids.sort(key=lambda k: self.node(k).seq)
-            self.graph.remove_edges_from([(parent, k) for k in kids])
-            self.graph.add_edges_from([(parent, k) for k in kids])
-
-    def _apply_nodes(self, incoming: dict[str, tuple[Node, str]], removed: list[str]) -> None:
-        """The general part of :meth:`_apply_rows`: nodes replaced, moved, added or removed,
-        and the counts and sums of every container they touch recomputed from its children."""
-        # Containers whose counts and sums may change: the old ancestors of every node
-        # that goes or moves (now), and the new ones (after the changes).
-        stale: set[str] = set()
-
-        def mark_ancestors(nid: str) -> None:
-            cur = self.parent(nid)
-            while cur is not None and cur not in stale:
-                stale.add(cur)
-                cur = self.parent(cur)
-
-        for nid in removed:
-            mark_ancestors(nid)
-        for nid in incoming:
-            if nid in self.graph:
-                mark_ancestors(nid)
-        orphans: set[str] = set()
-        for nid in removed:
-            orphans.update(self.graph.successors(nid))
-            self.graph.remove_node(nid)
-        stale.difference_update(removed)
-        attach: list[tuple[int, str, str]] = []
-        for nid, (node, parent) in incoming.items():
-            if nid in self.graph:
-                old = self.node(nid)
-                if old.kind != node.kind:
-                    raise InvariantError(f"node {nid!r} changed kind from {old.kind} to {node.kind}")
-                self.graph.nodes[nid]["node"] = node  # children edges stay
-                old_parent = self.parent(nid)
-                if old_parent == parent and old.seq == node.seq:
-                    continue  # same place among the same siblings
-                # A new seq under the same parent: it moved away and back meanwhile, so
-                # it now sorts after its siblings; re-attaching it puts it there.
-                if old_parent is not None:
-                    self.graph.remove_edge(old_parent, nid)
-            else:
-                self.graph.add_node(nid, node=node)
-            attach.append((node.seq, nid, parent))
-        attach.sort()
-        reordered: set[str] = set()
-        for _, nid, parent in attach:
-            if parent not in self.graph or self.node(parent).kind == "fact":
-                raise InvariantError(f"node {nid!r} is attached to {parent!r}, which is not a root or aspect")
-            self.graph.add_edge(parent, nid)
-            reordered.add(parent)
-        for nid in orphans:
-            if nid in self.graph and self.parent(nid) is None:
-                raise InvariantError(f"node {nid!r} lost its parent")
-        limit = len(self.graph)
-        depth: dict[str, int] = {}
-        for nid in incoming:  # walk each changed node up to the root: no cycle, new ancestors
-            path: list[str] = []
-            cur: str | None = nid
-            while cur is not None and cur != self.root_id:
-                path.append(cur)
-                cur = self.parent(cur)
-                if cur is None or len(path) > limit:
-                    raise InvariantError(f"node {nid!r} is not connected to the root")
-            stale.update(path[1:])
-            stale.add(self.root_id)
-            if self.node(nid).kind == "aspect":
-                stale.add(nid)  # a replaced aspect record: its sums are recomputed
-        for nid in stale:
-            depth[nid] = len(self.path(nid))
-        for nid in sorted(stale, key=depth.__getitem__, reverse=True):  # children before parents
-            node = self.node(nid)
-            n_facts, count, total = 0, 0, None
-            for child in self.graph.successors(nid):
-                c = self.node(child)
-                n_facts += c.n_facts
-                if c.emb_count:
-                    assert c.emb_sum is not None  # a node with embedded facts below has their sum
-                    count += c.emb_count
-                    total = c.emb_sum.astype(np.float64) if total is None else total + c.emb_sum
-            node.n_facts, node.emb_count, node.emb_sum = n_facts, count, total
-        # Siblings in ``seq`` order, as from_rows builds them. Attaching in seq order
-        # already gives it when the writers caught up before writing (they do: under the
-        # namespace lock); this pass keeps it for any other log, at O(siblings).
-        for parent in reordered:
-            self._sort_children(parent)
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -864,7 +596,7 @@ class MembrainTree:
             self._forget(node_id)
             node_id = up
 
-    # ---------------------------------------------------------- serialisation
+    # ----------------------------------------------------------------- copies
     def copy(self) -> "MembrainTree":
         """An independent copy: same ids, texts, order, sums and version, an empty change
         journal. Writes to either tree never show in the other. O(n); the embedding and sum
@@ -890,7 +622,7 @@ class MembrainTree:
         out.root_id, out.dim, out.version, out._seq = self.root_id, self.dim, self.version, self._seq
         out.max_height, out.clock = self.max_height, self.clock
         out._dirty, out._removed = {}, {}
-        out.archive = {k: _node_copy(n) for k, n in self.archive.items()}
+        out.archive = {k: copy_node(n) for k, n in self.archive.items()}
         # The graph's adjacency is built as networkx's DiGraph lays it out (_node, _succ is
         # _adj, _pred sharing each edge's data dict) rather than through add_node/add_edge
         # and their per-call checks. Dicts keep insertion order, so sibling order is kept.
@@ -901,108 +633,11 @@ class MembrainTree:
             for v, data in nbrs.items():
                 pred[v][u] = data
         graph = nx.DiGraph()
-        graph._node = {nid: {"node": _node_copy(data["node"])} for nid, data in src._node.items()}
+        graph._node = {nid: {"node": copy_node(data["node"])} for nid, data in src._node.items()}
         graph._adj = graph._succ = succ
         graph._pred = pred
         out.graph = graph
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-compatible snapshot (nodes in pre-order, children in order)."""
-        nodes = [self.node_row(nid) for nid in nx.dfs_preorder_nodes(self.graph, self.root_id)]
-        nodes += [self.node_row(nid) for nid in self.archive]
-        return {"format": SERIAL_VERSION, "root_id": self.root_id, "dim": self.dim, "nodes": nodes}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MembrainTree":
-        """Rebuild a tree written by :meth:`to_dict`; raises InvariantError if malformed."""
-        if not isinstance(data, dict) or data.get("format") != SERIAL_VERSION:
-            raise InvariantError(f"unknown tree format {getattr(data, 'get', lambda k: None)('format')!r}")
-        try:
-            return cls.from_rows(data["nodes"], dim=data.get("dim"))
-        except KeyError as exc:
-            raise InvariantError(f"malformed tree data: missing {exc}") from None
-
-    @classmethod
-    def from_rows(cls, rows: Iterable[dict[str, Any]], *, dim: int | None = None) -> "MembrainTree":
-        """Rebuild a tree from :meth:`node_row` rows in any order (siblings ordered by
-        ``seq``). Raises InvariantError if the rows do not form a valid tree.
-
-        Built in bulk (sums computed bottom-up once), so loading is O(n), not O(n * depth).
-        """
-        try:
-            rows = list(rows)
-            roots = [r for r in rows if r["kind"] == "root"]
-            if len(roots) != 1 or roots[0]["parent"] is not None:
-                raise InvariantError("the rows must hold exactly one root, without a parent")
-            root = roots[0]
-            tree = cls(_check_text(root["text"], "subject"), root_id=root["id"], dim=dim)
-            rnode = tree.node(tree.root_id)
-            rnode.created_at, rnode.updated_at = root["created_at"], root["updated_at"]
-            rnode.metadata = dict(root["metadata"] or {})
-            by_parent: dict[str, list[dict[str, Any]]] = {}
-            archived = [r for r in rows if r["kind"] in ARCHIVE_KINDS]
-            for r in rows:
-                if r is not root and r["kind"] not in ARCHIVE_KINDS:
-                    by_parent.setdefault(r["parent"], []).append(r)
-            order = [tree.root_id]  # parents before children
-            for parent in order:
-                for row in sorted(by_parent.get(parent, ()), key=lambda r: r.get("seq", 0)):
-                    node = tree._node_from_row(row)
-                    if node.id in tree.graph:
-                        raise InvariantError(f"node id {node.id!r} appears twice")
-                    if tree.node(parent).kind == "fact":
-                        raise InvariantError(f"fact {parent!r} has children")
-                    tree.graph.add_node(node.id, node=node)
-                    tree.graph.add_edge(parent, node.id)
-                    tree._seq = max(tree._seq, node.seq)
-                    order.append(node.id)
-            if len(order) + len(archived) != len(rows):
-                raise InvariantError(f"{len(rows) - len(order) - len(archived)} rows are not connected to the root")
-            for row in sorted(archived, key=lambda r: r.get("seq", 0)):
-                node = tree._node_from_row(row)
-                if node.id in tree.graph or node.id in tree.archive:
-                    raise InvariantError(f"node id {node.id!r} appears twice")
-                tree.archive[node.id] = node
-                tree._seq = max(tree._seq, node.seq)
-            for nid in reversed(order[1:]):  # children before parents: sums bottom-up
-                node = tree.node(nid)
-                above = tree.node(next(iter(tree.graph.predecessors(nid))))
-                above.n_facts += node.n_facts
-                if node.emb_count:
-                    assert node.emb_sum is not None  # a node with embedded facts below has their sum
-                    if above.emb_sum is None:
-                        above.emb_sum = node.emb_sum.astype(np.float64)  # a copy, its own buffer
-                    else:
-                        above.emb_sum += node.emb_sum  # the parent's own buffer: safe in place
-                    above.emb_count += node.emb_count
-        except InvariantError:
-            raise
-        except MembrainError as exc:
-            raise InvariantError(f"malformed tree data: {exc}") from None
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise InvariantError(f"malformed tree data: {exc!r}") from None
-        tree.version = 0
-        tree._dirty, tree._removed = {}, {}
-        return tree
-
-    def _node_from_row(self, row: dict[str, Any]) -> Node:
-        """A detached node from a serialised row (its sums hold only itself)."""
-        kind = row["kind"]
-        if kind not in ("fact", "aspect", *ARCHIVE_KINDS):
-            raise InvariantError(f"unexpected node kind {kind!r}")
-        nid = row["id"]
-        if not isinstance(nid, str) or not nid:
-            raise InvariantError("node ids must be non-empty strings")
-        vec = _as_vector(row["embedding"], self.dim)
-        self._claim_dim(vec)
-        node = Node(nid, kind, _check_text(row["text"], "node text"), vec, float(row["created_at"]),
-                    float(row["updated_at"]), dict(row["metadata"] or {}), seq=int(row.get("seq", 0)))
-        if kind == "fact":
-            node.n_facts = 1
-            if vec is not None:
-                node.emb_sum, node.emb_count = vec, 1
-        return node
 
     # ------------------------------------------------------------- invariants
     def check_invariants(self, *, atol: float = 1e-5) -> None:

@@ -81,15 +81,15 @@ import os
 import platform
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from langchain_core.embeddings import Embeddings
 
 from . import machine_description
+from .economy_stream import Insert, PrecomputedEmbeddings, StreamResult, load_stream, read_counts, run_stream
+from .economy_stream import Item as Item  # re-exported, as tree_shape: public names of this module
+from .economy_stream import tree_shape as tree_shape
 
 LAST = 200
 NEW_TEACHER_CROWD = 7  # --teacher new: HeuristicConfig.crowd other than the default (6) that taught the prior
@@ -103,226 +103,6 @@ FIXED_COLUMNS = [
     "wall_p50_ms", "wall_p95_ms", "cpu_p50_ms", "cpu_p95_ms",
 ]
 ALL = "(all)"
-
-
-# ----------------------------------------------------------------------------- data
-@dataclass
-class Item:
-    namespace: str
-    text: str
-
-
-def load_stream(path: str | Path | None = None, samples: str | None = None) -> list[Item]:
-    """The inserts, in order. ``path`` None: the bundled sample conversation. ``samples``
-    (LoCoMo): ``"N"`` keeps the first N samples, ``"id,id"`` those sample ids."""
-    if path is None:
-        text = resources.files("langchain_membrain.data").joinpath("sample_conversation.jsonl").read_text("utf-8")
-        return _jsonl(text)
-    raw = Path(path).read_text("utf-8")
-    if raw.lstrip().startswith("["):
-        return _locomo(path, samples)
-    return _jsonl(raw)
-
-
-def _jsonl(text: str) -> list[Item]:
-    out = []
-    for line in text.splitlines():
-        if line.strip():
-            obj = json.loads(line)
-            out.append(Item(str(obj.get("namespace") or obj.get("persona") or "bench"), str(obj["text"])))
-    return out
-
-
-def _locomo(path: str | Path, samples: str | None) -> list[Item]:
-    from .locomo import load_locomo
-
-    convs = load_locomo(path)
-    if samples:
-        if samples.strip().isdigit():
-            convs = convs[: int(samples)]
-        else:
-            wanted = [s.strip() for s in samples.split(",") if s.strip()]
-            by_id = {c.sample_id: c for c in convs}
-            missing = [s for s in wanted if s not in by_id]
-            if missing:
-                raise SystemExit(f"no LoCoMo sample {missing}; there are {sorted(by_id)}")
-            convs = [by_id[s] for s in wanted]
-    return [Item(f"locomo/{c.sample_id}", t.text) for c in convs for t in c.turns]
-
-
-class PrecomputedEmbeddings(Embeddings):
-    """Serves vectors embedded beforehand in one batch; embeds anything else (aspect labels)
-    with ``base``. ``misses`` counts the texts embedded on demand."""
-
-    def __init__(self, base: Any, known: Mapping[str, np.ndarray]):
-        self.base, self.known, self.misses = base, dict(known), 0
-
-    def embed_array(self, texts: list[str]) -> np.ndarray:
-        from ..embeddings import embed_texts
-
-        if not texts:
-            dim = len(next(iter(self.known.values()))) if self.known else 0
-            return np.zeros((0, dim), np.float32)
-        todo = [t for t in texts if t not in self.known]
-        if todo:
-            self.misses += len(todo)
-            got = {t: v for t, v in zip(todo, embed_texts(self.base, todo))}
-        rows = [self.known[t] if t in self.known else got[t] for t in texts]
-        return np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.embed_array(list(texts)).tolist()
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embed_array([text])[0].tolist()
-
-
-# -------------------------------------------------------------------------- counters
-def read_counts(stats: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
-    """(teacher_calls, naming_calls, {kind: count}) from ``mem.stats()``; every key optional."""
-    teacher = int(stats.get("teacher_calls") or 0)
-    naming = int(stats.get("naming_calls") or 0)
-    q = stats.get("questions")
-    kinds: dict[str, int] = {}
-    if isinstance(q, Mapping):
-        for k, v in q.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and str(k) != "total":
-                kinds[str(k)] = int(v)
-    return teacher, naming, kinds
-
-
-def tree_shape(mem: Any, namespace: str) -> dict[str, Any]:
-    """Shape of a namespace's live tree; retried when the background trainer writes it
-    while it is read."""
-    for _ in range(20):
-        try:
-            tree = mem.tree(namespace)
-            root = tree.root_id
-            facts = tree.fact_count(root)
-            top = [tree.fact_count(a) for a in tree.child_aspects(root)]
-            root_facts = sum(1 for c in tree.children(root) if tree.node(c).kind == "fact")
-            return {"height": tree.height(), "top_aspects": len(top), "aspects": len(tree.aspects()),
-                    "largest_top_aspect_share": max(top) / facts if top and facts else 0.0,
-                    "root_fact_share": root_facts / facts if facts else 0.0, "facts": facts}
-        except RuntimeError:  # "dictionary changed size during iteration"
-            time.sleep(0.01)
-        except Exception:  # noqa: BLE001 - a node removed meanwhile; an empty namespace
-            time.sleep(0.01)
-    return {}
-
-
-@dataclass
-class Insert:
-    namespace: str
-    n: int  # 1-based index within its namespace
-    wall_ms: float
-    cpu_ms: float  # calling thread
-    cpu_process_ms: float
-    teacher: int = 0  # counted during this add (and, for a namespace's last add, its flush)
-    naming: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)
-    merged: int = 0
-    asked: bool = False  # counters rose during the add itself
-
-    @property
-    def questions(self) -> int:
-        return self.teacher + self.naming
-
-
-@dataclass
-class StreamResult:
-    run: str
-    inserts: list[Insert]
-    shapes: dict[tuple[str, int], dict[str, Any]]  # (namespace, window index) -> shape at its end
-    pending: dict[tuple[str, int], int]
-    final_stats: dict[str, Any]
-    device: str
-    seconds: float
-    embed_misses: int
-    kinds: set[str] = field(default_factory=set)  # every kind stats()["questions"] listed
-
-
-def run_stream(items: Sequence[Item], make_memory: Callable[[], Any], vecs: np.ndarray, *, window: int,
-               run: str, pass_embedding: bool, pause: float = 0.0,
-               log: Callable[[str], None] = print) -> StreamResult:
-    """Insert ``items`` one ``add`` at a time into a fresh memory; see the module docstring."""
-    mem = make_memory()
-    last_of = {it.namespace: i for i, it in enumerate(items)}
-    seen: dict[str, int] = {}
-    inserts: list[Insert] = []
-    shapes: dict[tuple[str, int], dict[str, Any]] = {}
-    pending: dict[tuple[str, int], int] = {}
-    prev = read_counts(mem.stats())
-    prev_merged, shadow_s = 0, 0.0
-    t_start = time.perf_counter()
-    try:
-        for i, (it, vec) in enumerate(zip(items, vecs)):
-            kwargs: dict[str, Any] = {"namespace": it.namespace}
-            if pass_embedding:
-                kwargs["embedding"] = vec
-            w0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
-            mem.add(it.text, **kwargs)
-            w1, c1, p1 = time.perf_counter(), time.thread_time(), time.process_time()
-            stats = mem.stats()
-            cur = read_counts(stats)
-            n = seen[it.namespace] = seen.get(it.namespace, 0) + 1
-            # The shadow teacher's time (evaluation only) is not the insert's.
-            sh = float(stats.get("shadow_seconds") or 0.0)
-            spent, shadow_s = sh - shadow_s, sh
-            rec = Insert(it.namespace, n, 1e3 * max(w1 - w0 - spent, 0.0), 1e3 * max(c1 - c0 - spent, 0.0),
-                         1e3 * max(p1 - p0 - spent, 0.0))
-            _charge(rec, prev, cur)
-            rec.asked = rec.questions > 0
-            merged = int(stats.get("merged") or 0)
-            rec.merged, prev_merged = merged - prev_merged, merged
-            prev = cur
-            inserts.append(rec)
-            final = i == last_of[it.namespace]
-            if final:
-                mem.flush()
-                stats = mem.stats()
-                cur = read_counts(stats)
-                _charge(rec, prev, cur)
-                prev = cur
-            if final or n % window == 0:
-                key = (it.namespace, (n - 1) // window)
-                shapes[key] = tree_shape(mem, it.namespace)
-                pending[key] = int(stats.get("pending_training") or 0)
-            if pause > 0:
-                time.sleep(pause)
-            if (i + 1) % 100 == 0:
-                log(f"  {run}: {i + 1}/{len(items)} inserts")
-        mem.flush()
-        cur = read_counts(mem.stats())
-        if inserts:
-            _charge(inserts[-1], prev, cur)
-        final_stats = dict(mem.stats())
-        kinds = set(read_counts(final_stats)[2])
-        learner = getattr(mem, "_learner", None)
-        device = str(getattr(getattr(learner, "trainer", None), "device", "")) or _torch_device()
-        misses = int(getattr(mem.embeddings, "misses", 0))
-    finally:
-        mem.close()
-    return StreamResult(run, inserts, shapes, pending, final_stats, device, time.perf_counter() - t_start, misses,
-                        kinds)
-
-
-def _charge(rec: Insert, before: tuple, after: tuple) -> None:
-    rec.teacher += after[0] - before[0]
-    rec.naming += after[1] - before[1]
-    for k in set(before[2]) | set(after[2]):
-        d = after[2].get(k, 0) - before[2].get(k, 0)
-        if d:
-            rec.kinds[k] = rec.kinds.get(k, 0) + d
-
-
-def _torch_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:  # pragma: no cover
-        return "cpu"
 
 
 # --------------------------------------------------------------------------- reports
@@ -584,13 +364,63 @@ def print_seeds_table(console: Any, ns: str, rows: dict[int, dict[str, Any]]) ->
     console.print(t)
 
 
+class _Memories:
+    """The memories ``bench economy`` streams into, from its options: the product (one
+    per seed) and the teacher alone, their embedder serving the precomputed vectors."""
+
+    def __init__(self, args: argparse.Namespace, base: Any, known: Mapping[str, np.ndarray]):
+        self.args, self.base, self.known = args, base, known
+
+    def teacher(self) -> Any:
+        """None: the memory's default teacher (the offline rule, naming with its embedder)."""
+        from ..embeddings import embed_texts
+        from ..teachers.heuristic import HeuristicConfig, HeuristicTeacher
+
+        if self.args.teacher != "new":
+            return None
+        served = PrecomputedEmbeddings(self.base, self.known)
+        return HeuristicTeacher(HeuristicConfig(crowd=NEW_TEACHER_CROWD), embed=lambda texts: embed_texts(served, texts))
+
+    def shadow(self) -> Any:
+        from ..teachers.heuristic import HeuristicTeacher
+
+        return (self.teacher() or HeuristicTeacher()) if self.args.shadow else None
+
+    def product(self, seed: int) -> Callable[[], Any]:
+        from ..memory import MembrainMemory
+        from ..pipeline import LearnerConfig
+
+        return lambda: MembrainMemory(embeddings=PrecomputedEmbeddings(self.base, self.known),
+                                      operations=self.args.operations, teacher=self.teacher(),
+                                      shadow_teacher=self.shadow(), learner=LearnerConfig(seed=seed))
+
+    def teacher_alone(self) -> Any:
+        from ..memory import MembrainMemory
+        from ..pipeline import LearnerConfig
+        from ..training import Policy
+
+        cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"), seed=self.args.seed[0])
+        return MembrainMemory(embeddings=PrecomputedEmbeddings(self.base, self.known), learner=cfg,
+                              teacher=self.teacher(), operations=self.args.operations)
+
+
+def per_namespace(res: StreamResult, kinds: Sequence[str]) -> dict[str, dict]:
+    """Each namespace's summaries (``all``: the whole stream, ``last``: its last inserts),
+    and with several namespaces the whole run's (``(all)``)."""
+    groups: dict[str, list[Insert]] = {}
+    for r in res.inserts:
+        groups.setdefault(r.namespace, []).append(r)
+    if len(groups) > 1:
+        groups[ALL] = list(res.inserts)
+    return {ns: {"all": summarize(recs, kinds), "last": summarize(recs[-LAST:], kinds)}
+            for ns, recs in groups.items()}
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..embeddings import MiniLMEmbeddings, embed_texts
     from ..memory import MembrainMemory
-    from ..pipeline import LearnerConfig
-    from ..training import Policy
 
     if args.window < 1:
         raise SystemExit("--window must be at least 1")
@@ -612,55 +442,31 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"economy: {len(items)} inserts in {len(namespaces)} namespace(s), "
                   f"teacher={args.teacher}, seed {','.join(map(str, args.seed))}, pause {args.pause:g}s between adds, embedded in {embed_s:.1f}s beforehand "
                   f"({'passed as embedding=' if pass_embedding else 'served by the embedder'})")
-
-    def teacher() -> Any:
-        """None: the memory's default teacher (the offline rule, naming with its embedder)."""
-        from ..teachers.heuristic import HeuristicConfig, HeuristicTeacher
-
-        if args.teacher != "new":
-            return None
-        served = PrecomputedEmbeddings(base, known)
-        return HeuristicTeacher(HeuristicConfig(crowd=NEW_TEACHER_CROWD), embed=lambda texts: embed_texts(served, texts))
-
-    def shadow() -> Any:
-        from ..teachers.heuristic import HeuristicTeacher
-
-        return (teacher() or HeuristicTeacher()) if args.shadow else None
-
-    def product(seed: int) -> Callable[[], Any]:
-        return lambda: MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), operations=args.operations,
-                                      teacher=teacher(), shadow_teacher=shadow(),
-                                      learner=LearnerConfig(seed=seed))
-
-    def teacher_alone() -> Any:
-        cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"), seed=args.seed[0])
-        return MembrainMemory(embeddings=PrecomputedEmbeddings(base, known), learner=cfg, teacher=teacher(),
-                              operations=args.operations)
+    memories = _Memories(args, base, known)
 
     # The first seed's run is "product" (the tables below); any further seeds run after it.
     names = {seed: "product" if i == 0 else f"product, seed {seed}" for i, seed in enumerate(args.seed)}
-    results = [run_stream(items, product(seed), vecs, window=args.window, run=name,
+    results = [run_stream(items, memories.product(seed), vecs, window=args.window, run=name,
                           pass_embedding=pass_embedding, pause=args.pause, log=console.print)
                for seed, name in names.items()]
     if args.baseline:
-        results.append(run_stream(items, teacher_alone, vecs, window=args.window, run="baseline",
+        results.append(run_stream(items, memories.teacher_alone, vecs, window=args.window, run="baseline",
                                   pass_embedding=pass_embedding, pause=args.pause, log=console.print))
     kinds = kinds_of(results)
     rows = [row for res in results for row in windows_of(res, args.window, kinds)]
-
-    def per_namespace(res: StreamResult) -> dict[str, dict]:
-        groups: dict[str, list[Insert]] = {}
-        for r in res.inserts:
-            groups.setdefault(r.namespace, []).append(r)
-        if len(groups) > 1:
-            groups[ALL] = list(res.inserts)
-        return {ns: {"all": summarize(recs, kinds), "last": summarize(recs[-LAST:], kinds)}
-                for ns, recs in groups.items()}
-
-    summaries = {res.run: per_namespace(res) for res in results}
+    summaries = {res.run: per_namespace(res, kinds) for res in results}
     shapes = {res.run: final_shapes_of(res) for res in results}
-    final_shapes = shapes["product"]
+    print_tables(console, args, namespaces, names, results, rows, summaries, shapes, kinds)
+    print_totals(console, results)
+    write_outputs(console, args, results, rows, summaries, shapes, kinds)
+    return 0
 
+
+def print_tables(console: Any, args: argparse.Namespace, namespaces: list[str], names: dict[int, str],
+                 results: list[StreamResult], rows: list[dict[str, Any]], summaries: dict[str, dict[str, dict]],
+                 shapes: dict[str, dict[str, dict]], kinds: Sequence[str]) -> None:
+    """The product's windows per namespace (and the whole run's), the overall table, and
+    with several seeds a table of the seeds per namespace."""
     for ns in [*namespaces, *([ALL] if len(namespaces) > 1 else [])]:
         prod_rows = [r for r in rows if r["run"] == "product" and r["namespace"] == ns]
         labels = {"whole stream": summaries["product"][ns]["all"],
@@ -669,12 +475,18 @@ def run(args: argparse.Namespace) -> int:
             labels["teacher alone"] = summaries["baseline"][ns]["all"]
             labels[f"alone, last {LAST}"] = summaries["baseline"][ns]["last"]
         print_namespace_table(console, ns, prod_rows, labels, kinds, args.window)
-    print_overall_table(console, summaries["product"], summaries.get("baseline"), final_shapes)
+    print_overall_table(console, summaries["product"], summaries.get("baseline"), shapes["product"])
     if len(args.seed) > 1:
         by_run = {res.run: res for res in results}
         for ns in namespaces:
             print_seeds_table(console, ns, {seed: seed_row(by_run[name], summaries[name][ns], shapes[name].get(ns, {}))
                                             for seed, name in names.items()})
+
+
+def print_totals(console: Any, results: list[StreamResult]) -> None:
+    """The product's and the teacher alone's question counts, how to read the tables, the
+    shadow's agreement and the machine."""
+    import torch
 
     prod = results[0]
     t, nm, kd = read_counts(prod.final_stats)
@@ -699,6 +511,12 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs ({machine_description()}), "
                   f"torch device {prod.device}, torch threads {torch.get_num_threads()}")
 
+
+def write_outputs(console: Any, args: argparse.Namespace, results: list[StreamResult], rows: list[dict[str, Any]],
+                  summaries: dict[str, dict[str, dict]], shapes: dict[str, dict[str, dict]],
+                  kinds: Sequence[str]) -> None:
+    """``--csv`` (every window of every run), ``--png`` and ``--json`` (every run's
+    summaries, final stats and shapes), where asked."""
     if args.csv:
         cols = FIXED_COLUMNS + [f"q_{k}_per_insert" for k in kinds]
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
@@ -714,15 +532,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         payload = {
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                        "description": machine_description(), "torch_device": prod.device},
-            "window": args.window, "teacher": args.teacher, "seeds": args.seed, "kinds": kinds,
+                        "description": machine_description(), "torch_device": results[0].device},
+            "window": args.window, "teacher": args.teacher, "seeds": args.seed, "kinds": list(kinds),
             "runs": {res.run: {"summaries": summaries[res.run], "seconds": res.seconds,
                                "final_stats": _jsonable(res.final_stats),
                                "final_shapes": shapes[res.run]} for res in results},
         }
         Path(args.json).write_text(json.dumps(payload, indent=2))
         console.print(f"wrote {args.json}")
-    return 0
 
 
 def _jsonable(value: Any) -> Any:

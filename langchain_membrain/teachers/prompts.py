@@ -1,4 +1,4 @@
-"""Prompt text and answer schemas shared by the LLM teachers.
+"""Prompt text shared by the LLM teachers (the answer schemas: :mod:`.schemas`).
 
 Every question is two messages: a **system** message with the instructions (fixed text,
 never containing user data) and a **user** message holding only data: one JSON document
@@ -44,131 +44,29 @@ clipped to :data:`RETRY_RESERVE_CHARS`. What is cut, in order:
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import deque
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from ..tree import Closure, MembrainTree
 
+# The answer schemas (schemas.py): the teachers read them from this module too.
+from .schemas import SCHEMAS as SCHEMAS
+from .schemas import ActionSpec as ActionSpec
+from .schemas import AspectName as AspectName
+from .schemas import BatchEntry as BatchEntry
+from .schemas import OperationAnswer as OperationAnswer
+from .schemas import OperationPlaceAnswer as OperationPlaceAnswer
+from .schemas import PlaceAnswer as PlaceAnswer
+from .schemas import PlaceBatchAnswer as PlaceBatchAnswer
+from .schemas import Stage1Answer as Stage1Answer
+from .schemas import Stage2Answer as Stage2Answer
+from .schemas import strict_json_schema as strict_json_schema
+
 Message = dict[str, str]
-
-# ---------------------------------------------------------------- answer schemas
-# All fields are required (nullable where optional) so that the same schemas work with
-# OpenAI's strict json_schema mode, tool calls and plain JSON mode.
-
-
-class Stage1Answer(BaseModel):
-    """Where the new fact goes from the current node."""
-
-    choice: int = Field(description="0 to attach the new fact under the current node, "
-                                    "or the number of the child aspect to descend into")
-
-
-class ActionSpec(BaseModel):
-    """One stage-2 action; node numbers are the ones shown in the data."""
-
-    type: Literal["promote", "demote", "group"] = Field(description="the kind of action")
-    node: int | None = Field(description="promote/demote: number of the fact that moves; group: null")
-    target: int | None = Field(description="demote: number of the sibling aspect to move into; else null")
-    members: list[int] | None = Field(description="group: numbers of the two or more facts "
-                                                   "(same parent) to put under a new aspect; else null")
-    label: str | None = Field(description="group: a 1 to 4 word label for the new aspect; else null")
-
-
-class Stage2Answer(BaseModel):
-    """The action series for a closure; an empty list keeps the arrangement (Idle)."""
-
-    actions: list[ActionSpec] = Field(description="actions in the order to apply them; [] to change nothing")
-
-
-class AspectName(BaseModel):
-    """A label for a new aspect."""
-
-    label: str = Field(description="1 to 4 words naming what the facts have in common")
-
-
-class PlaceAnswer(BaseModel):
-    """One-call placement: the destination and the stage-2 actions at once."""
-
-    parent: int = Field(description="number of the root or aspect the new fact goes under")
-    actions: list[ActionSpec] = Field(description="actions to apply after the fact is attached "
-                                                  "(0 is the new fact); [] to change nothing")
-
-
-class BatchEntry(BaseModel):
-    """Where one of several new facts goes, and the actions once it is attached."""
-
-    fact: int = Field(description="the new fact's number")
-    parent: int = Field(description="number of the root or outline aspect the fact goes under")
-    actions: list[ActionSpec] = Field(description="actions to apply after the fact is attached; [] to change nothing")
-
-
-class PlaceBatchAnswer(BaseModel):
-    """The batch question: one entry per new fact, in the order shown."""
-
-    placements: list[BatchEntry] = Field(description="one entry per new fact, in the order shown")
-
-
-class OperationAnswer(BaseModel):
-    """The memory operation for a new item (operations.py)."""
-
-    operation: Literal["ADD", "UPDATE", "DELETE", "IGNORE"] = Field(
-        description="ADD a new memory; UPDATE an old fact it replaces; DELETE an old fact it "
-                    "retracts; IGNORE when it is not a memory (greeting, thanks, question, small talk)")
-    target: int | None = Field(description="UPDATE/DELETE: the number of the old fact; else null")
-    keep: bool | None = Field(description="DELETE: true when the new item is itself a memory to store "
-                                          "(\"our cat died\"), false when it only retracts; else null")
-
-
-class OperationPlaceAnswer(BaseModel):
-    """The memory operation and, for an item that is stored as a new fact, its placement:
-    one question for the whole insert."""
-
-    operation: Literal["ADD", "UPDATE", "DELETE", "IGNORE"] = Field(
-        description="ADD a new memory; UPDATE an old fact it replaces; DELETE an old fact it "
-                    "retracts; IGNORE when it is not a memory (greeting, thanks, question, small talk)")
-    target: int | None = Field(description="UPDATE/DELETE: the number of the old fact among the candidates; "
-                                           "else null")
-    keep: bool | None = Field(description="DELETE: true when the new item is itself a memory to store; "
-                                          "else null")
-    parent: int | None = Field(description="ADD, or DELETE with keep: number (in the outline) of the root or "
-                                            "aspect the new fact goes under; else null")
-    actions: list[ActionSpec] | None = Field(description="with parent: actions to apply after the fact is "
-                                                         "attached (0 is the new fact), [] for none; else null")
-
-
-SCHEMAS: dict[str, type[BaseModel]] = {
-    "stage1": Stage1Answer,
-    "stage2": Stage2Answer,
-    "name": AspectName,
-    "place": PlaceAnswer,
-    "place_batch": PlaceBatchAnswer,
-    "operation": OperationAnswer,
-    "operation_place": OperationPlaceAnswer,
-}
-
-
-def strict_json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """The pydantic schema made acceptable to OpenAI's ``strict`` structured outputs:
-    every object closed (``additionalProperties: false``) with all its properties required,
-    and no ``default`` keys."""
-
-    def fix(node: Any) -> Any:
-        if isinstance(node, dict):
-            node = {k: fix(v) for k, v in node.items() if k != "default"}
-            if node.get("type") == "object" or "properties" in node:
-                node["additionalProperties"] = False
-                node["required"] = list(node.get("properties", {}))
-            return node
-        if isinstance(node, list):
-            return [fix(v) for v in node]
-        return node
-
-    return fix(schema.model_json_schema())
-
 
 # ------------------------------------------------------------------ data blocks
 _DATA_RULE = (
@@ -510,102 +408,131 @@ def tree_outline(tree: MembrainTree, *, max_aspects: int = 200, facts_per_node: 
     (``ids[0]`` is reserved for the new fact: "") and ``truncated`` says whether anything
     was left out for lack of room.
     """
-    import heapq
+    choice = _OutlineChoice(tree, max_aspects=max_aspects, facts_per_node=facts_per_node, max_chars=max_chars,
+                            budget_chars=budget_chars, near=near, top_aspects=top_aspects, sub_aspects=sub_aspects)
+    choice.choose()
+    entries, ids = _numbered_outline(tree, choice, max_chars)
+    return entries, ids, choice.truncated
 
-    big = 99_999  # sizes are measured with the widest number an entry may carry
 
-    def aspect_entry(nid: str, num: int, under: int | None) -> dict[str, Any]:
-        node = tree.node(nid)
-        entry: dict[str, Any] = {"number": num, "kind": node.kind, "label": _clip(node.text, LABEL_CHARS)}
-        path = _label_path(tree, nid)[1:]
-        if len(path) > 1:  # below the top level: the labels from the top level down to it
-            entry["path"] = path
-        entry["facts_below"] = tree.fact_count(nid)
-        if under is not None:
-            entry["under"] = under
-        return entry
+def _outline_aspect_entry(tree: MembrainTree, nid: str, num: int, under: int | None) -> dict[str, Any]:
+    """The outline entry of the root or an aspect, numbered ``num``, under the node numbered
+    ``under`` (None for the root)."""
+    node = tree.node(nid)
+    entry: dict[str, Any] = {"number": num, "kind": node.kind, "label": _clip(node.text, LABEL_CHARS)}
+    path = _label_path(tree, nid)[1:]
+    if len(path) > 1:  # below the top level: the labels from the top level down to it
+        entry["path"] = path
+    entry["facts_below"] = tree.fact_count(nid)
+    if under is not None:
+        entry["under"] = under
+    return entry
 
-    def fact_entry(fid: str, num: int, under: int) -> dict[str, Any]:
-        return {"number": num, "kind": "fact", "under": under, "text": _clip(tree.node(fid).text, max_chars)}
 
-    def size(entry: dict[str, Any]) -> int:
-        return len(_escaped(_compact(entry))) + 4  # ",\n  " between entries
+def _outline_fact_entry(tree: MembrainTree, fid: str, num: int, under: int, max_chars: int) -> dict[str, Any]:
+    return {"number": num, "kind": "fact", "under": under, "text": _clip(tree.node(fid).text, max_chars)}
 
-    marker = size({"kind": "more aspects", "under": big, "count": big})
-    root = tree.root_id
-    used = size(aspect_entry(root, big, None))
-    truncated = False
-    shown_facts: dict[str, list[str]] = {}  # container -> its facts shown
-    shown_aspects: dict[str, list[str]] = {}  # container -> its child aspects shown
-    n_aspects = 0
-    heap: list[tuple[float, int, str]] = []
-    marked: set[tuple[str, str]] = set()  # (container, marker kind) with room for its count
 
-    def expand(nid: str, depth: int) -> None:
+def _entry_size(entry: dict[str, Any]) -> int:
+    """Characters an entry takes in the data block."""
+    return len(_escaped(_compact(entry))) + 4  # ",\n  " between entries
+
+
+class _OutlineChoice:
+    """Which nodes :func:`tree_outline` shows: ``shown_aspects``/``shown_facts`` (container
+    -> its child aspects / facts shown), ``marked`` ((container, marker kind) pairs that
+    have room for a "more ..." entry) and ``truncated``, chosen by :meth:`choose` within
+    ``budget_chars``."""
+
+    BIG = 99_999  # sizes are measured with the widest number an entry may carry
+
+    def __init__(self, tree: MembrainTree, *, max_aspects: int, facts_per_node: int, max_chars: int,
+                 budget_chars: int, near: Any, top_aspects: int, sub_aspects: int):
+        self.tree, self.near, self.max_chars = tree, near, max_chars
+        self.max_aspects, self.facts_per_node, self.budget_chars = max_aspects, facts_per_node, budget_chars
+        self.top_aspects, self.sub_aspects = top_aspects, sub_aspects
+        self.marker = _entry_size({"kind": "more aspects", "under": self.BIG, "count": self.BIG})
+        self.used = _entry_size(_outline_aspect_entry(tree, tree.root_id, self.BIG, None))
+        self.truncated = False
+        self.shown_facts: dict[str, list[str]] = {}
+        self.shown_aspects: dict[str, list[str]] = {}
+        self.n_aspects = 0
+        self.heap: list[tuple[float, int, str]] = []
+        self.marked: set[tuple[str, str]] = set()
+
+    def choose(self) -> None:
+        """Expand the root, then the shown aspects, nearest ``near`` first (without it,
+        breadth-first), until the budget is spent."""
+        self.expand(self.tree.root_id, 0)
+        while self.heap:
+            _, _, aid = heapq.heappop(self.heap)
+            self.expand(aid, self.tree.depth(aid))
+
+    def expand(self, nid: str, depth: int) -> None:
         """Choose a container's child aspects (first: they are where descents go), then its facts."""
-        nonlocal used, truncated, n_aspects
-        room = budget_chars - 2 * marker
+        tree, near, big = self.tree, self.near, self.BIG
+        room = self.budget_chars - 2 * self.marker
         kids = tree.child_aspects(nid)
-        aspects = shown_aspects.setdefault(nid, [])
-        cap = top_aspects if depth == 0 else sub_aspects
+        aspects = self.shown_aspects.setdefault(nid, [])
+        cap = self.top_aspects if depth == 0 else self.sub_aspects
         for aid in _nearest_first(tree, kids, near)[:cap]:
-            cost = size(aspect_entry(aid, big, big))
-            if n_aspects >= max_aspects or used + cost > room:
-                truncated = True
+            cost = _entry_size(_outline_aspect_entry(tree, aid, big, big))
+            if self.n_aspects >= self.max_aspects or self.used + cost > room:
+                self.truncated = True
                 break
-            used += cost
-            n_aspects += 1
+            self.used += cost
+            self.n_aspects += 1
             aspects.append(aid)
             rank = -_similarity(tree, aid, near) if near is not None else float(depth + 1)
-            heapq.heappush(heap, (rank, n_aspects, aid))
-        if len(kids) > len(aspects) and used + marker <= budget_chars:
-            used += marker
-            marked.add((nid, "more aspects"))
-        facts = shown_facts.setdefault(nid, [])
+            heapq.heappush(self.heap, (rank, self.n_aspects, aid))
+        if len(kids) > len(aspects) and self.used + self.marker <= self.budget_chars:
+            self.used += self.marker
+            self.marked.add((nid, "more aspects"))
+        facts = self.shown_facts.setdefault(nid, [])
         all_facts = tree.child_facts(nid)
-        for fid in _nearest_first(tree, all_facts, near)[:facts_per_node]:
-            cost = size(fact_entry(fid, big, big))
-            if used + cost > room:
-                truncated = True
+        for fid in _nearest_first(tree, all_facts, near)[:self.facts_per_node]:
+            cost = _entry_size(_outline_fact_entry(tree, fid, big, big, self.max_chars))
+            if self.used + cost > room:
+                self.truncated = True
                 break
-            used += cost
+            self.used += cost
             facts.append(fid)
-        if len(all_facts) > len(facts) and used + marker <= budget_chars:
-            used += marker
-            marked.add((nid, "more facts"))
+        if len(all_facts) > len(facts) and self.used + self.marker <= self.budget_chars:
+            self.used += self.marker
+            self.marked.add((nid, "more facts"))
 
-    expand(root, 0)
-    while heap:
-        _, _, aid = heapq.heappop(heap)
-        expand(aid, tree.depth(aid))
 
-    # Write the chosen nodes breadth-first, in the tree's order.
+def _numbered_outline(tree: MembrainTree, choice: _OutlineChoice, max_chars: int) -> tuple[list[dict[str, Any]],
+                                                                                               list[str]]:
+    """The chosen nodes as numbered entries, written breadth-first in the tree's order
+    (each node followed by its shown facts and its "more ..." markers), and the ids behind
+    the numbers (``ids[0]``, the new fact's number, is "")."""
     ids: list[str] = [""]
     entries: list[dict[str, Any]] = []
     number: dict[str, int] = {}
-    queue = deque([root])
+    queue = deque([tree.root_id])
     while queue:
         nid = queue.popleft()
         number[nid] = len(ids)
         ids.append(nid)
         parent = tree.parent(nid)
-        entries.append(aspect_entry(nid, number[nid], None if parent is None else number[parent]))
-        picked = set(shown_facts.get(nid, ()))
+        entries.append(_outline_aspect_entry(tree, nid, number[nid], None if parent is None else number[parent]))
+        picked = set(choice.shown_facts.get(nid, ()))
         facts = [f for f in tree.child_facts(nid) if f in picked]
         for fid in facts:
             number[fid] = len(ids)
             ids.append(fid)
-            entries.append(fact_entry(fid, number[fid], number[nid]))
+            entries.append(_outline_fact_entry(tree, fid, number[fid], number[nid], max_chars))
         hidden = len(tree.child_facts(nid)) - len(facts)
-        if hidden and (nid, "more facts") in marked:
+        if hidden and (nid, "more facts") in choice.marked:
             entries.append({"kind": "more facts", "under": number[nid], "count": hidden})
-        picked = set(shown_aspects.get(nid, ()))
+        picked = set(choice.shown_aspects.get(nid, ()))
         kids = [a for a in tree.child_aspects(nid) if a in picked]
         queue.extend(kids)
         hidden = len(tree.child_aspects(nid)) - len(kids)
-        if hidden and (nid, "more aspects") in marked:
+        if hidden and (nid, "more aspects") in choice.marked:
             entries.append({"kind": "more aspects", "under": number[nid], "count": hidden})
-    return entries, ids, truncated
+    return entries, ids
 
 
 def place_messages(new_text: str, tree: MembrainTree, *, max_aspects: int = 200, facts_per_node: int = 5,
