@@ -508,6 +508,11 @@ def print_totals(console: Any, results: list[StreamResult]) -> None:
     if isinstance(agreement, Mapping):
         console.print("the student's own decisions, checked by a shadow copy of the teacher (never counted): "
                       + "; ".join(f"{k} {_f(v.get('rate'))} of {v.get('decisions')}" for k, v in agreement.items()))
+    per_class = prod.final_stats.get("shadow_per_class")
+    if isinstance(per_class, Mapping):  # a rare class the student never takes stays visible
+        console.print("... per class, recall / precision (the shadow's, the student's count): " + "; ".join(
+            f"{stage} {cls} {_f(v.get('recall'))} / {_f(v.get('precision'))} ({v.get('shadow')}, {v.get('student')})"
+            for stage, classes in per_class.items() for cls, v in classes.items()))
     console.print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs ({machine_description()}), "
                   f"torch device {prod.device}, torch threads {torch.get_num_threads()}")
 
