@@ -302,7 +302,7 @@ _JS = """
 """
 
 
-def _fmt_time(ts: float | None) -> str:
+def format_time(ts: float | None) -> str:
     if not ts:
         return ""
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
@@ -356,7 +356,7 @@ def _html_tree(tree: MembrainTree, open_depth: int) -> tuple[list[str], bool]:
 
     def fact_li(node_id: str) -> str:
         node = tree.node(node_id)
-        when = _fmt_time(node.created_at)
+        when = format_time(node.created_at)
         when_html = f'<span class="when">{esc(when)}</span>' if when else ""
         return (f'<li class="fact" id="{esc(node_id)}" data-text="{esc(node.text)}" '
                 f'title="{esc(node_id)}">{esc(node.text)}{when_html}</li>')
@@ -368,7 +368,7 @@ def _html_tree(tree: MembrainTree, open_depth: int) -> tuple[list[str], bool]:
     def past_li(entry) -> str:
         h = entry.metadata.get(HISTORY_KEY, {})
         what = "superseded" if h.get("operation") == "update" else "deleted"
-        span = f"{_fmt_time(h.get('valid_from'))} – {_fmt_time(h.get('valid_to'))}"
+        span = f"{format_time(h.get('valid_from'))} – {format_time(h.get('valid_to'))}"
         return (f'<li class="past {what}" data-id="{esc(entry.id)}" title="{esc(what)} ({esc(entry.id)})">'
                 f'<s>{esc(entry.text)}</s><span class="when">{esc(what)} · {esc(span)}</span></li>')
 

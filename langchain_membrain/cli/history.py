@@ -38,7 +38,7 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
             for col, style in (("status", "bold"), ("memory", None), ("valid from", "dim"), ("valid to", "dim"),
                                ("superseded by", "cyan"), ("key", "dim")):
                 table.add_column(col, style=style)
-            from ..export import _fmt_time
+            from ..export import format_time
 
             for status, node in rows:
                 h = node.metadata.get(HISTORY_KEY, {})
@@ -46,7 +46,7 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
                 text = escape(node.text) if status == "current" else f"[strike]{escape(node.text)}[/]"
                 if status == "ignored":
                     text = escape(node.text)
-                table.add_row(status, text, _fmt_time(start), _fmt_time(h.get("valid_to")),
+                table.add_row(status, text, format_time(start), format_time(h.get("valid_to")),
                               escape(str(h.get("superseded_by") or "")), escape(node.id))
             console.print(table)
             shown += len(rows)
