@@ -303,6 +303,7 @@ _JS = """
 
 
 def format_time(ts: float | None) -> str:
+    """A timestamp as local "YYYY-MM-DD HH:MM"; empty for none."""
     if not ts:
         return ""
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
