@@ -44,7 +44,7 @@ from .pipeline import DEFAULT_BATCH, Learner, LearnerConfig, PlaceRecord, relabe
 from .prior import load_prior, teacher_identity
 from .stats import Counters, LearningStats, read_stored
 from .storage import Storage
-from .teachers.base import RemoteTeacher, Teacher, is_fast
+from .teachers.base import RemoteTeacher, Teacher, capable, is_fast
 from .tree import MembrainTree
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def teacher_stats(teacher: Any) -> dict[str, Any]:
     from .teachers.budget import CircuitBreaker
     from .teachers.costs import TeacherStats
 
-    if isinstance(teacher, RemoteTeacher):
+    if capable(teacher, RemoteTeacher):
         return {**teacher.stats(), "health": teacher.health()}
     return {**TeacherStats().as_dict(), "mode": None, "health": {**CircuitBreaker().snapshot(), "slow": None}}
 
@@ -279,7 +279,7 @@ class Background:
         offline HeuristicTeacher; None for an in-process teacher (it always answers)."""
         if is_fast(self.teacher):
             return None
-        if isinstance(self.teacher, RemoteTeacher):
+        if capable(self.teacher, RemoteTeacher):
             return self.teacher.fallback
         from .teachers.heuristic import HeuristicTeacher
 

@@ -45,7 +45,7 @@ from .operation_rule import (CHANGE_CUES, RuleConfig, conservative_operation, is
 from .operation_student import N_FLAGS, N_PAIR, RETRACTION_CUES, OperationStudent, item_flags
 from .operation_types import (ADD, IGNORE, OP_KINDS, Candidate, Operation, OperationQuestion, OpKind,
                               validate_operation)
-from .teachers.base import OperationTeacher, RemoteTeacher, is_fast
+from .teachers.base import OperationTeacher, RemoteTeacher, capable, is_fast
 from .teachers.budget import requests_sent
 from .tree import MembrainTree
 
@@ -66,9 +66,9 @@ def ask_teacher(teacher: Any, question: OperationQuestion) -> tuple[Operation, s
     ADD with the error as the reason. A guarded LLM teacher is asked through
     ``try_operation``, which raises where ``choose_operation`` would answer with its
     fallback's rule: such an answer is not the teacher's."""
-    if isinstance(teacher, RemoteTeacher):
+    if capable(teacher, RemoteTeacher):
         choose = teacher.try_operation
-    elif isinstance(teacher, OperationTeacher):
+    elif capable(teacher, OperationTeacher):
         choose = teacher.choose_operation
     else:
         return conservative_operation(question), None

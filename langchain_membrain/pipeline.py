@@ -28,7 +28,7 @@ from .placement import (MAX_DESCENT, NewFact, Placement, Subtree, cosine, descen
                         path_choices, stage1_candidates)
 from .insert_records import Correction, PlaceRecord, Stage1Decision, Stage1Label, Stage2Decision, SupervisionResult
 from .shadow import ShadowScores, same_actions, stage1_classes, stage2_classes
-from .teachers.base import BatchTeacher, RemoteTeacher, Teacher, ask_placement, safe_choice
+from .teachers.base import BatchTeacher, RemoteTeacher, Teacher, ask_placement, capable, safe_choice
 from .teachers.budget import requests_sent
 from .training import OnlineTrainer, Policy
 from .tree import MembrainTree
@@ -188,7 +188,7 @@ class Learner:
         labeller's when it fails (a counted failure)."""
         before = requests_sent(self.teacher)
         teacher = self.teacher  # a remote teacher's try_ raises where it would fall back silently
-        ask = teacher.try_name_aspect if isinstance(teacher, RemoteTeacher) else teacher.name_aspect
+        ask = teacher.try_name_aspect if capable(teacher, RemoteTeacher) else teacher.name_aspect
         try:
             label = ask(texts)
         except Exception:
@@ -209,9 +209,6 @@ class Learner:
         """Stage-1 labels of every level on the teacher's path, on ``tree`` (without the fact)."""
         return [Stage1Label(self._feats1(tree, new_fact, sub), i, calibrate)
                 for sub, i in path_choices(tree, new_fact, plan.path, top_k=self.config.model.top_k)]
-
-    def _plan_actions(self, tree: MembrainTree, fact_id: str, plan: Placement) -> list[Action]:
-        return plan.bind(fact_id)  # a fallback's plan is no answer (_valid_plan): never here
 
     # ------------------------------------------------------------------ features
     def _feats1(self, tree: MembrainTree, new_fact: NewFact, sub: Subtree) -> Stage1Features:
@@ -396,7 +393,7 @@ class Learner:
             return False  # stage 2 is an improvement; a failure in it must never undo the insert
         calibrate = self._unbiased(rec, self.config.stage2, "stage2")
         if rec.plan is not None:
-            actions = self._plan_actions(tree, rec.fact_id, rec.plan)
+            actions = rec.plan.bind(rec.fact_id)
             if decided is not None:
                 feats, logits, mine, conf = decided
                 rec.stage2 = Stage2Decision(feats, logits, mine, conf, actions, "teacher", actions, calibrate,
@@ -408,9 +405,6 @@ class Learner:
             return False
         feats, logits, mine, conf = decided
         rec.stage2 = Stage2Decision(feats, logits, mine, conf, mine, "model", None, calibrate, gate_sample=calibrate)
-        if rec.asked and self.config.stage2.execute == "teacher":
-            rec.stage2.executed = []  # the teacher gave no answer, and the model executes nothing: Idle
-            return False
         if rec.asked or not self._unsure(self.config.stage2, "stage2", conf):
             return False
         # Unsure: Idle alone when the network proposes Idle and the linear student is sure of it.
@@ -459,8 +453,6 @@ class Learner:
         rec.offered = None
         if plan is None:  # no answer: the model's stage 2 stands; asked again in supervise, on view
             rec.deferred, rec.snapshot = "stage2", view
-            if self.config.stage2.execute == "teacher" and rec.stage2 is not None:
-                rec.stage2.executed = []  # ... unless the model executes nothing: Idle
             return
         rec.plan, rec.placed_by = plan, "teacher"
         # Stage 1 was sure at every level (it would have asked otherwise): its labels here are
@@ -474,7 +466,7 @@ class Learner:
         if plan.parent_id != tree.parent(rec.fact_id):
             rec.move_to = plan.parent_id
         elif rec.stage2 is not None:
-            actions = self._plan_actions(tree, rec.fact_id, plan)
+            actions = plan.bind(rec.fact_id)
             dec = rec.stage2
             dec.teacher_actions, dec.executed, dec.by = actions, actions, "teacher"
 
@@ -488,6 +480,8 @@ class Learner:
                 rec.stage2 = None
                 self.propose_stage2(tree, rec)  # the teacher's actions, on the new closure
             dec = rec.stage2
+            if dec is not None and dec.by == "model" and self.config.stage2.execute == "teacher":
+                dec.executed = []  # the teacher gave no answer, and the model executes nothing: Idle
             if dec is not None and rec.fact_id in tree:
                 c = self.trainer.counters["stage2"]
                 c.decisions += 1
@@ -517,7 +511,7 @@ class Learner:
     def batching(self) -> bool:
         """Whether unsure inserts wait for a batch question: ``config.batch`` > 1 and the
         teacher answers batches (``place_batch(facts, tree)``)."""
-        return (self.config.batch or 1) > 1 and isinstance(self.teacher, BatchTeacher)
+        return (self.config.batch or 1) > 1 and capable(self.teacher, BatchTeacher)
 
     def wait_in_batch(self, key: Any, rec: PlaceRecord) -> bool:
         """Queue a waiting insert under ``key`` (its namespace); whether that batch is full."""
@@ -674,7 +668,7 @@ def teacher_forcing(teacher: Teacher, dim: int, *, allow_aspects: bool = False,
     cfg.stage1 = Policy(execute="teacher", query="always")
     cfg.stage2 = Policy(execute="teacher", query="always")
     return Learner(teacher, cfg, embed_label=embed_label,
-                   stand_in=teacher.fallback if isinstance(teacher, RemoteTeacher) else None)
+                   stand_in=teacher.fallback if capable(teacher, RemoteTeacher) else None)
 
 
 __all__ = [

@@ -62,9 +62,9 @@ def operation_teacher_identity(teacher: Any) -> str:
     """Who answers a memory's operation questions: a teacher with ``choose_operation`` (an
     LLM, an evaluation teacher) is itself (:func:`teacher_identity`); any other is answered
     by the offline rule (operation_rule.py), whatever its class, so it is the rule."""
-    from .teachers.base import OperationTeacher
+    from .teachers.base import OperationTeacher, capable
 
-    if isinstance(teacher, OperationTeacher):
+    if capable(teacher, OperationTeacher):
         return teacher_identity(teacher)
     from .operation_rule import rule_identity
 

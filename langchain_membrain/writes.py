@@ -22,7 +22,7 @@ from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, memory_value
 from .operations import OperationDecider, execute as execute_operation
 from .placement import Placement
-from .teachers.base import RemoteTeacher
+from .teachers.base import RemoteTeacher, capable
 from .teachers.budget import deadline as teacher_deadline
 from .tree import MembrainTree
 
@@ -146,7 +146,7 @@ class Writer:
         one-call mode, the operation's question answers the placement too, and its deferred
         audit is not counted again)."""
         bg, ops = self.background, self.operations
-        joint = not (isinstance(bg.teacher, RemoteTeacher) and bg.teacher.mode == "per_decision")
+        joint = not (capable(bg.teacher, RemoteTeacher) and bg.teacher.mode == "per_decision")
         with bg.lock:
             audit = bg.learner_for(int(vec.size)).draw_audit()
         asked = ops.counters.asked

@@ -31,7 +31,7 @@ import asyncio
 import re
 import uuid
 from collections import Counter
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, TypeGuard, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -57,8 +57,8 @@ class Teacher(Protocol):
 
 
 # ------------------------------------------------------------------ what else a teacher answers
-# Each capability beyond the Teacher protocol is a protocol of its own, checked once where it
-# is used with isinstance (runtime_checkable: the methods' presence).
+# Each capability beyond the Teacher protocol is a protocol of its own, checked where it is
+# used with capable() (runtime_checkable: the members' presence, once per teacher class).
 @runtime_checkable
 class JointTeacher(Protocol):
     """Answers the joint question itself (an LLM: one request), not from its elementary answers."""
@@ -101,6 +101,21 @@ class RemoteTeacher(Protocol):
     def stats(self) -> dict[str, Any]: ...
 
     def health(self) -> dict[str, Any]: ...
+
+
+P = TypeVar("P")
+_CAPABLE: dict[tuple[type, type], bool] = {}
+
+
+def capable(teacher: object, protocol: type[P]) -> TypeGuard[P]:
+    """``isinstance(teacher, protocol)`` for one of the protocols above, decided once per
+    teacher class: a runtime protocol check reads every member (tens of microseconds), and
+    the insert asks it at every question."""
+    key = (type(teacher), protocol)
+    found = _CAPABLE.get(key)
+    if found is None:
+        found = _CAPABLE[key] = isinstance(teacher, protocol)
+    return found
 
 
 def is_fast(teacher: object) -> bool:
@@ -147,7 +162,7 @@ def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -
 
 def ask_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
     """The teacher's answer to the joint question (its own ``place`` when it has one)."""
-    if isinstance(teacher, JointTeacher):
+    if capable(teacher, JointTeacher):
         return teacher.place(new_fact, tree)
     return teacher_placement(teacher, new_fact, tree)
 

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from .base import RemoteTeacher
+from .base import RemoteTeacher, capable
 
 _local = threading.local()
 
@@ -64,7 +64,7 @@ def requests_sent(teacher: Any) -> int | None:
     """The requests ``teacher`` has sent from this thread so far (retries included), for a
     caller that counts a question's requests as the difference around it; None for a
     teacher that answers in-process (each of its questions counts as one)."""
-    return int(teacher.requests_sent()) if isinstance(teacher, RemoteTeacher) else None
+    return int(teacher.requests_sent()) if capable(teacher, RemoteTeacher) else None
 
 
 class CircuitBreaker:

@@ -67,7 +67,8 @@ from . import budget, prompts
 from ..placement import NEW_FACT, Placement, descend, destination
 from .answers import (FEEDBACK_KINDS, AttachedView, RawAnswer, TeacherCallError, TeacherUnavailable,
                       check_raw, classify_failure, clean_label, neighbourhood, resolve_actions, validate_stage1)
-from .base import BaseTeacher, LastResortTeacher, NewFact, OperationTeacher, Subtree, Teacher, safe_actions, safe_choice
+from .base import (BaseTeacher, LastResortTeacher, NewFact, OperationTeacher, Subtree, Teacher, capable, safe_actions,
+                   safe_choice)
 from .core import Core, Done, Send, Sleep, advance
 from .costs import TeacherStats
 
@@ -343,7 +344,7 @@ class GuardedTeacher(BaseTeacher):
             if self.raise_on_failure:
                 raise
             self._stats.add("operation", fallbacks=1)
-            if isinstance(self.fallback, OperationTeacher):
+            if capable(self.fallback, OperationTeacher):
                 try:
                     return self.fallback.choose_operation(question)
                 except Exception:  # noqa: BLE001 - the fallback's failure: the offline rule
