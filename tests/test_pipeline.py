@@ -10,7 +10,7 @@ from langchain_membrain.graph import insert_fact, place_fact
 from langchain_membrain.actions import Demote, Group, Promote
 from langchain_membrain.errors import DimensionError
 from langchain_membrain.models import ModelConfig
-from langchain_membrain.pipeline import Learner, LearnerConfig
+from langchain_membrain.pipeline import Learner, LearnerConfig, teacher_forcing
 from langchain_membrain.teachers.base import BaseTeacher, NewFact
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 from langchain_membrain.training import Policy, StageTraining, TrainingConfig
@@ -266,3 +266,34 @@ def test_a_new_aspect_never_repeats_an_ancestors_label():
     assert groups, "the teacher's Group was applied under physio"
     for g in groups:
         assert tree.node(g).text.casefold() not in {"knee", "physio"}
+
+
+class AspectMover(BaseTeacher):
+    """Attaches at the root and promotes the aspect "b" (under "a") to the root: a move of a
+    whole aspect, which only an executor with allow_aspects carries out."""
+
+    def choose_stage1(self, new_fact, subtree):
+        return 0
+
+    def choose_stage2(self, tree, closure):
+        return [Promote("b")] if "b" in tree and tree.parent("b") == "a" else []
+
+    def name_aspect(self, fact_texts):
+        return "x"
+
+
+@pytest.mark.parametrize("allow_aspects", [False, True])
+def test_a_teachers_aspect_move_is_its_answer_and_the_executor_decides(allow_aspects):
+    """The joint answer of a teacher that moves an aspect is not refused: the fact goes where
+    the teacher says, and the move is carried out only with allow_aspects."""
+    tree = MembrainTree("s", dim=DIM)
+    a = tree.add_aspect(tree.root_id, "a", node_id="a")
+    b = tree.add_aspect(a, "b", node_id="b")
+    for i, nf in enumerate(facts(4)):
+        tree.add_fact(b if i % 2 else a, nf.text, embedding=nf.embedding)
+    learner = teacher_forcing(AspectMover(), DIM, allow_aspects=allow_aspects)
+    res = insert_fact(tree, learner, facts(1, seed=3)[0])
+    assert res.stage1_by == "teacher" and res.teacher_failures == 0
+    assert tree.parent(res.fact_id) == tree.root_id
+    assert tree.parent("b") == (tree.root_id if allow_aspects else "a")
+    tree.check_invariants()
