@@ -238,6 +238,39 @@ def stage1_features(tree: MembrainTree, new_fact: NewFact, subtree: Subtree, *,
     return Stage1Features(label, mean, kind, role, num, n_c)
 
 
+ATTACH_HERE_COLUMNS: tuple[str, ...] = (
+    "best_aff", "best_aff_gap", "cur_aff", "best_cos", "n_aspects", "rest_aff", "best_minus_rest",
+    "best_odds", *(f"depth={d}" for d in range(DEPTH_BUCKETS)),
+)
+
+
+def attach_here_row(feats: Stage1Features) -> np.ndarray:
+    """The quantities of one "attach here or go down" question, read off a level's features
+    (columns: ATTACH_HERE_COLUMNS): the current node's "attach here" columns and, with ``A``
+    the child aspect of highest affinity and ``c`` the current node,
+
+    - ``rest_aff`` = ``a(f, c minus A)``, the affinity of the new fact to the facts below
+      ``c`` but not below ``A`` (from ``cur_aff``, ``best_aff`` and A's share ``s`` of c's
+      facts: ``(cur_aff - s * best_aff) / (1 - s)``; ``cur_aff`` when nothing is beside A);
+    - ``best_minus_rest`` = ``best_aff - rest_aff``: does the fact fit A better than the rest;
+    - ``best_odds`` = ``s / (1 - s)`` over 10, capped at 2: how much of ``c`` A holds.
+
+    An embedding teacher stops where the best child does not fit clearly better than the
+    rest, by a margin that grows with its size; these columns make such a rule linear.
+    """
+    num = feats.num
+    cur = num[1]
+    best_tok = int(np.argmax(num[:, S1["is_best_aff"]]))
+    has_best = num[best_tok, S1["is_best_aff"]] > 0
+    share = min(float(num[best_tok, S1["share_of_facts"]]), 1.0) if has_best else 0.0
+    best, here = float(cur[S1["best_aff"]]), float(cur[S1["cur_aff"]])
+    rest = (here - share * best) / (1.0 - share) if share < 0.999 else here
+    odds = min(share / (1.0 - share), 20.0) if share < 0.999 else 20.0
+    depth = [float(cur[S1[f"depth={d}"]]) for d in range(DEPTH_BUCKETS)]
+    return np.array([best, float(cur[S1["best_aff_gap"]]), here, float(cur[S1["best_cos"]]),
+                     float(cur[S1["n_aspects"]]), rest, best - rest, odds / 10.0, *depth], np.float64)
+
+
 # ----------------------------------------------------------------------------- stage 2
 @dataclass
 class Stage2Features:

@@ -282,6 +282,7 @@ class Learner:
             mchoice = int(np.argmax(logits))
             if self._unsure(pol, "stage1", conf):
                 mchoice, conf = self._linear_second_opinion(feats, mchoice, conf)
+            mchoice, conf = self._attach_here(feats, logits, mchoice, conf)
             best_cos = feats.num[1:1 + feats.n_candidates, S1["is_best_cos"]]
             trivial = int(np.argmax(best_cos)) if best_cos.max() > 0 else 0
             step = Stage1Decision(rec.cursor, cands, feats, logits, mchoice, conf, mchoice, "model",
@@ -315,6 +316,26 @@ class Learner:
         if self._unsure(self.config.stage1, "stage1", lconf):
             return choice, conf
         return int(np.argmax(logits)), lconf
+
+    def _attach_here(self, feats: Stage1Features, logits: np.ndarray, choice: int, conf: float) -> tuple[int, float]:
+        """Stop or go down, as the attach-here student answers it once fitted
+        (students.AttachHere): attach here where its balanced probability is at least 1/2,
+        else go down into the networks' choice (their best child where they chose to stop).
+        The confidence is the lower of the choice's own and the student's probability of its
+        side, so a level the student finds doubtful goes to the teacher whatever the networks
+        say; a stop is the teacher's to confirm until the student's stops agreed at the gate."""
+        student = self.trainer.attach
+        if not student.ready or not feats.num[:, S1["is_best_aff"]].any():
+            return choice, conf
+        p_stop = student.prob(feats)
+        if student.balanced(feats) >= 0.5:
+            gate = self.config.stage1.confidence
+            return 0, p_stop if student.stops_agree_at(gate) else min(p_stop, 0.5 * gate)
+        if choice == 0:
+            probs = self.trainer.calib["stage1"].probs(logits)
+            choice = 1 + int(np.argmax(probs[1:]))
+            conf = float(probs[choice] / max(probs[1:].sum(), 1e-12))
+        return choice, min(conf, 1.0 - p_stop)
 
     def teacher_place(self, tree: MembrainTree, rec: PlaceRecord) -> None:
         """Ask the joint question now and follow its path; if the answer is not valid, the

@@ -50,11 +50,11 @@ from . import torchfile
 from .decoding import Stage2Labels
 from .errors import CheckpointError
 from .calibration import Calibrator, PlattCalibrator
-from .features import Stage1Features, Stage2Features
+from .features import S1, Stage1Features, Stage2Features
 from .minilm import blas_threads
 from .nets import ModelConfig, check_optimiser_state, check_weights, parameter_shapes, stage1_logits, stage2_logits
 from .replay import ReplayBuffer, compact_stage1, compact_stage2
-from .students import LinearIdle, LinearStage1
+from .students import AttachHere, LinearIdle, LinearStage1
 from .training_config import Execute, Policy, Query, StageTraining, TrainingConfig
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported where the networks are trained
@@ -164,6 +164,7 @@ class OnlineTrainer:
         self.calib = {"stage1": Calibrator(self.config.calibration_window)}
         self.linear1 = LinearStage1(model_config.stage1_num, window=2 * self.config.calibration_window)
         self.idle2 = LinearIdle(model_config.stage2_num, window=2 * self.config.calibration_window)
+        self.attach = AttachHere(window=8 * self.config.calibration_window)
         self.decision_calib = PlattCalibrator(self.config.calibration_window)
         self.pending1: list[tuple[Stage1Features, int]] = []
         self.pending2: list[tuple[Stage2Features, Stage2Labels]] = []
@@ -339,6 +340,8 @@ class OnlineTrainer:
                 self.calib["stage1"].maybe_fit(self.config.calibrate_every)
             self.pending1.append((feats, int(target)))
             self.linear1.observe(feats, int(target), calibrate_every=self.config.calibrate_every)
+            if feats.num[:, S1["is_best_aff"]].any():  # a child aspect to go down into
+                self.attach.observe(feats, int(target) == 0)
         return agreed
 
     def observe_stage2(self, feats: Stage2Features, labels: Stage2Labels, model_type_logits: np.ndarray,
@@ -457,7 +460,7 @@ class OnlineTrainer:
 
     def _checkpoint_extras(self) -> dict[str, Any]:
         """What a checkpoint holds beyond a prior's state: the linear students."""
-        return {"linear1": self.linear1.state(), "idle2": self.idle2.state()}
+        return {"linear1": self.linear1.state(), "idle2": self.idle2.state(), "attach": self.attach.state()}
 
     def _checkpoint(self, networks: tuple[Any, Any], optimisers: tuple[Any, Any]) -> dict[str, Any]:
         """A checkpoint's state holding these states of the two networks and their
@@ -637,4 +640,5 @@ class OnlineTrainer:
             self.prior_labels = {k: int(v) for k, v in state.get("prior_labels", {}).items()}
             self.linear1.load(state.get("linear1"))
             self.idle2.load(state.get("idle2"))
+            self.attach.load(state.get("attach"))
             self.pending1, self.pending2 = [], []

@@ -56,3 +56,26 @@ def insert_by_teacher(tree, new_fact, teacher, **kw) -> str:
         dim = int(np.asarray(new_fact.embedding).size)
         entry = _FORCED[id(teacher)] = (teacher, teacher_forcing(teacher, dim, **kw))
     return insert_fact(tree, entry[1], new_fact).fact_id
+
+
+def small_model(dim: int):
+    """Networks small enough for unit tests: one layer of width 32 over ``dim``-wide embeddings."""
+    from langchain_membrain.models import ModelConfig
+
+    return ModelConfig(dim=dim, d_model=32, heads=4, layers=1)
+
+
+def small_learner(dim: int):
+    """A learner of the offline teacher with :func:`small_model` networks, trained on the CPU."""
+    from langchain_membrain.pipeline import Learner, LearnerConfig
+    from langchain_membrain.teachers.heuristic import HeuristicTeacher
+    from langchain_membrain.training import TrainingConfig
+
+    return Learner(HeuristicTeacher(), LearnerConfig(model=small_model(dim), training=TrainingConfig(device="cpu")))
+
+
+def small_trainer(dim: int):
+    """An online trainer of :func:`small_model` networks on the CPU."""
+    from langchain_membrain.training import OnlineTrainer, TrainingConfig
+
+    return OnlineTrainer(small_model(dim), TrainingConfig(device="cpu"))

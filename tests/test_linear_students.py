@@ -9,12 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from helpers import small_learner, small_trainer
+
 from langchain_membrain.features import S1, STAGE1_NUM, STAGE2_NUM, Stage1Features
-from langchain_membrain.models import ModelConfig
-from langchain_membrain.pipeline import Learner, LearnerConfig
-from langchain_membrain.teachers.heuristic import HeuristicTeacher
 from langchain_membrain.students import LinearIdle, LinearStage1
-from langchain_membrain.training import OnlineTrainer, TrainingConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 DIM = 16
@@ -45,15 +43,9 @@ def test_the_linear_stage1_student_follows_a_new_rule_within_tens_of_labels():
     assert len(sure) > 50 and np.mean(sure) >= 0.9  # what its gate lets through is right at the gate's rate
 
 
-def small_learner() -> Learner:
-    cfg = LearnerConfig(model=ModelConfig(dim=DIM, d_model=32, heads=4, layers=1),
-                        training=TrainingConfig(device="cpu"))
-    return Learner(HeuristicTeacher(), cfg)
-
-
 def test_where_the_network_is_unsure_the_linear_student_decides_once_its_gate_is_fitted():
     rng = np.random.default_rng(1)
-    learner = small_learner()
+    learner = small_learner(DIM)
     feats, target = level(rng)
     assert learner._linear_second_opinion(feats, 0, 0.3) == (0, 0.3)  # nothing fitted: the network's
     for _ in range(100):  # labels of a new teacher, observed as supervise() does
@@ -90,13 +82,12 @@ def test_the_idle_gate_opens_on_fair_rows_only_and_shuts_when_they_stop_agreeing
 
 def test_checkpoints_carry_the_linear_students_and_an_older_one_resets_them():
     rng = np.random.default_rng(3)
-    cfg = ModelConfig(dim=DIM, d_model=32, heads=4, layers=1)
-    trainer = OnlineTrainer(cfg, TrainingConfig(device="cpu"))
+    trainer = small_trainer(DIM)
     for _ in range(40):
         f, y = level(rng)
         trainer.observe_stage1(f, y, trainer.predict_stage1(f), calibrate=False)
     trainer.idle2.observe(closure(rng, False), True, gate_row=True)
-    other = OnlineTrainer(cfg, TrainingConfig(device="cpu"))
+    other = small_trainer(DIM)
     other.load_bytes(trainer.state_bytes())
     assert np.array_equal(other.linear1.w, trainer.linear1.w) and other.linear1.calib.fitted
     assert np.array_equal(other.idle2.w, trainer.idle2.w) and list(other.idle2.rows) == list(trainer.idle2.rows)

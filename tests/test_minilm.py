@@ -16,7 +16,8 @@ def test_gelu_is_torchs():
     torch = pytest.importorskip("torch")
     x = np.linspace(-9, 9, 20001).astype(np.float32)
     want = torch.nn.functional.gelu(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(gelu_(x.copy()), want, rtol=0, atol=1e-6)
+    # A few float32 ulps: torch's CPU kernel differs by instruction set (AVX2 / AVX-512).
+    np.testing.assert_allclose(gelu_(x.copy()), want, rtol=1e-6, atol=1e-6)
 
 
 def test_numpy_minilm_matches_sentence_transformers():

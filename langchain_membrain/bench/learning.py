@@ -15,7 +15,8 @@ Reported ("last200": over the last 200 decisions or inserts):
 - ``stage1_agreement_last200``: the model's argmax equals the teacher's index;
   ``stage1_trivial_agreement_last200``: the same for the fixed rule "descend into the
   child aspect with the most similar mean embedding"; ``stage1_stop_recall_last200``: of
-  the teacher's "attach here" (child aspects existed), the share the model also chose;
+  the teacher's "attach here" (child aspects existed), the share the model also chose
+  (``stage1_stop_precision_last200``: of the model's, the share the teacher chose);
   ``placement_agreement_last200``: inserts whose stage-1 parent is where the teacher,
   descending alone on the same tree, would have attached the fact.
 - ``stage2_agreement_last200``: the decoded action series equals the teacher's (as sets;
@@ -143,6 +144,8 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
         "stage1_agreement_last200": _rate(sum(s.model_choice == s.shadow_choice for s in s1), len(s1)),
         "stage1_trivial_agreement_last200": _rate(sum(s.trivial_choice == s.shadow_choice for s in s1), len(s1)),
         "stage1_stop_recall_last200": _rate(sum(s.model_choice == 0 for s in stops), len(stops)),
+        "stage1_stop_precision_last200": _rate(sum(s.shadow_choice == 0 for s in s1 if s.model_choice == 0),
+                                               sum(s.model_choice == 0 for s in s1)),
         "placement_agreement_last200": _rate(sum(r.placed_under == r.record.shadow_parent for r in placed),
                                              len(placed)),
         "stage2_agreement_last200": _rate(agree2, len(s2)),
