@@ -36,6 +36,7 @@ from .errors import InvariantError
 from .inputs import Namespace
 from .retrieval import FactIndex
 from .storage import Storage
+from .formation import SOURCES_KEY
 from .tree import HISTORY_KEY, MembrainTree, check_max_height
 
 T = TypeVar("T")
@@ -63,6 +64,10 @@ class Loaded:
     # load, then kept up to date by each write), whose former versions the index credits.
     # None until the first write reaches the index.
     versioned: set[str] | frozenset[str] | None = None
+    # Formed facts -> the raw items they came from, and back: a raw item is searched with
+    # its facts' words and embeddings too (as a fact with its former versions).
+    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    formed: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -280,8 +285,8 @@ class Forest:
         tree, version = found
         tree.max_height, tree.clock = self.max_height, self.clock
         state = self._loaded[ns] = Loaded(tree, synced=version)
-        # Facts and ignored items in the order they came, so that sessions read as they were said.
-        entries = [tree.node(f) for f in tree.facts()] + tree.archived("ignored")
+        # Facts, raw and ignored items in the order they came, so that sessions read as they were said.
+        entries = [tree.node(f) for f in tree.facts()] + tree.archived("raw") + tree.archived("ignored")
         entries.sort(key=lambda n: (n.created_at, n.seq))
         self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
         self._touch(ns)
@@ -340,7 +345,9 @@ class Forest:
         versioned |= changed
         state.versioned = versioned or NO_IDS
         changed |= {rid.rpartition("@v")[0] for rid in removed} & versioned
+        enriched: set[str] = set()  # raw items whose formed facts changed
         for rid in removed:
+            enriched |= self._set_sources(state, rid, ())
             index.remove_context(rid)  # a purged ignored item (no-op otherwise)
             if rid in index:
                 index.remove(rid)
@@ -350,10 +357,12 @@ class Forest:
             if row["kind"] == "ignored":  # its words join its session neighbours' fields
                 index.add_context(row["id"], row["text"], row["metadata"].get("value") or {})
                 continue
-            if row["kind"] != "fact":
+            if row["kind"] not in ("fact", "raw"):
                 continue
             rid, meta = row["id"], row["metadata"]
-            if not meta.get("indexed") or row["embedding"] is None:
+            if row["kind"] == "raw" and row["embedding"] is None:
+                continue  # a raw item kept without an embedding is provenance only
+            if row["kind"] == "fact" and (not meta.get("indexed") or row["embedding"] is None):
                 if rid in index:
                     index.remove(rid)
                     seen.pop(rid, None)
@@ -361,6 +370,10 @@ class Forest:
                 continue
             unindexed.discard(rid)
             value = meta.get("value") or {}
+            if row["kind"] == "fact":
+                enriched |= self._set_sources(state, rid, tuple(meta.get(SOURCES_KEY) or ()))
+                if rid in state.sources:  # its raw item stands in its session's order, not it
+                    value = {k: v for k, v in value.items() if k != "session"}
             signature = (row["text"], json.dumps(value, sort_keys=True))
             if seen.get(rid) == signature:
                 continue  # moved in the tree only: the index does not care
@@ -373,11 +386,33 @@ class Forest:
                 changed.add(rid)
         if not unindexed:
             state.unindexed = NO_IDS
+        tree = state.tree
+        for raw in (r for r in enriched if r in index):
+            facts = sorted((tree.node(f) for f in state.formed.get(raw, ()) if f in tree), key=lambda n: n.seq)
+            index.set_former(raw, [(n.text, n.embedding) for n in facts])
         changed = {k for k in changed if k in index}
         if changed:
             former = state.tree.former_versions(changed)
             for key in changed:
                 index.set_former(key, [(n.text, n.embedding) for n in former.get(key, [])])
+
+
+    @staticmethod
+    def _set_sources(state: Loaded, fact: str, sources: tuple[str, ...]) -> set[str]:
+        """Record that ``fact`` was formed from ``sources`` (() for none, or gone); returns
+        the raw items whose facts changed."""
+        old = state.sources.get(fact, ())
+        if old == sources:
+            return set()
+        for raw in old:
+            state.formed.get(raw, set()).discard(fact)
+        for raw in sources:
+            state.formed.setdefault(raw, set()).add(fact)
+        if sources:
+            state.sources[fact] = sources
+        else:
+            state.sources.pop(fact, None)
+        return set(old) | set(sources)
 
 
 def _is_empty(tree: MembrainTree) -> bool:

@@ -6,8 +6,8 @@ Definitions:
 - a **question** is one thing asked of the teacher, by kind (:data:`QUESTION_KINDS`):
   ``placement`` (the joint question of an insert, or a batch of them), ``audit`` (the same
   question about an insert the student decided alone), ``operation`` (the memory
-  operation, when its answer did not also place the insert) and ``naming`` (an aspect's
-  label);
+  operation, when its answer did not also place the insert), ``naming`` (an aspect's
+  label) and ``formation`` (what an input states: formation.py);
 - with a teacher that sends requests (``requests_sent``: the LLM teachers) a question
   counts the requests it sent, retries included, so the counts equal what the teacher's
   server received; an in-process teacher's question counts one;
@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-QUESTION_KINDS = ("placement", "audit", "operation", "naming")
+QUESTION_KINDS = ("placement", "audit", "operation", "naming", "formation")
 
 
 class QuestionLedger:
@@ -59,8 +59,9 @@ class QuestionLedger:
 
     @property
     def teacher_calls(self) -> int:
-        """Questions asked about inserts: placements, audits and operation questions."""
-        return self.questions["placement"] + self.questions["audit"] + self.questions["operation"]
+        """Questions asked about inserts: formations, placements, audits and operation questions."""
+        return (self.questions["placement"] + self.questions["audit"] + self.questions["operation"]
+                + self.questions["formation"])
 
     @property
     def naming_calls(self) -> int:

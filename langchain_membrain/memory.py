@@ -35,7 +35,9 @@ from .embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
 from .errors import InvalidOperationError, ReadOnlyError
 from .filters import check_filter
 from .forest import Forest, RefreshCounts
+from .formation import Candidate, check_kinds, extractive_summary
 from .graph import InsertPipeline
+from .multistep import Retrieved, retrieve
 from .inputs import Namespace, as_namespace, as_timestamp, check_text
 from .inputs import json_copy as _json_copy
 from .operations import OperationDecider, OperationDecision, OperationStudent
@@ -46,8 +48,8 @@ from .retrieval import FactIndex, RetrievalConfig, resolve_topic_weight
 from .stats import ForestStats, MemoryStats
 from .storage import Storage, open_storage
 from .teachers.resolve import resolve_teacher  # noqa: F401 - the one resolver, importable from here as before
-from .tree import MembrainTree
-from .writes import Writer, prepare, progress as progress_bar
+from .tree import MembrainTree, working_id
+from .writes import Writer, mark_formed, prepare, progress as progress_bar
 
 
 class _Setting:
@@ -255,14 +257,28 @@ class MembrainMemory:
         return embed_texts(self.embeddings, texts)
 
     def add(self, text: str, *, namespace: str | Sequence[str] | None = None,
-            metadata: dict[str, Any] | None = None, key: str | None = None) -> str:
-        """Store one memory (value ``{"content": text, **metadata}``) and return its key."""
-        return self.add_many([text], namespace=namespace, metadatas=[metadata], keys=[key])[0]
+            metadata: dict[str, Any] | None = None, key: str | None = None, kind: str | None = None,
+            session: str | None = None) -> str:
+        """Store one memory (value ``{"content": text, **metadata}``) and return its key.
+        ``kind`` and ``session``: see :meth:`add_many`."""
+        return self.add_many([text], namespace=namespace, metadatas=[metadata], keys=[key], kind=kind,
+                             session=session)[0]
 
     def add_many(self, texts: Sequence[str], *, namespace: str | Sequence[str] | None = None,
                  metadatas: Sequence[dict[str, Any] | None] | None = None,
-                 keys: Sequence[str | None] | None = None, progress: bool | None = None) -> list[str]:
+                 keys: Sequence[str | None] | None = None, progress: bool | None = None,
+                 kind: str | None = None, session: str | None = None) -> list[str]:
         """Store many memories (embedded in one batch) and return their keys.
+
+        ``kind`` None (the default): each text is an input, *formed* into memories
+        (formation.py). A teacher that forms keeps the input as a raw item and stores the
+        facts and experiences it states, each placed in the tree, with the raw item as their
+        source; the key returned is the raw item's. Any other teacher stores the input as
+        its own fact, as said, and returns that fact's key. ``kind="fact"`` or
+        ``"experience"`` stores the text as that kind directly; ``"raw"`` keeps it as a raw
+        item only (searchable, never placed); ``"working"`` makes it the session's working
+        memory. ``session``: the session the inputs belong to (default: each metadata's
+        ``"session"``, else none), which keeps one working memory.
 
         ``progress``: show a progress bar (default: on a terminal, for 200 memories or more).
         Every input is validated before anything is stored; the error for a bad item of
@@ -270,6 +286,10 @@ class MembrainMemory:
         """
         if isinstance(texts, str):
             raise InvalidOperationError("add_many takes a list of texts; use add() for one")
+        if kind is not None:
+            check_kinds(kind)
+        if session is not None and not isinstance(session, str):
+            raise InvalidOperationError(f"a session is a str, got {type(session).__name__}")
         self._check_writable()
         texts = list(texts)
         metadatas = list(metadatas) if metadatas is not None else [None] * len(texts)
@@ -281,14 +301,30 @@ class MembrainMemory:
         out = []
         with progress_bar(progress, len(texts)) as advance:
             for (ns, value, text), vec, key in zip(prepared, vecs, keys):
-                out.append(self._writer.insert(ns, key, value, text, vec, budget=self.teacher_budget,
-                                               merge=self.dedupe and key is None,
-                                               operate=self.operations and key is None))
+                out.append(self._store(ns, key, value, text, vec, kind, session))
                 advance()
         return out
 
+    def _store(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str, vec: np.ndarray,
+               kind: str | None, session: str | None) -> str:
+        """One validated, embedded item of ``add_many``, stored as ``kind``."""
+        merge, operate = self.dedupe and key is None, self.operations and key is None
+        session = session if session is not None else str(value.get("session", ""))
+        if kind is None:
+            return self._writer.form(ns, key, value, text, vec, session=session, budget=self.teacher_budget,
+                                     merge=merge, operate=operate, embed=self._embed)
+        if kind == "raw":
+            return self._forest.mutate(ns, lambda t: t.keep_raw(key, text, embedding=vec, metadata={"value": value}))
+        if kind == "working":
+            return self._forest.mutate(ns, lambda t: t.set_working(session, text, metadata={"value": value},
+                                                                    embedding=vec))
+        done = self._writer.insert(ns, key, value, text, vec, budget=self.teacher_budget, merge=merge, operate=operate)
+        if kind == "experience":
+            self._forest.mutate(ns, lambda t: mark_formed(t, done, Candidate(text, "experience"), None))
+        return done
+
     def put(self, namespace: str | Sequence[str], key: str, value: dict[str, Any], *,
-            index: bool | Sequence[str] | None = None) -> None:
+            index: bool | Sequence[str] | None = None, kind: str = "fact") -> None:
         """Insert or replace the value under ``key`` (LangGraph store semantics).
 
         The embedded text comes from ``index`` (a list of value fields or paths), else the
@@ -296,9 +332,12 @@ class MembrainMemory:
         JSON. ``index=False`` stores the value without embedding it (not placed, listed
         after the scored results of a query). When the text of an existing key changes,
         the fact is placed again; otherwise only its value changes. ``created_at`` is kept.
+        ``kind``: "fact" or "experience", a leaf of the tree either way.
         """
         ns = as_namespace(namespace)
         self._check_writable()
+        if kind not in ("fact", "experience"):
+            raise InvalidOperationError(f"put stores a 'fact' or an 'experience', not {kind!r}")
         if not isinstance(key, str) or not key:
             raise InvalidOperationError("a key is a non-empty str")
         if not isinstance(value, dict):
@@ -306,11 +345,13 @@ class MembrainMemory:
         value = _json_copy(value)
         if index is False:
             self._writer.update_in_place(ns, key, value, None, placed=False)
-            return
-        text = check_text(self.text_of(value, None if index in (None, True) else list(cast(Sequence[str], index))))
-        if self._writer.update_in_place(ns, key, value, text, placed=True):
-            return
-        self._writer.insert(ns, key, value, text, self._embed([text])[0], budget=self.teacher_budget)
+        else:
+            text = check_text(self.text_of(value, None if index in (None, True) else list(cast(Sequence[str], index))))
+            if not self._writer.update_in_place(ns, key, value, text, placed=True):
+                self._writer.insert(ns, key, value, text, self._embed([text])[0], budget=self.teacher_budget)
+        record = self.get(key, namespace=ns)
+        if record is not None and record.kind != kind:
+            self._forest.mutate(ns, lambda t: mark_formed(t, key, Candidate("", cast(Any, kind)), None))
 
     def text_of(self, value: dict[str, Any], fields: list[str] | None = None) -> str:
         """The text embedded for ``value``: the first present of ``fields`` (default
@@ -393,7 +434,8 @@ class MembrainMemory:
 
     def search(self, query: str | None = None, *, namespace: str | Sequence[str] | None = None,
                limit: int = 5, offset: int = 0, filter: dict[str, Any] | None = None,
-               exact_namespace: bool = False, include_history: bool = False) -> list[MemoryRecord]:
+               exact_namespace: bool = False, include_history: bool = False,
+               kinds: str | Sequence[str] | None = None) -> list[MemoryRecord]:
         """Memories in ``namespace`` and every namespace below it (unless
         ``exact_namespace``), matching ``filter``: best first for a query, newest first
         without one. No ``namespace`` (None, or ``()``) searches every namespace of the
@@ -408,7 +450,12 @@ class MembrainMemory:
         whether one namespace or many are searched, here, in :class:`~.store.MembrainStore`
         and in the retriever. Across namespaces hits are merged by that same score. With
         ``include_history`` it is instead the cosine with the query, clipped to ``[0, 1]``
-        (archived versions are in no index). Unembedded facts come last, with None."""
+        (archived versions are in no index). Unembedded facts come last, with None.
+
+        ``kinds``: the memory kinds searched, one or several of "fact", "experience", "raw"
+        and "working" (default: the first three, fused). A fact and the raw item it was
+        formed from take one slot: the better scoring of the two stands for both (a fact
+        hit's ``sources`` name its raw items)."""
         # Unlike add/get/delete, which act on one namespace (the default ``("memories",)``
         # when none is given), a search without one spans them all: limiting it to the
         # default namespace found nothing that was added under another, without a word.
@@ -423,8 +470,51 @@ class MembrainMemory:
         spaces = [ns for ns in self.namespaces()
                   if ns == prefix or (not exact_namespace and ns[: len(prefix)] == prefix)]
         query = check_text(query, "the search query") if query is not None else None
+        searched = check_kinds(kinds)
+        if "working" in searched:
+            raise InvalidOperationError("the working memory is read with memory.working(namespace, session)")
         return reads.search(self._forest, spaces, query, filter=filter, limit=limit, offset=offset,
-                            include_history=include_history, embed=self._embed, mode=self.search_mode)
+                            include_history=include_history, embed=self._embed, mode=self.search_mode,
+                            kinds=searched)
+
+    def working(self, namespace: str | Sequence[str] | None = None,
+                session: str | None = None) -> MemoryRecord | None:
+        """The working memory of ``session`` (None: the inputs added without one): a running
+        summary of the session, kind ``"working"``. A forming teacher writes it with each
+        input; otherwise it is an extractive summary of the session's facts and raw items
+        (formation.extractive_summary), computed now. None when the session holds nothing."""
+        ns = as_namespace(namespace)
+        session = "" if session is None else str(session)
+        found = reads.working(self._forest, ns, session)
+        if found:
+            return found[0]
+        texts = reads.session_texts(self._forest, ns, session)
+        if not texts:
+            return None
+        now = time.time()
+        summary = extractive_summary(texts)
+        return MemoryRecord(working_id(session), ns, summary, {"content": summary, "session": session}, [],
+                            now, now, kind="working")
+
+    def working_history(self, namespace: str | Sequence[str] | None = None,
+                        session: str | None = None) -> list[MemoryRecord]:
+        """Every version of ``session``'s working memory that a teacher wrote, oldest first."""
+        return reads.working(self._forest, as_namespace(namespace), "" if session is None else str(session),
+                             history=True)
+
+    def working_memories(self, namespace: str | Sequence[str] | None = None) -> list[MemoryRecord]:
+        """The current working memory of each session of ``namespace`` that a teacher wrote."""
+        return reads.working_memories(self._forest, as_namespace(namespace))
+
+    def retrieve(self, query: str, namespace: str | Sequence[str] | None = None, *, llm: Any,
+                 max_steps: int = 6) -> Retrieved:
+        """Retrieval in several steps (multistep.py): ``llm`` (a LangChain chat model with
+        tool calling) searches ``namespace`` kind by kind, at most ``max_steps`` times, then
+        finishes. Returns the hits gathered (raw items already shown are left out of later
+        steps) and the trace of every tool call. ``multistep.retrieval_graph`` is the same
+        as a LangGraph subgraph."""
+        query = check_text(query, "the query")
+        return retrieve(self, query, as_namespace(namespace), llm, max_steps=max_steps)
 
     # ------------------------------------------------------------------ reports
     def stats(self) -> MemoryStats:

@@ -1,8 +1,10 @@
 """A node of the membrain tree (:mod:`.tree`): its record, and the checks of what goes in one.
 
 A node is the root (the subject), an aspect (an inner node: a sub-topic), a fact (a memory,
-always a leaf), or an archived entry (``history``: a former version of a fact; ``ignored``:
-an item judged not to be a memory), which is kept beside the tree, not in it.
+always a leaf: a fact or an experience, :mod:`.formation`), or an entry kept beside the tree,
+not in it: ``history`` (a former version of a fact), ``ignored`` (an item judged not to be a
+memory), ``raw`` (an input as it was said, the source of the facts formed from it) and
+``working`` (a session's running summary).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import numpy as np
 
 from .errors import DimensionError, InvalidOperationError
 
-NodeKind = Literal["root", "aspect", "fact", "history", "ignored"]
+NodeKind = Literal["root", "aspect", "fact", "history", "ignored", "raw", "working"]
 
-ARCHIVE_KINDS = ("history", "ignored")
+ARCHIVE_KINDS = ("history", "ignored", "raw", "working")
+#: The archived entries that record what left the tree (purge_history forgets them).
+PAST_KINDS = ("history", "ignored")
 
 
 @dataclass(slots=True)

@@ -20,18 +20,31 @@ from .inputs import Namespace
 from .pipeline import cosine
 from .records import MemoryRecord
 from .retrieval import Mode, relevance
+from .formation import KIND_KEY, SEARCHED_KINDS, SOURCES_KEY, VALID_TIME_KEY, MemoryKind
 from .tree import HISTORY_KEY, MembrainTree, Node
 
 Embed = Callable[[list[str]], np.ndarray]
 
 
 def record_of(ns: Namespace, tree: MembrainTree, key: str, score: float | None = None) -> MemoryRecord:
-    """The current fact ``key`` of ``tree`` as a record (call under the namespace's lock)."""
+    """The current fact ``key`` of ``tree`` (or its raw item or working entry ``key``) as a
+    record (call under the namespace's lock)."""
+    if key not in tree:
+        return beside_record(ns, tree.archive[key], score)
     node = tree.node(key)
     labels = [tree.node(a).text for a in tree.path(key)[1:-1]]
     value = copy.deepcopy(node.metadata.get("value", {}))  # callers never alias stored state
+    valid_from, valid_to = node.metadata.get(VALID_TIME_KEY) or (None, None)
     return MemoryRecord(key, ns, node.text, value, labels, node.created_at, node.updated_at, score,
-                        valid_from=tree.valid_from(key))
+                        valid_from=tree.valid_from(key) if valid_from is None else valid_from, valid_to=valid_to,
+                        kind=node.metadata.get(KIND_KEY, "fact"), sources=list(node.metadata.get(SOURCES_KEY, ())))
+
+
+def beside_record(ns: Namespace, entry: Node, score: float | None = None) -> MemoryRecord:
+    """A raw item or a working entry as a record (its kind is the entry's)."""
+    value = copy.deepcopy(entry.metadata.get("value", {}))
+    return MemoryRecord(entry.id, ns, entry.text, value, [], entry.created_at, entry.updated_at, score,
+                        valid_from=entry.created_at, kind=entry.kind)
 
 
 def archived_record(ns: Namespace, entry: Node, score: float | None = None) -> MemoryRecord:
@@ -87,12 +100,52 @@ def trees(forest: Forest, names: Sequence[Namespace]) -> list[MembrainTree]:
 
 
 def get(forest: Forest, ns: Namespace, key: str) -> MemoryRecord | None:
-    """The current fact ``key`` of ``ns`` as a record, or None."""
+    """The current fact or experience ``key`` of ``ns``, or its raw item ``key``, as a
+    record; None if there is none."""
     with forest.lock(ns):
         tree = forest.tree(ns, create=False)
-        if tree is None or key not in tree or tree.node(key).kind != "fact":
+        if tree is None:
+            return None
+        if key in tree.archive and tree.archive[key].kind == "raw":
+            return beside_record(ns, tree.archive[key])
+        if key not in tree or tree.node(key).kind != "fact":
             return None
         return record_of(ns, tree, key)
+
+
+def working(forest: Forest, ns: Namespace, session: str, *, history: bool = False) -> list[MemoryRecord]:
+    """The working memory of ``session`` in ``ns`` that a teacher wrote: the current one
+    ([] if none), or with ``history`` every version, oldest first."""
+    with forest.lock(ns):
+        tree = forest.tree(ns, create=False)
+        if tree is None:
+            return []
+        if history:
+            return [beside_record(ns, e) for e in tree.working_history(session)]
+        found = tree.working(session)
+        return [] if found is None else [beside_record(ns, found)]
+
+
+def working_memories(forest: Forest, ns: Namespace) -> list[MemoryRecord]:
+    """The current working memory of each session of ``ns`` that a teacher wrote."""
+    with forest.lock(ns):
+        tree = forest.tree(ns, create=False)
+        if tree is None:
+            return []
+        return [beside_record(ns, e) for e in tree.archived("working") if "@v" not in e.id]
+
+
+def session_texts(forest: Forest, ns: Namespace, session: str) -> list[str]:
+    """The texts of ``ns``'s current facts and raw items of ``session`` (their value's
+    ``session``, compared as text), in the order they came."""
+    with forest.lock(ns):
+        tree = forest.tree(ns, create=False)
+        if tree is None:
+            return []
+        nodes = [tree.node(f) for f in tree.facts()] + tree.archived("raw")
+        mine = [n for n in nodes if str(n.metadata.get("value", {}).get("session", "")) == session
+                and not n.metadata.get(SOURCES_KEY)]  # a formed fact's words are its raw item's
+        return [n.text for n in sorted(mine, key=lambda n: (n.created_at, n.seq))]
 
 
 def history(forest: Forest, ns: Namespace, key: str) -> list[MemoryRecord]:
@@ -119,35 +172,117 @@ def ignored(forest: Forest, ns: Namespace, limit: int) -> list[MemoryRecord]:
         return [archived_record(ns, e) for e in tree.archived("ignored")[::-1][:limit]]
 
 
+def kind_of(tree: MembrainTree, key: str) -> str:
+    """The memory kind of a current fact or an entry beside the tree."""
+    if key in tree:
+        return str(tree.node(key).metadata.get(KIND_KEY, "fact"))
+    return tree.archive[key].kind
+
+
+def origin_of(tree: MembrainTree, key: str) -> str:
+    """The raw item a hit stands for: a formed fact's first source, else the hit itself.
+    A fact and the raw item it came from are one origin, and take one slot of a search."""
+    if key in tree:
+        sources = tree.node(key).metadata.get(SOURCES_KEY)
+        if sources:
+            return str(sources[0])
+    return key
+
+
 def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, filter: dict[str, Any] | None,
-         k: int, embedded: dict[str, np.ndarray], *, embed: Embed, mode: str) -> list[tuple[str, float | None]]:
-    """(key, score) of up to ``k`` best facts of one namespace matching ``filter``, then
-    its matching unembedded facts (score None). Without a query: every matching fact.
-    ``embedded`` caches the dense query texts' embeddings across namespaces.
+         k: int, embedded: dict[str, np.ndarray], *, embed: Embed, mode: str,
+         kinds: Sequence[MemoryKind] = SEARCHED_KINDS) -> list[tuple[str, float | None]]:
+    """(key, score) of up to ``k`` best items of one namespace of ``kinds`` matching
+    ``filter``, one per origin (:func:`origin_of`: the best of a raw item and the facts formed
+    from it), then its matching unembedded facts (score None). Without a query: every
+    matching item, newest first. ``embedded`` caches the dense query texts' embeddings
+    across namespaces.
 
-    With a query and no filter nothing here walks the tree's facts, so the cost is the
-    index's (sub-linear in fast mode)."""
+    With a query, no filter and every searched kind, nothing here walks the tree's facts, so
+    the cost is the index's (sub-linear in fast mode)."""
     def passes(f: str) -> bool:
-        return not filter or matches(tree.node(f).metadata.get("value", {}), filter)
+        node = tree.node(f) if f in tree else tree.archive[f]
+        return not filter or matches(node.metadata.get("value", {}), filter)
 
-    facts = [f for f in tree.facts() if passes(f)] if filter or query is None else None
+    every_kind = set(SEARCHED_KINDS) <= set(kinds)
+    ids = None
+    if filter or query is None or not every_kind:
+        ids = [f for f in tree.facts() if kind_of(tree, f) in kinds]
+        ids += [e.id for e in tree.archived("raw")] if "raw" in kinds else []
+        ids = [f for f in ids if passes(f)]
     if query is None:
-        assert facts is not None
-        return [(f, None) for f in facts]
+        assert ids is not None
+        return [(f, None) for f in ids]
     index = forest.index(ns)
     scored: list[tuple[str, float | None]] = []
     if index is not None and len(index):
-        dense_text = index.dense_query_text(query)
-        if dense_text not in embedded:
-            embedded[dense_text] = embed([dense_text])[0]
-        scored = [(cast(str, f), float(s)) for f, s in index.search(
-            query, embedded[dense_text], k, tree=tree, mode=cast(Mode, mode), filter_ids=facts)]
-    unscored: list[tuple[str, float | None]] = [(f, None) for f in sorted(forest.unindexed(ns)) if passes(f)]
+        origins: set[str] = set()
+        for f, s in _ranked(index, tree, query, ids, k, embedded, embed=embed, mode=cast(Mode, mode), kinds=kinds):
+            origin = origin_of(tree, f)
+            if origin not in origins and len(scored) < k:
+                origins.add(origin)
+                scored.append((f, s))
+    unscored: list[tuple[str, float | None]] = [(f, None) for f in sorted(forest.unindexed(ns)) if passes(f)
+                                               and kind_of(tree, f) in kinds]
     return scored + unscored
 
 
+def _ranked(index: Any, tree: MembrainTree, query: str, ids: list[str] | None, k: int,
+            embedded: dict[str, np.ndarray], *, embed: Embed, mode: Mode,
+            kinds: Sequence[MemoryKind]) -> list[tuple[str, float]]:
+    """The namespace's index's ranking of ``query``, best first, with the steps that memory
+    kinds add (RetrievalConfig): a second step with the best formed facts' text, where facts
+    were formed from raw items, and the sessions' prior from their working memories."""
+    cfg = index.config
+
+    def vector(text: str) -> np.ndarray:
+        dense_text = index.dense_query_text(text)
+        if dense_text not in embedded:
+            embedded[dense_text] = embed([dense_text])[0]
+        return embedded[dense_text]
+
+    raws = tree.archived("raw") if tree.archive else []
+    # A fact and its raw items take one slot: room for the folded ones.
+    wanted = 2 * k if raws and "raw" in kinds else k
+    first = index.search(query, vector(query), wanted, tree=tree, mode=mode, filter_ids=ids)
+    score: dict[str, float] = {cast(str, f): float(s) for f, s in first}
+    if cfg.second_step and raws and "raw" in kinds:
+        formed = [f for f in tree.facts() if tree.node(f).metadata.get(SOURCES_KEY)]
+        best = index.search(query, vector(query), cfg.second_step, tree=tree, mode=mode, filter_ids=formed)
+        if best:
+            # The second query's embedding is the query's moved toward the facts' (Rocchio's
+            # relevance feedback), so the second step embeds nothing.
+            nodes = [tree.node(cast(str, f)) for f, _ in best]
+            again = " ".join([query, *(n.text for n in nodes)])
+            moved = vector(query) + np.mean([n.embedding for n in nodes if n.embedding is not None], axis=0)
+            moved = (moved / max(float(np.linalg.norm(moved)), 1e-12)).astype(np.float32)
+            for f, s in index.search(again, moved, wanted, tree=tree, mode=mode, filter_ids=ids):
+                score[cast(str, f)] = score.get(cast(str, f), 0.0) + cfg.second_step_weight * float(s)
+    if cfg.session_prior:
+        prior = _session_prior(tree, vector(query))
+        if prior:
+            for f in score:
+                node = tree.node(f) if f in tree else tree.archive[f]
+                score[f] += cfg.session_prior * prior.get(str(node.metadata.get("value", {}).get("session", "")), 0.0)
+    return sorted(score.items(), key=lambda p: -p[1])
+
+
+def _session_prior(tree: MembrainTree, qvec: np.ndarray) -> dict[str, float]:
+    """Session -> the z-scored cosine of the query with its working memory (over the
+    sessions that have one embedded); {} for fewer than two."""
+    current = [e for e in tree.archived("working") if "@v" not in e.id and e.embedding is not None]
+    if len(current) < 2:
+        return {}
+    cos = np.array([cosine(e.embedding, qvec) for e in current])
+    std = float(cos.std())
+    if std <= 1e-12:
+        return {}
+    return {str(e.metadata.get("session", "")): float((c - cos.mean()) / std) for e, c in zip(current, cos)}
+
+
 def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, filter: dict[str, Any] | None,
-           limit: int, offset: int, include_history: bool, embed: Embed, mode: str) -> list[MemoryRecord]:
+           limit: int, offset: int, include_history: bool, embed: Embed, mode: str,
+           kinds: Sequence[MemoryKind] = SEARCHED_KINDS) -> list[MemoryRecord]:
     """The hits of ``spaces`` (validated arguments: see ``MembrainMemory.search``), best first
     for a query, newest first without one."""
     embedded: dict[str, np.ndarray] = {}  # one embedding per distinct dense query text
@@ -158,10 +293,11 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
             tree = forest.tree(ns, create=False)
             if tree is None:
                 continue
-            for key, score in rank(forest, ns, tree, query, filter, offset + limit, embedded, embed=embed, mode=mode):
+            for key, score in rank(forest, ns, tree, query, filter, offset + limit, embedded, embed=embed, mode=mode,
+                                   kinds=kinds):
                 hits.append(record_of(ns, tree, key, score))
                 if score is not None:
-                    vectors[ns, key] = tree.node(key).embedding
+                    vectors[ns, key] = (tree.node(key) if key in tree else tree.archive[key]).embedding
             if include_history:
                 for entry in tree.archived("history"):
                     if filter and not matches(entry.metadata.get("value", {}), filter):

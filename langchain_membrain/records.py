@@ -6,7 +6,7 @@ import the memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .inputs import Namespace
@@ -31,3 +31,8 @@ class MemoryRecord:
     valid_from: float | None = None
     valid_to: float | None = None  # None while current
     superseded_by: str | None = None  # the key holding what replaced it (history only)
+    #: "fact", "experience", "raw" or "working" (formation.MEMORY_KINDS).
+    kind: str = "fact"
+    #: The keys of the raw items a fact or experience was formed from; empty for one stored
+    #: as it was said (its own source).
+    sources: list[str] = field(default_factory=list)

@@ -155,6 +155,14 @@ class RetrievalConfig:
     # cosine is the best over its own embedding and theirs.
     former_weight: float = 1.0
     former_dense: bool = True
+    # Memory kinds (reads.rank), where a namespace holds facts formed from raw items: search
+    # the facts, then search everything again with the query and the text of this many best
+    # facts, and add the second step's score (times second_step_weight) to the first's (0: one step).
+    second_step: int = 5
+    second_step_weight: float = 0.25
+    # A prior over sessions from their working memories: each hit gains this weight times the
+    # z-scored cosine of the query with its session's summary (0: off).
+    session_prior: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chat", check_chat(self.chat))  # a list is kept as a tuple

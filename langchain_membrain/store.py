@@ -25,6 +25,9 @@ Semantics (LangGraph's, with a few deliberate improvements over ``InMemoryStore`
 - A namespace or prefix may be a tuple, a list or a ``"a/b"`` string.
 - The ops of one ``batch`` run in order, so a ``GetOp`` after a ``PutOp`` on the same key
   sees the new value; every op is validated before the first one runs.
+- A value whose ``"kind"`` is ``"experience"`` (or any value, under ``index={"kind":
+  "experience"}``) is stored as an experience; search it with ``filter={"kind": ...}`` on
+  the value, or ``store.memory.search(..., kinds=...)``.
 - TTL is not supported (``supports_ttl = False``): an op with a ``ttl`` raises
   :class:`NotImplementedError`.
 """
@@ -119,6 +122,9 @@ class MembrainStore(BaseStore):
         self.memory = memory
         self.index_fields: list[str] | None = list(fields) if fields else None
         self.index_config: IndexConfig | None = cast(IndexConfig, spec) if spec else None
+        self.default_kind = spec.get("kind", "fact")
+        if self.default_kind not in ("fact", "experience"):
+            raise ValueError(f"index['kind'] is 'fact' or 'experience', not {self.default_kind!r}")
 
     @classmethod
     def from_conn_string(cls, path_or_url: str, *, index: IndexConfig | None = None) -> "MembrainStore":
@@ -171,7 +177,7 @@ class MembrainStore(BaseStore):
                 self.memory.delete(op.key, namespace=op.namespace)
             return None
         index = op.index if op.index is not None else self.index_fields
-        self.memory.put(op.namespace, op.key, dict(op.value), index=index)
+        self.memory.put(op.namespace, op.key, dict(op.value), index=index, kind=self._kind_of(op.value))
         return None
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
@@ -193,6 +199,12 @@ class MembrainStore(BaseStore):
         return self.memory.list_namespaces(prefix=prefix or None, suffix=suffix or None,
                                            max_depth=op.max_depth, limit=op.limit, offset=op.offset,
                                            current_only=True)
+
+    def _kind_of(self, value: Any) -> str:
+        """The memory kind a value is stored as: its ``"kind"`` when that is "fact" or
+        "experience", else the index configuration's ``"kind"`` (default "fact")."""
+        kind = value.get("kind")
+        return kind if kind in ("fact", "experience") else self.default_kind
 
     # ------------------------------------------------------------------ extras
     def path(self, namespace: Sequence[str] | str, key: str) -> list[str] | None:

@@ -11,10 +11,10 @@ Definitions (README, Concepts):
 - The **archive** holds what left the tree without being lost (README, Memories that
   change): *history* entries (a fact superseded by an UPDATE or invalidated by a DELETE,
   with its text, times and the key of what replaced it) and *ignored* entries (items the
-  memory operation judged not to be memories). Archived entries are not part of the graph:
-  no stage, feature or search sees them unless asked; storage keeps them as rows of kind
-  ``history``/``ignored`` whose parent is the root, written in the same transaction as the
-  tree change that produced them.
+  memory operation judged not to be memories), and raw inputs and working summaries
+  (:mod:`.tree_archive`). Archived entries are not part of the graph: no stage, feature or
+  search sees them unless asked; storage keeps them as rows of their kind whose parent is the
+  root, written in the same transaction as the tree change that produced them.
 
 A tree may carry a **height bound**, ``max_height``: no write creates an aspect, or moves
 one, where facts would then lie more than ``max_height`` levels below the root. It bounds
@@ -36,7 +36,7 @@ import gc
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import networkx as nx
 import numpy as np
@@ -45,13 +45,14 @@ from .errors import InvalidOperationError, InvariantError, NodeNotFoundError
 from .nodes import ARCHIVE_KINDS, Node, as_vector, check_text, copy_node
 from .nodes import NodeKind as NodeKind  # re-exported, as SERIAL_VERSION: public names of this module
 from .tree_rows import SERIAL_VERSION as SERIAL_VERSION
+from .tree_archive import HISTORY_KEY as HISTORY_KEY  # public names of this module
+from .tree_archive import TreeArchive
+from .tree_archive import working_id as working_id
 from .tree_rows import TreeRows
 
 Role = Literal["self", "sibling", "parent", "uncle", "grandparent"]
 
 ROOT_ID = "root"
-#: The metadata key of an archived entry that holds its history record (see :func:`history_of`).
-HISTORY_KEY = "history"
 #: The metadata key of a current fact that holds the time its version became valid (set by
 #: an UPDATE; a fact never updated is valid from its ``created_at``).
 VALID_FROM_KEY = "valid_from"
@@ -93,7 +94,7 @@ def check_max_height(max_height: Any) -> int | None:
     return max_height
 
 
-class MembrainTree(TreeRows):
+class MembrainTree(TreeArchive, TreeRows):
     """A tree of memories for one subject, backed by a :class:`networkx.DiGraph`.
 
     Edges go parent -> child; children keep the order in which they were attached.
@@ -406,47 +407,6 @@ class MembrainTree(TreeRows):
         self._touch(aspect_id)
 
     # ---------------------------------------------------------------- archive
-    def archived(self, kind: str | None = None) -> list[Node]:
-        """Archived entries (``"history"``, ``"ignored"`` or both), oldest first."""
-        return sorted((n for n in self.archive.values() if kind is None or n.kind == kind),
-                      key=lambda n: (n.updated_at, n.seq))
-
-    def history(self, key: str) -> list[Node]:
-        """The archived versions of the fact ``key`` (superseded or deleted), oldest first."""
-        return [n for n in self.archived("history") if n.metadata.get(HISTORY_KEY, {}).get("key") == key]
-
-    def former_versions(self, keys: Iterable[str]) -> dict[str, list[Node]]:
-        """For each of ``keys`` that has some: the archived versions its current fact
-        superseded (UPDATEs since the key was last deleted, if ever), oldest first. One pass
-        over the archive, for search to credit a fact with what its old versions said."""
-        wanted = set(keys)
-        found: dict[str, list[Node]] = {}
-        for entry in self.archive.values():
-            key = entry.metadata.get(HISTORY_KEY, {}).get("key") if entry.kind == "history" else None
-            if key in wanted:
-                found.setdefault(key, []).append(entry)
-        out = {}
-        for key, entries in found.items():
-            entries.sort(key=lambda n: n.seq)
-            deletes = [i for i, n in enumerate(entries) if n.metadata[HISTORY_KEY].get("operation") != "update"]
-            chain = entries[deletes[-1] + 1:] if deletes else entries
-            if chain:
-                out[key] = chain
-        return out
-
-    def purge_archived(self, entry_ids: Iterable[str]) -> None:
-        """Forget archived entries for good (the tree and its current facts are untouched).
-        NodeNotFoundError, before anything changes, for an id that is not archived."""
-        entry_ids = list(dict.fromkeys(entry_ids))
-        missing = [e for e in entry_ids if e not in self.archive]
-        if missing:
-            raise NodeNotFoundError(f"not archived: {missing[0]!r}")
-        for entry_id in entry_ids:
-            del self.archive[entry_id]
-            self._forget(entry_id)
-        if entry_ids:
-            self._touch()
-
     def valid_from(self, fact_id: str) -> float:
         """When the current version of a fact became valid (its last UPDATE, else its creation)."""
         node = self.node(fact_id)
@@ -484,21 +444,6 @@ class MembrainTree(TreeRows):
         entry = self._archive_version(fact_id, "delete", now, superseded_by=superseded_by, source=superseded_by)
         self.remove(fact_id)
         return entry
-
-    def log_ignored(self, node_id: str | None, text: str, *, embedding: Any = None,
-                    metadata: dict[str, Any] | None = None, reason: str = "ignore") -> str:
-        """Keep an item that is not a memory in the namespace's log (not the tree)."""
-        text = check_text(text, "text")
-        vec = as_vector(embedding, self.dim)
-        if metadata is not None and not isinstance(metadata, dict):
-            raise InvalidOperationError("metadata must be a dict")
-        node_id = self._new_id(node_id, "i")
-        self._claim_dim(vec)
-        now = self.clock()
-        meta = {**dict(metadata or {}), HISTORY_KEY: {"key": node_id, "operation": reason}}
-        self.archive[node_id] = Node(node_id, "ignored", text, vec, now, now, meta, seq=self._next_seq())
-        self._touch(node_id)
-        return node_id
 
     def _archive_version(self, fact_id: str, operation: str, when: float, *, superseded_by: str | None,
                          source: str | None) -> str:

@@ -319,7 +319,9 @@ def test_locomo_bench_end_to_end_on_a_tiny_conversation(tmp_path):
                {"question": "What did Bo paint and where did he sail?", "evidence": ["D2:2; D1:2"], "category": 1},
                {"question": "When did Ann adopt a puppy?", "evidence": ["D"], "category": 2},
                {"question": "What did Ann ask Bo about his painting?", "evidence": ["D2:3"], "category": 4},
-               {"question": "Unanswerable?", "evidence": ["D1:1"], "category": 5}]}
+               {"question": "Unanswerable?", "evidence": ["D1:1"], "category": 5}],
+        "observation": {"session_1_observation": {"Ann": [["Ann adopted a puppy named Rex.", "D1:1"]]}},
+        "session_summary": {"session_1_summary": "Ann adopted Rex; Bo went sailing."}}
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps([sample]))
     conv = load_locomo(path)[0]
@@ -328,7 +330,8 @@ def test_locomo_bench_end_to_end_on_a_tiny_conversation(tmp_path):
     out = run_locomo(str(path), ks=(1, 5), cache_dir=str(tmp_path / "cache"), embedder=_HashEmbeddings(),
                      log=lambda s: None)
     res = out["results"]
-    assert set(res) == {"membrain", "membrain_no_ops", "flat_pipeline", "bm25", "dense", "inmemorystore"}
+    assert set(res) == {"membrain", "membrain_no_ops", "membrain_formed", "membrain_formed_one_step",
+                        "flat_pipeline", "bm25", "dense", "inmemorystore"}
     for method in res:
         # 5 turns: everything stored is found at k=5; the product (operations on) IGNOREs the
         # question-only turn D2:3, so the question citing it is missed there alone
@@ -341,6 +344,8 @@ def test_locomo_bench_end_to_end_on_a_tiny_conversation(tmp_path):
     assert out["operations"]["membrain"]["by_kind"]["IGNORE"] == 1
     assert out["ranked"]["flat_pipeline"][0][0] == "D1:1"  # the puppy question's turn ranks first
     assert out["timing"]["membrain"]["ingest_ms_per_turn"] > 0
+    formed = out["formation"]["membrain_formed"]
+    assert formed["formation_per_input"] == 1.0 and 0 < formed["prompt_tokens_max"] <= 1500
     assert len(list((tmp_path / "cache").glob("*.npy"))) >= 2  # embeddings cached for reruns
 
 

@@ -8,7 +8,7 @@ each prints a table and can write JSON with ``--json OUT``.
 import os
 import platform
 
-__all__ = ["TopicTeacher", "machine_description", "embed_cached"]
+__all__ = ["TopicTeacher", "LoCoMoFormationTeacher", "machine_description", "embed_cached"]
 
 
 def __getattr__(name: str):
@@ -17,6 +17,10 @@ def __getattr__(name: str):
         from .topic_teacher import TopicTeacher
 
         return TopicTeacher
+    if name == "LoCoMoFormationTeacher":
+        from .locomo import LoCoMoFormationTeacher
+
+        return LoCoMoFormationTeacher
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

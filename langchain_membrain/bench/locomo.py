@@ -35,7 +35,7 @@ import re
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -43,11 +43,18 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from ..embeddings import embed_texts
+from ..formation import FormationInput
 from ..retrieval import FactIndex, Mode, RetrievalConfig
+from ..teachers.forming import formation_messages
+from ..teachers.heuristic import HeuristicTeacher
+from ..teachers.prompts import prompt_tokens
 
 CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
 CATEGORY_ORDER = ["overall", "multi_hop", "temporal", "single_hop", "open_domain"]
-METHODS = ["membrain", "membrain_no_ops", "flat_pipeline", "bm25", "dense", "inmemorystore"]
+METHODS = ["membrain", "membrain_no_ops", "membrain_formed", "membrain_formed_one_step", "flat_pipeline", "bm25",
+           "dense", "inmemorystore"]
+#: The memories formed by LoCoMoFormationTeacher (the dataset's observations and summaries).
+FORMED = ("membrain_formed", "membrain_formed_one_step")
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
 #: membrain's and the flat pipeline's retrieval: every chat scorer on (LoCoMo's turns are a chat's).
 RETRIEVAL = RetrievalConfig.for_chat()
@@ -231,6 +238,50 @@ def _turn_metadata(turn: Turn) -> dict[str, Any]:
     return {"dia_id": turn.dia_id, "speaker": turn.speaker, "session": turn.session, "date": turn.date}
 
 
+# --------------------------------------------------------- a formation teacher
+class LoCoMoFormationTeacher(HeuristicTeacher):
+    """Forms each LoCoMo turn from the dataset's observations and session summaries: an
+    evaluation teacher that stands in for an LLM, reading LoCoMo's LLM-extracted
+    *observations* (each citing its turn) and *session summaries* at the teacher boundary
+    only. A turn gets the observations that cite it as facts and its session's summary as
+    the working memory; placement, stage 2, operations and naming are the offline
+    heuristic's. A turn is known by its value's ``conversation`` (sample id) and ``dia_id``.
+
+    Args:
+        samples: LoCoMo samples as the JSON file holds them (a list of dicts with
+            ``sample_id``, ``observation`` and ``session_summary``).
+    """
+
+    name = "locomo-formation"
+    forms = True
+
+    def __init__(self, samples: Sequence[dict[str, Any]], **kwargs: Any):
+        super().__init__(**kwargs)
+        self._facts: dict[tuple[str, str], list[str]] = {}
+        self._summaries: dict[tuple[str, str], str] = {}
+        for sample in samples:
+            sid = str(sample["sample_id"])
+            for session_key, by_speaker in (sample.get("observation") or {}).items():
+                for entries in (by_speaker or {}).values():
+                    for entry in entries:
+                        if not isinstance(entry, (list, tuple)) or len(entry) < 2:
+                            continue
+                        for did in normalize_evidence(entry[1]):
+                            self._facts.setdefault((sid, did), []).append(str(entry[0]))
+            for key, text in (sample.get("session_summary") or {}).items():
+                m = re.fullmatch(r"session_(\d+)_summary", key)
+                if m and isinstance(text, str):
+                    self._summaries[sid, m.group(1)] = text
+        self.prompt_tokens: list[int] = []  # per question, what an LLM's prompt would take
+
+    def form(self, item: FormationInput) -> dict[str, Any]:
+        sid = str(item.metadata.get("conversation", ""))
+        did = str(item.metadata.get("dia_id", ""))
+        self.prompt_tokens.append(prompt_tokens(formation_messages(item.text, item.metadata, item.working)))
+        return {"facts": list(self._facts.get((sid, did), [])),
+                "working": self._summaries.get((sid, str(item.metadata.get("session", ""))))}
+
+
 class CachedEmbeddings(Embeddings):
     """A LangChain embedder over a :class:`DiskEmbeddingCache` (reruns do not embed)."""
 
@@ -254,13 +305,16 @@ class MemoryNamespace(Retriever):
 
     def __init__(self, memory: Any, conv: Conversation, embs: np.ndarray, stats: dict[str, Any]):
         self.memory, self.ns = memory, ("locomo", conv.sample_id)
+        self.turn_of: dict[str, str] = {}  # raw item key -> its dia_id
         t0 = time.perf_counter()
         calls0 = memory.stats().get("teacher_calls", 0)
         # No keys: the chat path (``add`` runs the memory operation only without a key). A
         # hit's turn is read from its value's ``dia_id`` (an UPDATE gives the new turn the
         # old one's key).
-        memory.add_many([t.text for t in conv.turns], namespace=self.ns,
-                        metadatas=[_turn_metadata(t) for t in conv.turns], progress=False)
+        keys = memory.add_many([t.text for t in conv.turns], namespace=self.ns,
+                               metadatas=[{**_turn_metadata(t), "conversation": conv.sample_id} for t in conv.turns],
+                               progress=False)
+        self.turn_of = {k: t.dia_id for k, t in zip(keys, conv.turns)}
         stats.setdefault("ingest_s", []).append(time.perf_counter() - t0)
         memory.flush()
         stats.setdefault("turns", []).append(len(conv.turns))
@@ -268,8 +322,13 @@ class MemoryNamespace(Retriever):
         stats["teacher"] = type(memory.teacher).__name__
 
     def search(self, q: str, k: int) -> list[str]:
-        hits = self.memory.search(q, namespace=self.ns, limit=k, exact_namespace=True)
-        return [str(r.value.get("dia_id", r.key)) for r in hits]
+        """The turns of the top ``k`` hits: a raw hit is its own turn, a fact hit counts
+        its source turns (its own value's turn when it has no raw source)."""
+        out: list[str] = []
+        for r in self.memory.search(q, namespace=self.ns, limit=k, exact_namespace=True):
+            turns = [self.turn_of[s] for s in r.sources if s in self.turn_of] or [str(r.value.get("dia_id", r.key))]
+            out += [t for t in turns if t not in out]
+        return out
 
 
 def evidence_out_of_search(memory: Any, conv: Conversation) -> dict[str, int]:
@@ -328,7 +387,7 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
     cache = DiskEmbeddingCache(embedder, cache_dir or Path(tempfile.gettempdir()) / "membrain-locomo-cache")
     kmax = max(ks)
     memories: dict[str, Any] = {}  # one MembrainMemory per method (one pair of models) across conversations
-    ops_of = {"membrain": operations, "membrain_no_ops": False}
+    ops_of = {"membrain": operations, "membrain_no_ops": False, **{m: operations for m in FORMED}}
     evidence_out: dict[str, dict[str, int]] = {}
     ranked: dict[str, list[list[str]]] = {m: [] for m in methods}
     latency: dict[str, list[float]] = {m: [] for m in methods}
@@ -341,7 +400,7 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
         qs = [q.question for q in conv.questions]
         qfull = dict(zip(qs, cache.embed(qs)))
         retrievers: dict[str, Retriever] = {}
-        if any(m in methods for m in ("membrain", "membrain_no_ops", "flat_pipeline")):
+        if any(m in methods for m in ("membrain", "membrain_no_ops", "flat_pipeline", *FORMED)):
             flat = build_flat(conv, embs, flat_config or config)
             stripped = sorted({flat.dense_query_text(q) for q in qs})
             qstrip = dict(zip(stripped, cache.embed(stripped)))
@@ -352,7 +411,12 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
                 if m not in memories:
                     from ..memory import MembrainMemory
 
-                    memories[m] = MembrainMemory(embeddings=CachedEmbeddings(cache), retrieval=config,
+                    teacher = None
+                    if m in FORMED:
+                        teacher = LoCoMoFormationTeacher(json.loads(Path(data).read_text()))
+                    memories[m] = MembrainMemory(embeddings=CachedEmbeddings(cache), teacher=teacher,
+                                                 retrieval=config if m != "membrain_formed_one_step"
+                                                 else replace(config, second_step=0),
                                                  operations=ops, search_mode=mode)
                 retrievers[m] = MemoryNamespace(memories[m], conv, embs, ingest[m])
                 counts = evidence_out.setdefault(m, {})
@@ -374,15 +438,27 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
             f" ({conv.skipped} skipped: no valid evidence id)")
     results = score(ranked, questions, ks)
     timing = _timing(latency, ingest)
-    operation_stats = {}
+    operation_stats, formation = {}, {}
     for m, memory in memories.items():
         if ops_of[m]:
             operation_stats[m] = {k: v for k, v in memory.stats()["operations"].items() if k != "student"}
+        if m in FORMED:
+            formation[m] = _formation_stats(memory, sum(ingest[m]["turns"]))
         memory.close()
     return {"results": results, "timing": timing, "tree": shapes, "evidence_out": evidence_out,
-            "operations": operation_stats,
+            "operations": operation_stats, "formation": formation,
             "questions": len(questions), "embedding_s": cache.seconds,
             "ranked": ranked, "question_list": questions}
+
+
+def _formation_stats(memory: Any, inputs: int) -> dict[str, Any]:
+    """Formation questions per input (and every question per input, naming and operations
+    included), and the prompt tokens an LLM's formation question would take (max, mean)."""
+    questions = memory.stats()["questions"]
+    tokens = memory.teacher.prompt_tokens or [0]
+    return {"formation_per_input": questions["formation"] / max(inputs, 1),
+            "questions_per_input": sum(questions.values()) / max(inputs, 1),
+            "prompt_tokens_max": max(tokens), "prompt_tokens_mean": float(np.mean(tokens))}
 
 
 def _baselines(conv: Any, embs: np.ndarray, known: dict[str, Any], cache: Any,
@@ -456,6 +532,7 @@ def run(args: argparse.Namespace) -> int:
         side = Path(args.json).with_suffix(".details.json")
         side.write_text(json.dumps({"timing": out["timing"], "tree": out["tree"],
                                     "evidence_out": out["evidence_out"], "operations": out["operations"],
+                                    "formation": out["formation"],
                                     "questions": out["questions"], "results_with_n": out["results"]}, indent=2))
         print(f"wrote {args.json} and {side}")
     return 0
@@ -497,5 +574,7 @@ def print_table(out: dict, ks: Sequence[int]) -> None:
               f"missing {c['missing']})")
     for m, st in out.get("operations", {}).items():
         print(m, "operations:", st)
+    for m, st in out.get("formation", {}).items():
+        print(m, "formation:", {k: round(v, 3) for k, v in st.items()})
     if out["tree"]:
         print("tree shape per conversation:", out["tree"])

@@ -68,8 +68,9 @@ LOG_MAX_ROWS = 5000
 STORE_VALUE_KEY = "value"
 
 #: Kinds of stored rows: the tree's nodes, and the archived entries of the memory
-#: operations (superseded/deleted facts and ignored items; their parent is the root).
-NODE_KINDS = ("root", "aspect", "fact", "history", "ignored")
+#: operations (superseded/deleted facts and ignored items), raw inputs and working summaries
+#: (their parent is the root). A database of an earlier release holds none of the last two.
+NODE_KINDS = ("root", "aspect", "fact", "history", "ignored", "raw", "working")
 
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place", "operation")
+STAGES: tuple[str, ...] = ("stage1", "stage2", "name", "place", "operation", "formation")
 
 
 @dataclass

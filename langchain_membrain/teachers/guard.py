@@ -13,8 +13,7 @@
   caller (unless ``raise_on_failure=True``); ``try_*`` raise :class:`TeacherCallError`
   instead of falling back, for callers (the Learner) that fall back to their own model's
   decision;
-- a **per-call timeout** and a **concurrency limit** (one semaphore shared by the sync and
-  async paths);
+- a **per-call timeout** and a **concurrency limit** (one semaphore, sync and async);
 - a **deadline** (:func:`~.budget.deadline`, set per insert by ``MembrainMemory``'s
   ``teacher_budget``): a sync request is cut when the deadline passes (failure kind
   ``"budget"``), and none is sent after it (:class:`TeacherUnavailable`, not a request);
@@ -24,9 +23,8 @@
   the teacher answers again. Answers slower than a deadline open a second breaker that only
   stops requests under a deadline (the questions go to the background instead), logged at
   INFO;
-- **cost accounting** per stage (costs.py, ``teacher.stats()``);
-  :meth:`GuardedTeacher.requests_sent` gives the requests sent from the calling thread, so
-  that a caller can count a question's requests (retries included) exactly.
+- **cost accounting** per stage (costs.py, ``teacher.stats()``); :meth:`requests_sent`
+  counts the calling thread's requests, so a caller counts a question's exactly.
 
 Each question is written once, as a generator that holds all of the logic above and does
 no I/O (core.py); the sync and the async methods only drive it
@@ -67,6 +65,7 @@ from . import budget, prompts
 from ..placement import NEW_FACT, Placement, descend, destination
 from .answers import (FEEDBACK_KINDS, AttachedView, RawAnswer, TeacherCallError, TeacherUnavailable,
                       check_raw, classify_failure, clean_label, neighbourhood, resolve_actions, validate_stage1)
+from .forming import FormationQuestions
 from .base import (BaseTeacher, LastResortTeacher, NewFact, OperationTeacher, Subtree, Teacher, capable, safe_actions,
                    safe_choice)
 from .core import Core, Done, Send, Sleep, advance
@@ -88,7 +87,7 @@ def _default_fallback() -> Teacher:
 _DEFAULT = object()
 
 
-class GuardedTeacher(BaseTeacher):
+class GuardedTeacher(FormationQuestions, BaseTeacher):
     """Base of the LLM teachers: prompts, validation, retry, fallback, limits and stats.
 
     Args:
@@ -119,7 +118,7 @@ class GuardedTeacher(BaseTeacher):
                  timeout: float = 30.0, max_concurrency: int = 4, max_retries: int = 1,
                  max_backoff_s: float = 5.0, examples_per_aspect: int = 3, outline_max_aspects: int = 200,
                  outline_facts_per_node: int = 5, allow_aspects: bool = False, raise_on_failure: bool = False,
-                 breaker: budget.CircuitBreaker | None = None):
+                 breaker: budget.CircuitBreaker | None = None, formation: bool = False):
         if mode not in ("per_decision", "one_call"):
             raise ValueError(f"mode must be 'per_decision' or 'one_call', not {mode!r}")
         if timeout <= 0 or max_concurrency < 1 or max_retries < 0:
@@ -136,6 +135,7 @@ class GuardedTeacher(BaseTeacher):
         self.outline_max_aspects = int(outline_max_aspects)
         self.outline_facts_per_node = int(outline_facts_per_node)
         self.allow_aspects = allow_aspects
+        self.forms = bool(formation)
         self.raise_on_failure = raise_on_failure
         self._sem = threading.BoundedSemaphore(self.max_concurrency)
         self._stats = TeacherStats()

@@ -79,6 +79,22 @@ def answer(obj: Any) -> Reply:
     return lambda req: Response(200, _completion(req, json.dumps(obj)))
 
 
+def tool_calls(*calls: tuple[str, Any]) -> Reply:
+    """An answer calling each named tool with its arguments (a str is sent verbatim, so a
+    malformed call can be scripted); no calls at all is a plain text answer."""
+    def reply(req: dict[str, Any]) -> Response:
+        body = _completion(req, None)
+        message = body["choices"][0]["message"]
+        message["content"] = None if calls else "done"
+        if calls:
+            message["tool_calls"] = [{"id": f"call_{i}", "type": "function", "function": {
+                "name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+                for i, (name, args) in enumerate(calls)]
+            body["choices"][0]["finish_reason"] = "tool_calls"
+        return Response(200, body)
+    return reply
+
+
 def text(raw: str, *, finish: str = "stop") -> Reply:
     """An answer whose text is ``raw`` verbatim (e.g. malformed JSON)."""
     return lambda req: Response(200, _completion(req, raw, finish=finish))

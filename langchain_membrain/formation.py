@@ -1,0 +1,214 @@
+"""Formation: what one input becomes before it is stored (Mem-T's writer).
+
+Definitions (README, Memory kinds):
+
+- A memory's **kind** is one of :data:`MEMORY_KINDS`. A *fact* is an atomic statement, with
+  an optional valid-time interval; an *experience* says how to do something; both are leaves
+  of the namespace's tree. A *raw* item is an input as it was said, kept beside the tree in
+  the order it came (never placed by the learned stages), the *source* of what was formed
+  from it. The *working* memory is one running summary per (namespace, session).
+- **Formation** turns an input into a :class:`Formation`: CrtRaw (the input is kept as a raw
+  item), CrtFact / CrtExp (the :class:`Candidate` facts and experiences it states) and
+  UpdWork (the session's new working summary). Each candidate then goes through the memory
+  operation (ADD, UPDATE, DELETE, IGNORE) and placement like any fact.
+- A teacher **forms** when it has the :class:`FormingTeacher` capability: it is asked one
+  question per input, and its answer is validated by :func:`check_answer` (clipped or
+  refused, with one warning, never losing the input). Any other teacher gets the **offline
+  formation** (:func:`offline_formation`): the input is its own fact, as said, and needs no
+  raw item beside it; the working memory is an extractive summary of the session
+  (:func:`extractive_summary`), computed when read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Sequence, cast, runtime_checkable
+
+from .errors import InvalidOperationError
+from .lexical import STOPWORDS
+
+MemoryKind = Literal["fact", "experience", "raw", "working"]
+MEMORY_KINDS: tuple[MemoryKind, ...] = ("fact", "experience", "raw", "working")
+#: What ``search`` returns without ``kinds``: the working memory is read with ``working()``.
+SEARCHED_KINDS: tuple[MemoryKind, ...] = ("fact", "experience", "raw")
+#: The node metadata key holding a leaf's memory kind ("fact" when absent).
+KIND_KEY = "kind"
+#: The node metadata key holding the keys of the raw items a fact was formed from.
+SOURCES_KEY = "sources"
+#: The node metadata key holding a fact's valid-time interval ``[from, to]`` (either None).
+VALID_TIME_KEY = "valid_time"
+
+#: Bounds on a teacher's answer: more candidates are dropped, longer texts clipped.
+MAX_CANDIDATES = 20
+MAX_CANDIDATE_CHARS = 1000
+MAX_WORKING_CHARS = 2000
+
+
+class FormationWarning(UserWarning):
+    """A teacher's formation answer was clipped or partly refused (the input is kept)."""
+
+
+def check_kinds(kinds: Any) -> tuple[MemoryKind, ...]:
+    """``kinds`` (one kind or several) as a tuple, or InvalidOperationError naming the
+    unknown one; None is every searched kind (:data:`SEARCHED_KINDS`)."""
+    if kinds is None:
+        return SEARCHED_KINDS
+    items = [kinds] if isinstance(kinds, str) else kinds
+    try:
+        items = list(items)
+    except TypeError:
+        raise InvalidOperationError(f"kinds is a kind or a list of kinds, got {type(kinds).__name__}") from None
+    for k in items:
+        if k not in MEMORY_KINDS:
+            raise InvalidOperationError(f"unknown memory kind {k!r}: one of {', '.join(MEMORY_KINDS)}")
+    if not items:
+        raise InvalidOperationError("kinds is empty: name at least one kind")
+    return tuple(dict.fromkeys(cast("list[MemoryKind]", items)))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A fact or experience stated by an input (CrtFact, CrtExp), with its valid-time
+    interval in seconds since the epoch when the teacher gave one."""
+
+    text: str
+    kind: Literal["fact", "experience"] = "fact"
+    valid_from: float | None = None
+    valid_to: float | None = None
+
+
+@dataclass(frozen=True)
+class FormationInput:
+    """What a forming teacher is shown: the input, its metadata and session, and the
+    session's working memory before it."""
+
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    session: str = ""
+    working: str | None = None
+
+
+@dataclass(frozen=True)
+class Formation:
+    """The decision for one input. ``as_said``: the input is its own fact (the offline
+    formation; no raw item is kept beside it). ``by``: "teacher" or "offline".
+    ``clipped``: what validation cut from the teacher's answer."""
+
+    candidates: tuple[Candidate, ...]
+    working: str | None = None
+    as_said: bool = False
+    by: str = "offline"
+    clipped: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class FormingTeacher(Protocol):
+    """A teacher that forms memories: for one input, the facts and experiences it states
+    and the session's new working summary, as a mapping ``{"facts": [...], "experiences":
+    [...], "working": str | None}`` (each fact a str or ``{"text", "valid_from",
+    "valid_to"}``), validated by :func:`check_answer`. ``forms``: whether it is asked (an
+    LLM teacher forms only when built with ``formation=True``)."""
+
+    forms: bool
+
+    def form(self, item: FormationInput) -> Any: ...
+
+
+def offline_formation(item: FormationInput) -> Formation:
+    """The input is its own fact, as said (the default when the teacher does not form)."""
+    return Formation((Candidate(item.text),), None, as_said=True)
+
+
+def check_answer(answer: Any) -> Formation:
+    """A forming teacher's answer as a :class:`Formation`, validated: at most
+    MAX_CANDIDATES candidates, each text clipped to MAX_CANDIDATE_CHARS, the working
+    summary to MAX_WORKING_CHARS; empty, non-text and repeated candidates dropped; a time
+    that is not a finite number dropped. What was cut is warned once (FormationWarning) and
+    listed in ``clipped``. An answer that is not a mapping is refused: the caller keeps the
+    input as said."""
+    if not isinstance(answer, dict):
+        raise InvalidOperationError(f"a formation answer is a mapping, got {type(answer).__name__}")
+    clipped: list[str] = []
+    out: list[Candidate] = []
+    seen: set[str] = set()
+    kinds: tuple[tuple[Literal["fact", "experience"], str], ...] = (("fact", "facts"), ("experience", "experiences"))
+    for kind, field_name in kinds:
+        items = answer.get(field_name) or []
+        if not isinstance(items, (list, tuple)):
+            clipped.append(f"{field_name} is not a list")
+            continue
+        for raw in items:
+            cand = _candidate(raw, kind, clipped)
+            if cand is None or cand.text.casefold() in seen:
+                continue
+            seen.add(cand.text.casefold())
+            out.append(cand)
+    if len(out) > MAX_CANDIDATES:
+        clipped.append(f"{len(out) - MAX_CANDIDATES} candidates over {MAX_CANDIDATES}")
+        out = out[:MAX_CANDIDATES]
+    working = answer.get("working")
+    if working is not None and not isinstance(working, str):
+        clipped.append("working is not a str")
+        working = None
+    if working is not None:
+        working = working.strip() or None
+        if working is not None and len(working) > MAX_WORKING_CHARS:
+            clipped.append(f"working summary clipped from {len(working)} characters")
+            working = working[:MAX_WORKING_CHARS]
+    if clipped:
+        warnings.warn(f"formation answer: {'; '.join(clipped)}", FormationWarning, stacklevel=3)
+    return Formation(tuple(out), working, by="teacher", clipped=tuple(clipped))
+
+
+def _candidate(raw: Any, kind: Literal["fact", "experience"], clipped: list[str]) -> Candidate | None:
+    times: dict[str, float | None] = {"valid_from": None, "valid_to": None}
+    if isinstance(raw, dict):
+        text = raw.get("text")
+        for name in times:
+            t = raw.get(name)
+            if t is None:
+                continue
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+                clipped.append(f"{name} {t!r} is not a time")
+                continue
+            times[name] = float(t)
+    else:
+        text = raw
+    if not isinstance(text, str) or not text.strip():
+        clipped.append(f"a {kind} without text")
+        return None
+    text = text.strip()
+    if len(text) > MAX_CANDIDATE_CHARS:
+        clipped.append(f"a {kind} clipped from {len(text)} characters")
+        text = text[:MAX_CANDIDATE_CHARS]
+    return Candidate(text, kind, times["valid_from"], times["valid_to"])
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def extractive_summary(texts: Sequence[str], max_chars: int = 600) -> str:
+    """An extractive summary of a session: its sentences that carry the most distinct
+    content words not already said by an earlier chosen sentence, greedily, in the order
+    they were said, within ``max_chars``. Small talk ("Wow, thanks!") carries none and is
+    left out."""
+    sentences = [s.strip() for t in texts for s in _SENTENCE.split(t) if s.strip()]
+    words = [{w for w in re.findall(r"\w+", s.casefold()) if w not in STOPWORDS and len(w) > 2} for s in sentences]
+    chosen: list[int] = []
+    covered: set[str] = set()
+    used = 0
+    while True:
+        best, gain = -1, 0
+        for i, ws in enumerate(words):
+            g = len(ws - covered)
+            if i not in chosen and g > gain and used + len(sentences[i]) + 1 <= max_chars:
+                best, gain = i, g
+        if best < 0:
+            break
+        chosen.append(best)
+        covered |= words[best]
+        used += len(sentences[best]) + 1
+    return " ".join(sentences[i] for i in sorted(chosen))
