@@ -22,6 +22,7 @@ from typing import Any, Sequence
 from rich.text import Text
 from rich.tree import Tree
 
+from .formation import KIND_KEY, SOURCES_KEY
 from .tree import HISTORY_KEY, MembrainTree
 
 __all__ = ["forest_to_html", "forest_to_json", "forest_to_mermaid", "shorten", "tree_to_html", "tree_to_json",
@@ -224,6 +225,8 @@ summary:hover { background: var(--aspect); }
 li.fact { padding: 2px 6px; margin: 1px 0; border-radius: 4px; }
 li.fact:hover { background: #f5f7f9; }
 li.fact .when { color: var(--muted); font-size: 12px; margin-left: 8px; }
+li.fact .kind { color: #7a4d00; font-size: 12px; margin-left: 8px; }
+li.fact .sources { display: block; color: var(--muted); font-size: 12px; margin-left: 14px; }
 li.hit { background: var(--hit); }
 li.hit:hover { background: var(--hit); }
 .hidden { display: none !important; }
@@ -318,6 +321,8 @@ def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: in
     left empty and opens the aspects above each match; ``page.html#q=words`` opens with a search filled in.
     Superseded versions of a fact follow it, struck through, and deleted facts close the
     root's list (README, Memories that change): both hidden until "Show history" is pressed.
+    A fact formed from raw items shows what was said under it; the raw items and the
+    sessions' working memories close the root's list, each in a closed list of its own.
     All text is HTML-escaped and nothing is loaded from the network, so the file can be
     mailed or opened offline. A few thousand facts render in well under a second.
     """
@@ -359,8 +364,23 @@ def _html_tree(tree: MembrainTree, open_depth: int) -> tuple[list[str], bool]:
         node = tree.node(node_id)
         when = format_time(node.created_at)
         when_html = f'<span class="when">{esc(when)}</span>' if when else ""
+        kind = node.metadata.get(KIND_KEY, "fact")
+        kind_html = f'<span class="kind">{esc(kind)}</span>' if kind != "fact" else ""
+        said = [tree.archive[s].text for s in node.metadata.get(SOURCES_KEY, ()) if s in tree.archive]
+        sources_html = "".join(f'<span class="sources">from: “{esc(shorten(t, 160))}”</span>' for t in said)
         return (f'<li class="fact" id="{esc(node_id)}" data-text="{esc(node.text)}" '
-                f'title="{esc(node_id)}">{esc(node.text)}{when_html}</li>')
+                f'title="{esc(node_id)}">{esc(node.text)}{kind_html}{when_html}{sources_html}</li>')
+
+    def beside(kind: str, label: str) -> None:
+        """The raw items or working memories, in one closed list under the root."""
+        entries = [e for e in tree.archived(kind) if "@v" not in e.id]
+        if not entries:
+            return
+        out.append(f'<li class="aspect" data-id="{kind}"><details class="aspect"><summary>'
+                   f'<span class="label">{esc(label)}</span><span class="count">{len(entries)}</span></summary><ul>')
+        out.extend(f'<li class="fact" id="{esc(e.id)}" data-text="{esc(e.text)}" title="{esc(e.id)}">{esc(e.text)}'
+                   f'<span class="when">{esc(format_time(e.created_at))}</span></li>' for e in entries)
+        out.append("</ul></details></li>")
 
     past: dict[str, list] = {}  # fact key -> its archived versions, oldest first
     for entry in tree.archived("history"):
@@ -395,6 +415,8 @@ def _html_tree(tree: MembrainTree, open_depth: int) -> tuple[list[str], bool]:
                 out.extend(past_li(e) for e in past.get(child, ()))
         if node.kind == "root":  # the versions of facts no longer in the tree (deleted)
             out.extend(past_li(e) for k, es in past.items() if k not in tree for e in es)
+            beside("raw", "said (raw items)")
+            beside("working", "session summaries (working memory)")
         out.append("</ul></details></li>")
 
     container(tree.root_id, 0)

@@ -529,7 +529,8 @@ class MembrainMemory:
         names = self.namespaces()
         return MemoryStats(forest=ForestStats.of(reads.trees(self._forest, names), namespaces=len(names)),
                            loaded_namespaces=self._forest.loaded(), inserts_in_flight=self._pipeline.in_flight(),
-                           operations=self._operations.stats(), **self._bg.report())
+                           operations=self._operations.stats(), formation=self._writer.formation_student.stats(),
+                           **self._bg.report())
 
     # ------------------------------------------------------------- integrations
     @property

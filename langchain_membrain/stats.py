@@ -175,6 +175,7 @@ class MemoryStats(Mapping[str, Any]):
     recent_teacher_calls_per_insert: float | None = None  # over the last 100 inserts
     teacher: dict[str, Any] | None = None  # the teacher's own cost stats, when it keeps any (stats()["teacher"]: {})
     operations: dict[str, Any] | None = None  # ADD/UPDATE/DELETE/IGNORE decisions (operations.py)
+    formation: dict[str, Any] | None = None  # the formation student's decisions (formation_student.py)
 
     @property
     def lifetime(self) -> Counters:
@@ -211,6 +212,7 @@ class MemoryStats(Mapping[str, Any]):
         # counters (the offline heuristic) or no operation was decided here.
         out["teacher"] = self.teacher if self.teacher is not None else {}
         out["operations"] = self.operations if self.operations is not None else {}
+        out["formation"] = self.formation if self.formation is not None else {}
         return out
 
     def __getitem__(self, key: str) -> Any:

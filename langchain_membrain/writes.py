@@ -22,6 +22,7 @@ from .errors import InvalidOperationError, MembrainError
 from .forest import Forest
 from .formation import (SOURCES_KEY, KIND_KEY, VALID_TIME_KEY, Candidate, Formation, FormationInput,
                         FormationWarning, FormingTeacher, check_answer, offline_formation)
+from .formation_student import FormationStudent
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, memory_value
 from .operations import OperationDecider, execute as execute_operation
@@ -88,6 +89,7 @@ class Writer:
         self.pipeline = pipeline
         self.operations = operations
         self.background = background
+        self.formation_student = FormationStudent()  # learns which inputs state nothing
 
     def place(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
               key: str | None = None, *, audit: bool | None = None, shared: bool = False,
@@ -194,7 +196,7 @@ class Writer:
         plain fact. The working summary replaces the session's last one."""
         item = FormationInput(text, {k: v for k, v in value.items() if k != "content"}, session,
                               self._working_text(ns, session))
-        formation = self._formation(item, int(vec.size))
+        formation = self._formation(item, vec)
         if formation.as_said:
             return self.insert(ns, key, value, text, vec, budget=budget, merge=merge, operate=operate)
         raw_key = self.forest.mutate(ns, lambda t: t.keep_raw(key, text, embedding=vec, metadata={"value": value}))
@@ -216,12 +218,16 @@ class Writer:
             found = None if tree is None else tree.working(session)
             return None if found is None else found.text
 
-    def _formation(self, item: FormationInput, dim: int) -> Formation:
+    def _formation(self, item: FormationInput, vec: np.ndarray) -> Formation:
         """The teacher's formation of ``item``, validated and counted as one question; the
-        offline formation when the teacher does not form, or its answer fails or is refused."""
+        offline formation when the teacher does not form, or its answer fails or is refused;
+        raw only, unasked, where the formation student is sure the teacher would form nothing."""
         teacher = self.background.teacher
         if not (capable(teacher, FormingTeacher) and teacher.forms):
             return offline_formation(item)
+        p = self.formation_student.prob_raw_only(vec)
+        if self.formation_student.decides(p):
+            return Formation((), None, by="student")
         before = teacher.requests_sent() if capable(teacher, RemoteTeacher) else None
         failed = False
         try:
@@ -232,7 +238,9 @@ class Writer:
             formation, failed = offline_formation(item), True
         sent = None if before is None else cast(RemoteTeacher, teacher).requests_sent() - before
         with self.background.lock:
-            self.background.learner_for(dim).ledger.count("formation", sent=sent, failed=failed)
+            self.background.learner_for(int(vec.size)).ledger.count("formation", sent=sent, failed=failed)
+        if not failed:
+            self.formation_student.observe(vec, not formation.candidates, p)
         return formation
 
     def duplicate_of(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str | None:

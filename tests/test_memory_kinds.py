@@ -180,3 +180,75 @@ def test_a_store_user_chooses_the_kind_through_the_value_or_the_index_configurat
         assert [i.key for i in store.search(("u",), query="charger", filter={"kind": "experience"})] == ["k3"]
     with pytest.raises(ValueError, match="index\\['kind'\\]"):
         MembrainStore(memory(), index={"kind": "raw"})
+
+
+def test_the_html_view_shows_kinds_sources_raw_items_and_summaries():
+    from langchain_membrain.export import tree_to_html
+
+    teacher = ScriptedFormer({CELLO: {"facts": ["Maya plays the cello"], "experiences": ["rosin the bow first"],
+                                      "working": "music talk"}})
+    with memory(teacher) as m:
+        m.add(CELLO, namespace="u", session="s1")
+        page = tree_to_html(m.tree("u"))
+    assert "Maya plays the cello" in page and '<span class="kind">experience</span>' in page
+    assert page.count("from: “Oh nice! I play the cello") == 2  # under each formed leaf
+    assert "said (raw items)" in page and "session summaries (working memory)" in page and "music talk" in page
+
+
+class SmallTalkFormer(HeuristicTeacher):
+    """Forms a fact from every statement and nothing from small talk."""
+
+    forms = True
+
+    def __init__(self):
+        super().__init__()
+        self.asked = 0
+
+    def form(self, item):
+        self.asked += 1
+        return {"facts": [] if item.text.startswith("wow") else [f"Maya said: {item.text}"]}
+
+
+def test_the_formation_student_learns_what_states_nothing_and_stops_asking_about_it():
+    teacher = SmallTalkFormer()
+    goods = ["apples", "a bike", "shoes", "bread", "a lamp", "paint", "a kite", "tea", "a drum", "socks"]
+    inputs = []
+    for i in range(400):
+        inputs.append(f"wow haha so nice lol {i % 7}" if i % 2 else f"I bought {goods[i % 10]} at the market {i}")
+    with memory(teacher) as m:
+        keys = m.add_many(inputs, namespace="u")
+        st = m.stats()["formation"]
+        assert st["decisions"] == len(inputs) and st["student_decided"] > 50
+        assert teacher.asked == len(inputs) - st["student_decided"]
+        assert st["agreement"] >= 0.95 and st["compared"] >= 50
+        # nothing is lost: each small-talk input is a raw item, each statement formed its fact
+        kinds = [m.get(k, namespace="u").kind for k in keys]
+        assert kinds == ["raw"] * len(inputs)
+        assert m.tree("u").fact_count(m.tree("u").root_id) == len(inputs) // 2
+
+
+def test_a_raw_item_is_found_by_its_facts_words():
+    teacher = ScriptedFormer({"Oh nice! I play it since 2019": {"facts": ["Maya plays the cello"]}})
+    with memory(teacher) as m:
+        key = m.add("Oh nice! I play it since 2019", namespace="u")
+        m.add("We went hiking in the Alps", namespace="u", kind="raw")
+        assert m.search("cello", namespace="u", kinds="raw", limit=1)[0].key == key
+
+
+def test_the_second_step_searches_again_with_the_best_facts():
+    from langchain_membrain.retrieval import RetrievalConfig
+
+    said = {"Gina: my trip is booked!": {"facts": ["Gina booked a trip to Rome"]},
+            "Rome was so hot in June": {"facts": []}}
+    fillers = [f"the {w} needs fixing" for w in ("sink", "roof", "bike", "door", "lamp", "fence")]
+
+    def score_of_rome(second_step: int) -> float:
+        """Rome's raw item shares no word with the query, only with the fact found first."""
+        with MembrainMemory(embeddings=WordEmbeddings(), teacher=ScriptedFormer(said), background=False,
+                            retrieval=RetrievalConfig(second_step=second_step, second_step_weight=1.0)) as m:
+            for text in ["Gina: my trip is booked!", "Rome was so hot in June", *fillers]:
+                m.add(text, namespace="u")
+            hits = m.search("where does Gina's trip go?", namespace="u", limit=8)
+            return next(h.score for h in hits if h.text == "Rome was so hot in June")
+
+    assert score_of_rome(5) > score_of_rome(0)

@@ -453,10 +453,13 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
 
 def _formation_stats(memory: Any, inputs: int) -> dict[str, Any]:
     """Formation questions per input (and every question per input, naming and operations
-    included), and the prompt tokens an LLM's formation question would take (max, mean)."""
-    questions = memory.stats()["questions"]
+    included), the formation student's share of inputs decided alone and its agreement with
+    the teacher, and the prompt tokens an LLM's formation question would take (max, mean)."""
+    stats = memory.stats()
+    questions, student = stats["questions"], stats["formation"]
     tokens = memory.teacher.prompt_tokens or [0]
     return {"formation_per_input": questions["formation"] / max(inputs, 1),
+            "student_share": student["student_share"], "student_agreement": student["agreement"] or 0.0,
             "questions_per_input": sum(questions.values()) / max(inputs, 1),
             "prompt_tokens_max": max(tokens), "prompt_tokens_mean": float(np.mean(tokens))}
 
