@@ -244,6 +244,8 @@ def _ranked(index: Any, tree: MembrainTree, query: str, ids: list[str] | None, k
     raws = tree.archived("raw") if tree.archive else []
     # A fact and its raw items take one slot: room for the folded ones.
     wanted = 2 * k if raws and "raw" in kinds else k
+    if cfg.session_prior:  # a prior that reorders only the top k would change no recall@k
+        wanted = 5 * k
     first = index.search(query, vector(query), wanted, tree=tree, mode=mode, filter_ids=ids)
     score: dict[str, float] = {cast(str, f): float(s) for f, s in first}
     if cfg.second_step and raws and "raw" in kinds:

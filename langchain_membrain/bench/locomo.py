@@ -460,6 +460,7 @@ def _formation_stats(memory: Any, inputs: int) -> dict[str, Any]:
     tokens = memory.teacher.prompt_tokens or [0]
     return {"formation_per_input": questions["formation"] / max(inputs, 1),
             "student_share": student["student_share"], "student_agreement": student["agreement"] or 0.0,
+            "student_sure_compared": student["compared"],
             "questions_per_input": sum(questions.values()) / max(inputs, 1),
             "prompt_tokens_max": max(tokens), "prompt_tokens_mean": float(np.mean(tokens))}
 
