@@ -204,11 +204,11 @@ def extractive_summary(texts: Sequence[str], max_chars: int = 600) -> str:
         best, gain = -1, 0
         for i, ws in enumerate(words):
             g = len(ws - covered)
-            if i not in chosen and g > gain and used + len(sentences[i]) + 1 <= max_chars:
+            if i not in chosen and g > gain and used + len(sentences[i]) + 2 <= max_chars:
                 best, gain = i, g
         if best < 0:
             break
         chosen.append(best)
         covered |= words[best]
-        used += len(sentences[best]) + 1
-    return " ".join(sentences[i] for i in sorted(chosen))
+        used += len(sentences[best]) + 2
+    return " ".join(sentences[i] if sentences[i][-1] in ".!?" else sentences[i] + "." for i in sorted(chosen))

@@ -129,6 +129,24 @@ def test_round_trip_over_many_writes(storage_backend: Backend) -> None:
     assert storage.load_tree(NS)[0].to_dict() == again.to_dict()
 
 
+def test_raw_items_and_working_memories_round_trip(storage_backend: Backend) -> None:
+    """The entries memory kinds add beside the tree (raw items, a session's working memory
+    and its earlier version) persist and reload with the tree, and changes to them too."""
+    rng = np.random.default_rng(3)
+    storage = storage_backend.fresh()
+    tree = MembrainTree("Ada", dim=DIM)
+    raw = tree.keep_raw(None, "Ada: I play the cello", embedding=emb(rng), metadata={STORE_VALUE_KEY: {"session": 1}})
+    tree.add_fact("root", "Ada plays the cello", embedding=emb(rng), metadata={"kind": "fact", "sources": [raw]})
+    tree.set_working("1", "music talk", embedding=emb(rng))
+    version = storage.write(NS, *tree.drain_changes(), expected_version=0)
+    tree.set_working("1", "music and travel")
+    storage.write(NS, *tree.drain_changes(), expected_version=version)
+    loaded = storage_backend.fresh().load_tree(NS)[0]
+    assert loaded.to_dict() == tree.to_dict()
+    assert [e.text for e in loaded.working_history("1")] == ["music talk", "music and travel"]
+    assert loaded.archived("raw")[0].id == raw
+
+
 def test_namespaces_are_separate_listed_and_deleted(storage_backend: Backend) -> None:
     storage = storage_backend.fresh()
     spaces = [("a",), ("a", "b"), ("a/b",), ("ünï", "cödé", "x,y"), ("z",)]
