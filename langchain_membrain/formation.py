@@ -105,6 +105,14 @@ class Formation:
 
 
 @runtime_checkable
+class BatchFormingTeacher(Protocol):
+    """A forming teacher that also answers about several inputs of one session in one
+    question (``form_batch``: the mapping :func:`check_batch_answer` reads)."""
+
+    def form_batch(self, items: list[FormationInput]) -> Any: ...
+
+
+@runtime_checkable
 class FormingTeacher(Protocol):
     """A teacher that forms memories: for one input, the facts and experiences it states
     and the session's new working summary, as a mapping ``{"facts": [...], "experiences":
@@ -129,38 +137,73 @@ def check_answer(answer: Any) -> Formation:
     that is not a finite number dropped. What was cut is warned once (FormationWarning) and
     listed in ``clipped``. An answer that is not a mapping is refused: the caller keeps the
     input as said."""
+    formation = _checked(answer, [])
+    _warn(formation.clipped)
+    return formation
+
+
+def check_batch_answer(answer: Any, n: int) -> list[Formation]:
+    """A forming teacher's answer about ``n`` inputs at once (``{"inputs": [{"number": i,
+    "facts": [...], "experiences": [...]}, ...], "working": ...}``, numbered from 1) as one
+    :class:`Formation` per input, each validated as :func:`check_answer` does. An entry for
+    an input that was not shown is dropped, an input without an entry states nothing, and
+    the working summary is the last input's. One warning for the whole answer."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("inputs"), (list, tuple)):
+        raise InvalidOperationError("a batch formation answer is a mapping with a list of inputs")
+    clipped: list[str] = []
+    per: list[dict[str, list[Any]]] = [{"facts": [], "experiences": []} for _ in range(n)]
+    for entry in answer["inputs"]:
+        number = entry.get("number") if isinstance(entry, dict) else None
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= n:
+            clipped.append(f"an entry for input {number!r}, which was not shown")
+            continue
+        for field_name in ("facts", "experiences"):
+            items = entry.get(field_name) or []
+            per[number - 1][field_name] += items if isinstance(items, (list, tuple)) else [None]
+    out = [_checked({**p, "working": answer.get("working") if i == n - 1 else None}, clipped)
+           for i, p in enumerate(per)]
+    _warn(tuple(clipped))
+    return out
+
+
+def _checked(answer: Any, clipped: list[str]) -> Formation:
+    """:func:`check_answer` without its warning; what it cuts is added to ``clipped``."""
     if not isinstance(answer, dict):
         raise InvalidOperationError(f"a formation answer is a mapping, got {type(answer).__name__}")
-    clipped: list[str] = []
+    mine: list[str] = []
     out: list[Candidate] = []
     seen: set[str] = set()
     kinds: tuple[tuple[Literal["fact", "experience"], str], ...] = (("fact", "facts"), ("experience", "experiences"))
     for kind, field_name in kinds:
         items = answer.get(field_name) or []
         if not isinstance(items, (list, tuple)):
-            clipped.append(f"{field_name} is not a list")
+            mine.append(f"{field_name} is not a list")
             continue
         for raw in items:
-            cand = _candidate(raw, kind, clipped)
+            cand = _candidate(raw, kind, mine)
             if cand is None or cand.text.casefold() in seen:
                 continue
             seen.add(cand.text.casefold())
             out.append(cand)
     if len(out) > MAX_CANDIDATES:
-        clipped.append(f"{len(out) - MAX_CANDIDATES} candidates over {MAX_CANDIDATES}")
+        mine.append(f"{len(out) - MAX_CANDIDATES} candidates over {MAX_CANDIDATES}")
         out = out[:MAX_CANDIDATES]
     working = answer.get("working")
     if working is not None and not isinstance(working, str):
-        clipped.append("working is not a str")
+        mine.append("working is not a str")
         working = None
     if working is not None:
         working = working.strip() or None
         if working is not None and len(working) > MAX_WORKING_CHARS:
-            clipped.append(f"working summary clipped from {len(working)} characters")
+            mine.append(f"working summary clipped from {len(working)} characters")
             working = working[:MAX_WORKING_CHARS]
+    clipped += mine
+    return Formation(tuple(out), working, by="teacher", clipped=tuple(mine))
+
+
+def _warn(clipped: tuple[str, ...] | list[str]) -> None:
     if clipped:
-        warnings.warn(f"formation answer: {'; '.join(clipped)}", FormationWarning, stacklevel=3)
-    return Formation(tuple(out), working, by="teacher", clipped=tuple(clipped))
+        warnings.warn(f"formation answer: {'; '.join(clipped)}", FormationWarning, stacklevel=4)
 
 
 def _candidate(raw: Any, kind: Literal["fact", "experience"], clipped: list[str]) -> Candidate | None:

@@ -49,7 +49,8 @@ from .stats import ForestStats, MemoryStats
 from .storage import Storage, open_storage
 from .teachers.resolve import resolve_teacher  # noqa: F401 - the one resolver, importable from here as before
 from .tree import MembrainTree, working_id
-from .writes import Writer, mark_formed, prepare, progress as progress_bar
+from .formation_writer import FormationWriter, Input, mark_formed
+from .writes import Writer, prepare, progress as progress_bar
 
 
 class _Setting:
@@ -157,6 +158,7 @@ class MembrainMemory:
         self._learner_lock = self._bg.lock
         self._pipeline = InsertPipeline(self._bg)
         self._writer = Writer(self._forest, self._pipeline, self._operations, self._bg)
+        self._former = FormationWriter(self._writer, self._embed)
         self._graph: Any = None
         shutdown.register(self)  # flushed and closed at interpreter exit if never closed
 
@@ -298,27 +300,29 @@ class MembrainMemory:
         vecs = self._embed([text for _, _, text in prepared])
         if progress is None:
             progress = len(texts) >= 200 and sys.stderr.isatty()
-        out = []
         with progress_bar(progress, len(texts)) as advance:
+            if kind is None:
+                inputs = [Input(ns, key, value, text, vec, session if session is not None else
+                                str(value.get("session", ""))) for (ns, value, text), vec, key in zip(prepared, vecs, keys)]
+                return self._former.store(inputs, budget=self.teacher_budget, dedupe=self.dedupe,
+                                          operations=self.operations, advance=advance)
+            out = []
             for (ns, value, text), vec, key in zip(prepared, vecs, keys):
                 out.append(self._store(ns, key, value, text, vec, kind, session))
                 advance()
-        return out
+            return out
 
     def _store(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str, vec: np.ndarray,
-               kind: str | None, session: str | None) -> str:
-        """One validated, embedded item of ``add_many``, stored as ``kind``."""
-        merge, operate = self.dedupe and key is None, self.operations and key is None
+               kind: str, session: str | None) -> str:
+        """One validated, embedded item of ``add_many``, stored directly as ``kind``."""
         session = session if session is not None else str(value.get("session", ""))
-        if kind is None:
-            return self._writer.form(ns, key, value, text, vec, session=session, budget=self.teacher_budget,
-                                     merge=merge, operate=operate, embed=self._embed)
         if kind == "raw":
             return self._forest.mutate(ns, lambda t: t.keep_raw(key, text, embedding=vec, metadata={"value": value}))
         if kind == "working":
             return self._forest.mutate(ns, lambda t: t.set_working(session, text, metadata={"value": value},
                                                                     embedding=vec))
-        done = self._writer.insert(ns, key, value, text, vec, budget=self.teacher_budget, merge=merge, operate=operate)
+        done = self._writer.insert(ns, key, value, text, vec, budget=self.teacher_budget,
+                                   merge=self.dedupe and key is None, operate=self.operations and key is None)
         if kind == "experience":
             self._forest.mutate(ns, lambda t: mark_formed(t, done, Candidate(text, "experience"), None))
         return done
@@ -529,7 +533,7 @@ class MembrainMemory:
         names = self.namespaces()
         return MemoryStats(forest=ForestStats.of(reads.trees(self._forest, names), namespaces=len(names)),
                            loaded_namespaces=self._forest.loaded(), inserts_in_flight=self._pipeline.in_flight(),
-                           operations=self._operations.stats(), formation=self._writer.formation_student.stats(),
+                           operations=self._operations.stats(), formation=self._former.student.stats(),
                            **self._bg.report())
 
     # ------------------------------------------------------------- integrations

@@ -9,10 +9,8 @@ graph hands to training is the :class:`~.background.Background`'s.
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
 import time
-import warnings
 from typing import Any, Callable, Iterator, cast
 
 import numpy as np
@@ -20,9 +18,6 @@ import numpy as np
 from .background import Background
 from .errors import InvalidOperationError, MembrainError
 from .forest import Forest
-from .formation import (SOURCES_KEY, KIND_KEY, VALID_TIME_KEY, Candidate, Formation, FormationInput,
-                        FormationWarning, FormingTeacher, check_answer, offline_formation)
-from .formation_student import FormationStudent
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, memory_value
 from .operations import OperationDecider, execute as execute_operation
@@ -89,7 +84,6 @@ class Writer:
         self.pipeline = pipeline
         self.operations = operations
         self.background = background
-        self.formation_student = FormationStudent()  # learns which inputs state nothing
 
     def place(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
               key: str | None = None, *, audit: bool | None = None, shared: bool = False,
@@ -183,66 +177,6 @@ class Writer:
                 bg.learner_for(int(vec.size)).ledger.count("operation")
         return done
 
-    def form(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str, vec: np.ndarray, *,
-             session: str, budget: float | None, merge: bool, operate: bool,
-             embed: Callable[[list[str]], np.ndarray]) -> str:
-        """Form memories from one input (formation.py) and store them; returns the input's
-        key: its fact's when it is its own fact, else its raw item's.
-
-        The raw item is written first, so what was said is kept whatever the teacher
-        answers. Each formed fact or experience then goes through :meth:`insert` (duplicate
-        check, memory operation, placement) and is marked with its kind, its sources (the
-        raw item) and its valid time in a second write; a crash between the two leaves a
-        plain fact. The working summary replaces the session's last one."""
-        item = FormationInput(text, {k: v for k, v in value.items() if k != "content"}, session,
-                              self._working_text(ns, session))
-        formation = self._formation(item, vec)
-        if formation.as_said:
-            return self.insert(ns, key, value, text, vec, budget=budget, merge=merge, operate=operate)
-        raw_key = self.forest.mutate(ns, lambda t: t.keep_raw(key, text, embedding=vec, metadata={"value": value}))
-        texts = [c.text for c in formation.candidates]
-        vecs = embed(texts + ([formation.working] if formation.working else []))
-        for cand, cvec in zip(formation.candidates, vecs):
-            fact = self.insert(ns, None, {**value, "content": cand.text}, cand.text, cvec, budget=budget,
-                               merge=merge, operate=operate)
-            self.forest.mutate(ns, functools.partial(mark_formed, key=fact, cand=cand, raw_key=raw_key))
-        if formation.working and formation.working != item.working:
-            meta = {"value": {**value, "content": formation.working}, SOURCES_KEY: [raw_key]}
-            self.forest.mutate(ns, lambda t: t.set_working(session, cast(str, formation.working), metadata=meta,
-                                                            embedding=vecs[-1]))
-        return raw_key
-
-    def _working_text(self, ns: Namespace, session: str) -> str | None:
-        with self.forest.lock(ns):
-            tree = self.forest.tree(ns, create=False)
-            found = None if tree is None else tree.working(session)
-            return None if found is None else found.text
-
-    def _formation(self, item: FormationInput, vec: np.ndarray) -> Formation:
-        """The teacher's formation of ``item``, validated and counted as one question; the
-        offline formation when the teacher does not form, or its answer fails or is refused;
-        raw only, unasked, where the formation student is sure the teacher would form nothing."""
-        teacher = self.background.teacher
-        if not (capable(teacher, FormingTeacher) and teacher.forms):
-            return offline_formation(item)
-        p = self.formation_student.prob_raw_only(vec)
-        if self.formation_student.decides(p):
-            return Formation((), None, by="student")
-        before = teacher.requests_sent() if capable(teacher, RemoteTeacher) else None
-        failed = False
-        try:
-            formation = check_answer(teacher.form(item))
-        except Exception as exc:  # an untrusted answer, or a failed request: keep the input as said
-            warnings.warn(f"formation failed ({type(exc).__name__}: {exc}); the input is kept as said",
-                          FormationWarning, stacklevel=4)
-            formation, failed = offline_formation(item), True
-        sent = None if before is None else cast(RemoteTeacher, teacher).requests_sent() - before
-        with self.background.lock:
-            self.background.learner_for(int(vec.size)).ledger.count("formation", sent=sent, failed=failed)
-        if not failed:
-            self.formation_student.observe(vec, not formation.candidates, p)
-        return formation
-
     def duplicate_of(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str | None:
         """The stored fact this memory duplicates: among the facts nearest by embedding (equal
         texts embed alike), one whose normalised text and other value fields are the same.
@@ -321,18 +255,3 @@ class Writer:
 
         return self.forest.mutate(ns, write)
 
-
-def mark_formed(tree: MembrainTree, key: str, cand: Candidate, raw_key: str | None) -> None:
-    """Record on the fact ``key`` its kind, its valid time and ``raw_key`` among its sources
-    (a duplicate of an earlier fact gains a source). Nothing when the operation made it no
-    fact (IGNORE, a retraction) or another process removed it."""
-    if key not in tree or tree.node(key).kind != "fact":
-        return
-    meta = dict(tree.node(key).metadata)
-    if raw_key is not None:
-        meta[SOURCES_KEY] = [*(s for s in meta.get(SOURCES_KEY, ()) if s != raw_key), raw_key]
-    meta[KIND_KEY] = cand.kind
-    if cand.valid_from is not None or cand.valid_to is not None:
-        meta[VALID_TIME_KEY] = [cand.valid_from, cand.valid_to]
-    if meta != {KIND_KEY: "fact", **tree.node(key).metadata}:
-        tree.update_fact(key, metadata=meta)

@@ -252,3 +252,49 @@ def test_the_second_step_searches_again_with_the_best_facts():
             return next(h.score for h in hits if h.text == "Rome was so hot in June")
 
     assert score_of_rome(5) > score_of_rome(0)
+
+
+class BatchFormer(HeuristicTeacher):
+    """Answers batches: a fact for every input that names a city, and an entry for an input
+    that was never shown."""
+
+    forms = True
+
+    def __init__(self):
+        super().__init__()
+        self.batches: list[int] = []
+
+    def form(self, item):
+        return {"facts": [f"Maya mentioned {item.text}"] if "city" in item.text else []}
+
+    def form_batch(self, items):
+        self.batches.append(len(items))
+        entries = [{"number": n, "facts": [f"Maya mentioned {i.text}"]} for n, i in enumerate(items, 1)
+                   if "city" in i.text]
+        return {"inputs": entries + [{"number": 42, "facts": ["an invented fact"]}], "working": "cities"}
+
+
+def test_inputs_of_one_session_are_formed_in_batches_and_unknown_inputs_are_refused():
+    teacher = BatchFormer()
+    said = [f"the city number {i}" if i % 2 else f"ok {i}" for i in range(10)]
+    with memory(teacher) as m:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            keys = m.add_many(said, namespace="u", session="s")
+        assert teacher.batches == [8, 2]
+        assert m.stats()["questions"]["formation"] == 2
+        assert sum(issubclass(w.category, FormationWarning) and "was not shown" in str(w.message)
+                   for w in caught) == 2  # one per answer
+        facts = m.search(None, namespace="u", kinds="fact", limit=100)
+        assert sorted(h.text for h in facts) == sorted(f"Maya mentioned {t}" for t in said if "city" in t)
+        by_text = {m.get(k, namespace="u").text: k for k in keys}
+        assert all(h.sources == [by_text[h.text.removeprefix("Maya mentioned ")]] for h in facts)
+        assert all(m.get(k, namespace="u").kind == "raw" for k in keys)
+        assert m.working("u", "s").text == "cities"
+
+
+def test_a_batch_never_mixes_sessions():
+    teacher = BatchFormer()
+    with memory(teacher) as m:
+        m.add_many([f"city {i}" for i in range(6)], namespace="u", metadatas=[{"session": i // 3} for i in range(6)])
+        assert teacher.batches == [3, 3]

@@ -45,7 +45,7 @@ from langchain_core.embeddings import Embeddings
 from ..embeddings import embed_texts
 from ..formation import FormationInput
 from ..retrieval import FactIndex, Mode, RetrievalConfig
-from ..teachers.forming import formation_messages
+from ..teachers.forming import formation_batch_messages, formation_messages
 from ..teachers.heuristic import HeuristicTeacher
 from ..teachers.prompts import prompt_tokens
 
@@ -275,11 +275,21 @@ class LoCoMoFormationTeacher(HeuristicTeacher):
         self.prompt_tokens: list[int] = []  # per question, what an LLM's prompt would take
 
     def form(self, item: FormationInput) -> dict[str, Any]:
-        sid = str(item.metadata.get("conversation", ""))
-        did = str(item.metadata.get("dia_id", ""))
         self.prompt_tokens.append(prompt_tokens(formation_messages(item.text, item.metadata, item.working)))
-        return {"facts": list(self._facts.get((sid, did), [])),
-                "working": self._summaries.get((sid, str(item.metadata.get("session", ""))))}
+        return {"facts": self._facts_of(item), "working": self._summary_of(item)}
+
+    def form_batch(self, items: list[FormationInput]) -> dict[str, Any]:
+        """Several turns of one session in one question (as an LLM is asked them)."""
+        self.prompt_tokens.append(prompt_tokens(formation_batch_messages(items)))
+        return {"inputs": [{"number": n, "facts": self._facts_of(i)} for n, i in enumerate(items, 1)],
+                "working": self._summary_of(items[-1])}
+
+    def _facts_of(self, item: FormationInput) -> list[str]:
+        key = (str(item.metadata.get("conversation", "")), str(item.metadata.get("dia_id", "")))
+        return list(self._facts.get(key, []))
+
+    def _summary_of(self, item: FormationInput) -> str | None:
+        return self._summaries.get((str(item.metadata.get("conversation", "")), str(item.metadata.get("session", ""))))
 
 
 class CachedEmbeddings(Embeddings):

@@ -17,24 +17,36 @@ from pydantic import BaseModel, Field
 
 from . import prompts
 
+_RULES = """"facts": the atomic facts it states, each one statement that could later be updated \
+alone, written in the third person with names resolved ("Caroline went to a support group on \
+7 May 2023", not "I went yesterday"), with "valid_from" and "valid_to" as ISO dates when the input \
+says when it holds, else null. Small talk, greetings and questions that state nothing give no \
+facts. "experiences": how-to lessons it teaches ("when planning a trip for two, check both \
+calendars first"); usually none."""
+
 FORMATION_SYSTEM = f"""You write a person's long-term memory. A new input arrives (a chat \
 turn, a message or a document chunk), with its metadata (speaker, date, session) and the \
-current summary of its session ("working"). Answer with:
-
-1. "facts": the atomic facts the input states, each one statement that could later be \
-updated alone, written in the third person with names resolved ("Caroline went to a support \
-group on 7 May 2023", not "I went yesterday"), with "valid_from" and "valid_to" as ISO dates \
-when the input says when it holds, else null. Small talk, greetings and questions that state \
-nothing give no facts.
-2. "experiences": how-to lessons the input teaches ("when planning a trip for two, check both \
-calendars first"); usually none.
-3. "working": the session's summary updated with this input, at most 5 sentences.
+current summary of its session ("working"). Answer with {_RULES} And "working": the session's \
+summary updated with this input, at most 5 sentences.
 
 {prompts.DATA_RULE} Schema: {{"facts": [{{"text": ..., "valid_from": <date or null>, \
 "valid_to": <date or null>}}], "experiences": [...], "working": ...}}."""
 
+FORMATION_BATCH_SYSTEM = f"""You write a person's long-term memory. Several new inputs of one \
+session arrive, numbered from 1 in the order they were said (chat turns, messages or document \
+chunks), each with its metadata (speaker, date, session), and the current summary of the \
+session ("working"). For each input that states something, an entry in "inputs" with its \
+"number" and, for that input, {_RULES} And "working": the session's summary updated with these \
+inputs, at most 5 sentences.
+
+{prompts.DATA_RULE} Schema: {{"inputs": [{{"number": ..., "facts": [{{"text": ..., \
+"valid_from": <date or null>, "valid_to": <date or null>}}], "experiences": [...]}}], \
+"working": ...}}."""
+
 #: Longest input quoted in the question; the working summary gets what the budget leaves.
 INPUT_CHARS = 2400
+#: The metadata a formation question shows beside an input.
+SHOWN_METADATA = ("speaker", "date", "session", "source")
 
 
 class FormedFact(BaseModel):
@@ -51,11 +63,42 @@ class FormationAnswer(BaseModel):
     working: str | None = Field(description="the session's summary updated with this input")
 
 
+class FormedInput(BaseModel):
+    number: int = Field(description="the input's number")
+    facts: list[FormedFact] = Field(description="the atomic facts this input states")
+    experiences: list[str] = Field(description="how-to lessons this input teaches; usually []")
+
+
+class FormationBatchAnswer(BaseModel):
+    """What several inputs of one session state."""
+
+    inputs: list[FormedInput] = Field(description="one entry per input that states something")
+    working: str | None = Field(description="the session's summary updated with these inputs")
+
+
+def formation_batch_messages(items: list[Any], *,
+                             budget_chars: int = prompts.QUESTION_BUDGET_CHARS) -> list[prompts.Message]:
+    """The formation question for several inputs of one session, within ``budget_chars``:
+    each input shorter, then the working summary, until it fits."""
+    working = items[0].working if items else None
+    for each, summary in ((1200, 1200), (600, 600), (300, 300), (150, 0), (60, 0)):
+        payload = {"inputs": [{"number": n, "input": prompts.shorten(i.text, each), "metadata": _shown(i.metadata)}
+                              for n, i in enumerate(items, 1)],
+                   "working": prompts.shorten(working, summary) if working and summary else None}
+        if prompts.fits(FORMATION_BATCH_SYSTEM, payload, budget_chars):
+            break
+    return [{"role": "system", "content": FORMATION_BATCH_SYSTEM},
+            {"role": "user", "content": prompts.data_block(payload)}]
+
+
+def _shown(metadata: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metadata.items() if isinstance(v, (str, int, float)) and k in SHOWN_METADATA}
+
+
 def formation_messages(text: str, metadata: dict[str, Any], working: str | None, *,
                        budget_chars: int = prompts.QUESTION_BUDGET_CHARS) -> list[prompts.Message]:
     """The formation question for one input, within ``budget_chars``."""
-    shown = {k: v for k, v in metadata.items() if isinstance(v, (str, int, float)) and k in ("speaker", "date",
-                                                                                             "session", "source")}
+    shown = _shown(metadata)
     for item, summary in ((INPUT_CHARS, 1600), (INPUT_CHARS, 600), (1200, 300), (600, 0)):
         payload = {"input": prompts.shorten(text, item), "metadata": shown,
                    "working": prompts.shorten(working, summary) if working and summary else None}
@@ -109,3 +152,17 @@ class FormationQuestions:
 
         self._stats.add("formation", decisions=1)
         return self._run(self._ask_core("formation", msgs, FormationAnswer, validate))
+
+    def form_batch(self, items: list[Any]) -> dict[str, Any]:
+        """The LLM's formation of several inputs of one session in one question, as the
+        mapping formation.check_batch_answer reads (which drops entries for inputs not shown)."""
+        msgs = formation_batch_messages(items, budget_chars=self._question_budget(FormationBatchAnswer))
+
+        def validate(answer: FormationBatchAnswer) -> dict[str, Any]:
+            entries = [{"number": e.number, "experiences": list(e.experiences),
+                        "facts": [{"text": f.text, "valid_from": as_epoch(f.valid_from),
+                                   "valid_to": as_epoch(f.valid_to)} for f in e.facts]} for e in answer.inputs]
+            return {"inputs": entries, "working": answer.working}
+
+        self._stats.add("formation", decisions=len(items))
+        return self._run(self._ask_core("formation", msgs, FormationBatchAnswer, validate))

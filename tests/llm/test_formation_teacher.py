@@ -116,3 +116,32 @@ def test_a_langchain_chat_model_forms_through_tool_calling(args, facts):
         key = m.add(TURN, namespace="conv")
         assert m.get(key, namespace="conv").kind == "raw"
         assert m.tree("conv").fact_count(m.tree("conv").root_id) == facts
+
+
+def test_a_batch_of_inputs_is_one_request_within_the_budget(server):
+    seen = []
+
+    def batch(req):
+        data = parse_data_block(req["messages"][-1]["content"])
+        seen.append(data)
+        return answer({"inputs": [{"number": 2, "facts": [{"text": "Melanie paints sunsets", "valid_from": None,
+                                                            "valid_to": None}], "experiences": []},
+                                  {"number": 9, "facts": [], "experiences": ["invented"]}],
+                       "working": "Melanie talks about painting"})(req)
+
+    def respond(req):
+        return batch if schema_name(req) == "FormationBatchAnswer" else llm(answer(FORMED))(req)
+
+    server.responder = respond
+    turns = ["Melanie: hi!", "Melanie: I paint sunsets " + "very " * 3000, "Caroline: lovely"]
+    with memory(teacher_for(server)) as m:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            keys = m.add_many(turns, namespace="conv", session="1")
+        batches = [r for r in server.requests if schema_name(r) == "FormationBatchAnswer"]
+        assert len(batches) == 1 and prompt_tokens(batches[0]["messages"]) <= PROMPT_BUDGET_TOKENS
+        assert [i["number"] for i in seen[0]["inputs"]] == [1, 2, 3]
+        assert sum("was not shown" in str(w.message) for w in caught) == 1
+        fact = m.search("paints sunsets", namespace="conv", kinds="fact")[0]
+        assert fact.text == "Melanie paints sunsets" and fact.sources == [keys[1]]
+        assert m.stats()["questions"]["formation"] == 1
