@@ -9,6 +9,12 @@ dense z-score, and the HNSW graph of the fast mode.
 - **HNSW graph** (hnswlib, inner product on unit vectors): built once ``ann_min_facts``
   facts are embedded; the fast mode's nearest neighbours (:meth:`DenseIndex.graph_neighbours`).
   Without hnswlib the dense part is exact.
+- **Bulk load** (:meth:`DenseIndex.set_many`, a namespace read from storage): the rows are
+  stacked in one step and nothing else is built. Until the next single write the moments
+  are computed from the rows (as below MOMENTS_MIN), and the graph is built by the writes
+  that follow, at most :data:`ANN_BUILD_STEP` embeddings each; meanwhile every embedding
+  outside the graph is scored exactly, and the fast mode scores every fact (it is exact)
+  while the graph holds fewer than half of them (:attr:`DenseIndex.has_graph`).
 
 Slots are the owning index's rows (:class:`~.retrieval.FactIndex`); ``n_slots`` arguments
 are the rows it has handed out so far.
@@ -26,7 +32,7 @@ try:  # optional: HNSW for the fast mode; without it the dense part is exact
 except ImportError:  # pragma: no cover
     _hnswlib = None
 
-__all__ = ["ANN_PENDING_MAX", "MOMENTS_MIN", "MOMENTS_PENDING_MAX", "DenseIndex"]
+__all__ = ["ANN_BUILD_STEP", "ANN_PENDING_MAX", "MOMENTS_MIN", "MOMENTS_PENDING_MAX", "DenseIndex"]
 
 # Embeddings past which an index keeps running moments for the dense z-score (below, it
 # computes them from its rows: cheaper than a dim x dim matrix per small namespace).
@@ -40,6 +46,16 @@ MOMENTS_PENDING_MAX = 32
 #: Embeddings indexed with ``defer_ann`` wait outside the HNSW graph (searched exactly,
 #: beside it) until the next write that is not deferred, or until this many wait.
 ANN_PENDING_MAX = 256
+
+#: Embeddings waiting outside the HNSW graph that one write inserts at most: a namespace
+#: loaded in bulk (``set_many``) gets its graph over its next writes, a bounded slice each,
+#: instead of all at once. Above ANN_PENDING_MAX + 1, so that a graph kept up to date write
+#: by write inserts everything that waits, as it always did.
+ANN_BUILD_STEP = 1024
+
+#: Rows per block when the moments are computed from the rows (float64 copies of a block,
+#: not of the whole matrix).
+ROWS_BLOCK = 8192
 
 
 class DenseIndex:
@@ -70,8 +86,11 @@ class DenseIndex:
     # ------------------------------------------------------------------ reads
     @property
     def has_graph(self) -> bool:
-        """Whether the HNSW graph exists (``ann_min_facts`` facts were embedded)."""
-        return self._hnsw is not None
+        """Whether the HNSW graph exists (``ann_min_facts`` facts were embedded) and holds
+        at least half of the embeddings: otherwise scoring every fact is cheaper than
+        scoring the graph's neighbours and every embedding waiting outside it (a namespace
+        loaded in bulk, whose graph its next writes build)."""
+        return self._hnsw is not None and 2 * len(self._pending) <= self.n_emb
 
     @property
     def waiting(self) -> int:
@@ -98,6 +117,25 @@ class DenseIndex:
             raise ValueError("embedding contains NaN or infinity")
         return vec / norm if norm > 0 else vec  # cosine: store unit vectors
 
+    def check_many(self, embeddings: list[Any]) -> np.ndarray:
+        """``embeddings`` (each as :meth:`check` takes one, none None) as rows of unit float32
+        vectors, each row equal to ``check`` of it; ValueError as :meth:`check`."""
+        if not embeddings:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        mat = np.asarray(embeddings, dtype=np.float32)
+        if mat.ndim != 2:
+            raise ValueError("embeddings of different sizes")
+        self.check(mat[0])  # fixes the dimension; the error for a wrong one
+        if mat.shape[1] != self.dim:
+            raise ValueError(f"embedding has {mat.shape[1]} dimensions, the index uses {self.dim}")
+        # Each norm as check() computes it (np.linalg.norm of a vector is sqrt(x.dot(x))),
+        # so that the unit rows are bit for bit the ones adding the facts one by one stores;
+        # a vectorised sum of squares rounds differently.
+        norms = np.sqrt(np.array([row.dot(row) for row in mat], dtype=np.float32))
+        if not np.all(np.isfinite(norms)):
+            raise ValueError("embedding contains NaN or infinity")
+        return mat / np.where(norms > 0, norms, 1.0)[:, None]
+
     def query(self, embedding: Any) -> np.ndarray | None:
         """A query embedding as a unit vector; None without one, before any embedding, or
         for a zero vector."""
@@ -123,6 +161,7 @@ class DenseIndex:
     def set(self, slot: int, vec: np.ndarray, n_slots: int, defer_ann: bool = False) -> None:
         """Give a slot a (checked) embedding, replacing the one it had."""
         if self._has_emb[slot]:
+            self._has_emb[slot] = False  # out of the rows first: moments built from them skip it
             self._moments(self._emb[slot], -1, n_slots)
         self._emb[slot] = vec
         self._has_emb[slot] = True
@@ -136,24 +175,53 @@ class DenseIndex:
             self._hnsw.init_index(max_elements=max(2 * self._emb.shape[0], 1024),
                                   ef_construction=self._hnsw_ef_construction, M=self._hnsw_m)
             self._hnsw.set_num_threads(1)
-            live = np.flatnonzero(self._has_emb[:n_slots])
-            self._hnsw.add_items(self._emb[live], live)
-            self._pending.clear()
+            # Every embedding waits; this write inserts them all when the index grew one fact
+            # at a time (ann_min_facts of them), a first slice after a bulk load.
+            self._pending = dict.fromkeys(np.flatnonzero(self._has_emb[:n_slots]).tolist())
+            self._insert_pending(max(ANN_BUILD_STEP, self._ann_min_facts))
             return
         self._pending[slot] = None
         if not defer_ann or len(self._pending) > ANN_PENDING_MAX:
-            slots = self._pending_slots()
-            self._pending.clear()
-            if slots.max() >= self._hnsw.get_max_elements():
-                self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), int(slots.max()) + 1))
-            self._hnsw.add_items(self._emb[slots], slots)
+            self._insert_pending(ANN_BUILD_STEP)
+
+    def set_many(self, slots: np.ndarray, vecs: np.ndarray, n_slots: int) -> None:
+        """Give slots that hold no embedding yet their (checked) embeddings at once (a bulk
+        load, module docstring): the rows, counted in the moments when those are kept, and
+        waiting outside the graph when there is one. The result equals :meth:`set` of each in
+        turn but for when the moments and the graph are built."""
+        if not slots.size:
+            return
+        if self._has_emb[slots].any() or np.unique(slots).size != slots.size:
+            raise ValueError("set_many takes distinct slots without an embedding")
+        self._emb[slots] = vecs
+        self._has_emb[slots] = True
+        self.n_emb += int(slots.size)
+        if self._m1 is not None and self._m2 is not None:
+            rows = vecs.astype(np.float64)
+            self._m1 += rows.sum(axis=0)
+            self._m2 += rows.T @ rows
+        # Without the sums they stay unbuilt (cos_moments reads the rows) until the next
+        # single write builds them.
+        if self._hnsw is not None:
+            self._pending.update(dict.fromkeys(slots.tolist()))
+
+    def _insert_pending(self, limit: int) -> None:
+        """Insert up to ``limit`` of the embeddings waiting outside the graph, oldest first."""
+        if not self._pending:
+            return
+        slots = self._pending_slots()[:limit]
+        for s in slots.tolist():
+            del self._pending[s]
+        if slots.max() >= self._hnsw.get_max_elements():
+            self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), int(slots.max()) + 1))
+        self._hnsw.add_items(self._emb[slots], slots)
 
     def unset(self, slot: int, n_slots: int) -> None:
         """A removed fact's slot: its embedding leaves the moments and the graph."""
         if not self._has_emb[slot]:
             return
+        self._has_emb[slot] = False  # out of the rows first: moments built from them skip it
         self._moments(self._emb[slot], -1, n_slots)
-        self._has_emb[slot] = False
         pending = slot in self._pending
         self._pending.pop(slot, None)
         if self._hnsw is not None:
@@ -209,6 +277,8 @@ class DenseIndex:
     def graph_neighbours(self, qvec: np.ndarray, n: int) -> np.ndarray:
         """The graph's ``n`` nearest slots to ``qvec`` (searched with ef at least
         ``hnsw_ef_search``) and every slot waiting outside it, sorted."""
+        if n <= 0:
+            return np.sort(self._pending_slots())
         self._hnsw.set_ef(max(self._hnsw_ef_search, n))
         labels, _ = self._hnsw.knn_query(qvec.reshape(1, -1), k=n)
         return np.union1d(labels[0].astype(np.int64), self._pending_slots())
@@ -233,8 +303,13 @@ class DenseIndex:
 
     def cos_moments(self, q: np.ndarray, n_slots: int) -> tuple[float, float]:
         """Mean and standard deviation of the cosines of ``q`` to every embedded fact."""
-        if self._m1 is None or self._m2 is None:  # a small index: the moments from its rows
-            every = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64) @ q
+        if self._m1 is None or self._m2 is None:  # a small index (or one loaded in bulk): from its rows
+            live = np.flatnonzero(self._has_emb[:n_slots])
+            if live.size <= ROWS_BLOCK:
+                every = self._emb[live].astype(np.float64) @ q
+            else:  # block by block: no float64 copy of the whole matrix
+                every = np.concatenate([self._emb[live[i:i + ROWS_BLOCK]].astype(np.float64) @ q
+                                        for i in range(0, live.size, ROWS_BLOCK)])
             return float(every.mean()), float(every.std())
         second = float(q @ self._m2 @ q)
         if self._m2_pending:  # outer products not folded in yet: (q . v)^2 each

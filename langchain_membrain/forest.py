@@ -34,6 +34,7 @@ from typing import Any, Callable, TypeVar
 
 from .errors import InvariantError
 from .inputs import Namespace
+from .nodes import Node
 from .retrieval import FactIndex
 from .storage import Storage
 from .tree import HISTORY_KEY, MembrainTree, check_max_height
@@ -87,6 +88,11 @@ class Forest:
             past it are unloaded, and reloaded from storage when next used.
         max_height: the height bound of every namespace's tree (``MembrainTree.max_height``).
     """
+
+    #: Whether a namespace read from storage is indexed in one pass (``FactIndex.add_many``);
+    #: False indexes it fact by fact, as before issue 48 (``bench cold``'s baseline, and the
+    #: tests that compare the two).
+    bulk_load: bool = True
 
     def __init__(self, storage: Storage | None, *, new_index: Callable[[], FactIndex],
                  refresh_interval: float = 1.0, max_loaded: int = 1000, max_height: int | None = None,
@@ -283,9 +289,41 @@ class Forest:
         # Facts and ignored items in the order they came, so that sessions read as they were said.
         entries = [tree.node(f) for f in tree.facts()] + tree.archived("ignored")
         entries.sort(key=lambda n: (n.created_at, n.seq))
-        self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
+        if self.bulk_load:
+            self._index_loaded(state, entries)
+        else:
+            self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
         self._touch(ns)
         return state
+
+    def _index_loaded(self, state: Loaded, entries: list[Node]) -> None:
+        """Index a namespace just loaded: ``entries`` (its facts and ignored items, oldest
+        first) in one :meth:`FactIndex.add_many`, then the former versions of its facts.
+        The index, ``indexed``, ``unindexed`` and ``versioned`` are what :meth:`_sync_index`
+        of each entry's row in turn gives them."""
+        index = self.new_index()
+        seen: dict[str, tuple[str, str]] = {}
+        unindexed: set[str] = set()
+        items: list[tuple[str, str, Any, dict[str, Any], bool]] = []
+        for n in entries:
+            value = n.metadata.get("value") or {}
+            if n.kind == "ignored":  # its words join its session neighbours' fields
+                items.append((n.id, n.text, None, value, True))
+            elif not n.metadata.get("indexed") or n.embedding is None:
+                unindexed.add(n.id)
+            else:
+                items.append((n.id, n.text, n.embedding, value, False))
+                seen[n.id] = (n.text, json.dumps(value, sort_keys=True))
+        index.add_many(items)
+        versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
+                     for e in state.tree.archive.values() if e.kind == "history"}
+        state.index, state.indexed = index, seen
+        state.unindexed, state.versioned = unindexed or NO_IDS, versioned or NO_IDS
+        changed = {k for k in versioned if k in index}
+        if changed:
+            former = state.tree.former_versions(changed)
+            for key in changed:
+                index.set_former(key, [(v.text, v.embedding) for v in former.get(key, [])])
 
     def _new_tree(self, ns: Namespace) -> MembrainTree:
         return MembrainTree("/".join(ns), max_height=self.max_height, clock=self.clock)

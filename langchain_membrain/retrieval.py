@@ -299,6 +299,53 @@ class FactIndex:
         if vec is not None:
             self._dense.set(slot, vec, len(self._ids), defer_ann)
 
+    def add_many(self, items: Iterable[tuple[Hashable, str, Any, dict[str, Any] | None, bool]]) -> None:
+        """Index many facts and context entries at once, in order: each item ``(id, text,
+        embedding, metadata, context)`` as :meth:`add` ``(id, text, embedding, metadata)``
+        would index it, or :meth:`add_context` ``(id, text, metadata)`` when ``context``.
+
+        The index then holds what those calls in turn would give it (the same slots,
+        session orders, fields and embeddings), built in one pass: each field once, the
+        embeddings stacked at once, the dense moments and the HNSW graph left to be built
+        later (dense.py, "Bulk load"). Search results are those of the calls in turn:
+        the same scores to float rounding. Raises ValueError, and indexes nothing, if an id
+        is held or given twice or an embedding has the wrong shape."""
+        items = list(items)
+        ids = [it[0] for it in items if not it[4]]
+        if len(set(ids)) != len(ids) or any(i in self._slot for i in ids):
+            raise ValueError("add_many: a fact id is already indexed or given twice")
+        given = [it[2] for it in items if not it[4] and it[2] is not None]
+        vecs = self._dense.check_many(given)  # validated before any slot exists
+        emb_slots: list[int] = []
+        touched: dict[int, None] = {}  # slots whose field is computed below, in slot order
+        self._grow(len(self._ids) + len(items))
+        for item_id, text, embedding, metadata, context in items:
+            if context:
+                key = self._chat.session_key(metadata or {})
+                if key is None or item_id in self._context or item_id in self._slot:
+                    continue
+                slot = self._context[item_id] = self._new_slot(item_id, text, metadata, context=True)
+                touched.update(dict.fromkeys(self._chat.previous(slot)))
+                continue
+            slot = self._new_slot(item_id, text, metadata)
+            self._slot[item_id] = slot
+            self._alive[slot] = True
+            touched.update(dict.fromkeys(self._chat.previous(slot)))
+            touched[slot] = None
+            if embedding is not None:
+                emb_slots.append(slot)
+        # Every field once, from the final session orders: neighbours by position, not by
+        # a search of the session's list per fact.
+        around: dict[int, list[int]] = {}
+        if self._chat.neighbour_weight():
+            for order in self._chat.session_orders():
+                for i, s in enumerate(order):
+                    if s in touched:
+                        around[s] = [order[j] for j in (i - 1, i + 1) if 0 <= j < len(order)]
+        for s in touched:
+            self._refresh_field(s, around.get(s, []))
+        self._dense.set_many(np.asarray(emb_slots, dtype=np.int64), vecs, len(self._ids))
+
     def add_context(self, item_id: Hashable, text: str, metadata: dict[str, Any] | None = None) -> None:
         """Hold an item that is not a memory (an ignored turn) in its session's order: it is
         never returned, but its words join its neighbours' fields as a neighbour fact's do
@@ -531,14 +578,18 @@ class FactIndex:
         self._chat.add(slot, metadata, context=context)
         return slot
 
-    def _refresh_field(self, slot: int) -> None:
+    def _refresh_field(self, slot: int, neighbours: list[int] | None = None) -> None:
         """Recompute one fact's lexical field from its own terms, former versions and chat
-        context (session neighbours, date)."""
+        context (session neighbours, date). ``neighbours``: its session neighbours when the
+        caller knows them (add_many), else they are looked up."""
         if not self._alive[slot]:
             return  # a context entry's or a removed fact's: it has no field
         own = self._own[slot]
         w_next, w_former = self._chat.neighbour_weight(), self.config.former_weight
-        neighbours = self._chat.neighbours(slot) if w_next else []
+        if not w_next:
+            neighbours = []
+        elif neighbours is None:
+            neighbours = self._chat.neighbours(slot)
         former = self._former_terms.get(slot) if w_former else None
         dates = self._chat.date_terms(slot)
         if not neighbours and not former and not dates:
