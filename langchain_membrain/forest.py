@@ -55,9 +55,10 @@ class Loaded:
     tree: MembrainTree
     synced: int = 0  # the stored version the tree reflects (0: not stored yet)
     index: FactIndex | None = None  # created by the first write that reaches the index
-    # For each indexed fact, the (text, value JSON) it was indexed with: a write that only
-    # moved a fact in the tree does not touch the index.
-    indexed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # For each indexed fact, the (text, value) it was indexed with: a write that only moved
+    # a fact in the tree does not touch the index (same_indexed). The value is the tree's
+    # own object, not a copy: a write replaces a node's metadata whole, never in place.
+    indexed: dict[str, tuple[str, Any]] = field(default_factory=dict)
     # Facts stored without an embedding: listed, unscored, after a query's hits.
     unindexed: set[str] | frozenset[str] = NO_IDS
     # The keys of facts with archived versions (a superset: the archive is scanned once per
@@ -302,7 +303,7 @@ class Forest:
         The index, ``indexed``, ``unindexed`` and ``versioned`` are what :meth:`_sync_index`
         of each entry's row in turn gives them."""
         index = self.new_index()
-        seen: dict[str, tuple[str, str]] = {}
+        seen: dict[str, tuple[str, Any]] = {}
         unindexed: set[str] = set()
         items: list[tuple[str, str, Any, dict[str, Any], bool]] = []
         for n in entries:
@@ -313,7 +314,7 @@ class Forest:
                 unindexed.add(n.id)
             else:
                 items.append((n.id, n.text, n.embedding, value, False))
-                seen[n.id] = (n.text, json.dumps(value, sort_keys=True))
+                seen[n.id] = (n.text, value)
         index.add_many(items)
         versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
                      for e in state.tree.archive.values() if e.kind == "history"}
@@ -399,14 +400,13 @@ class Forest:
                 continue
             unindexed.discard(rid)
             value = meta.get("value") or {}
-            signature = (row["text"], json.dumps(value, sort_keys=True))
-            if seen.get(rid) == signature:
+            if same_indexed(seen.get(rid), row["text"], value):
                 continue  # moved in the tree only: the index does not care
             if rid in index:
                 index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value, defer_ann=defer_ann)
             else:
                 index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
-            seen[rid] = signature
+            seen[rid] = (row["text"], value)
             if rid in versioned:
                 changed.add(rid)
         if not unindexed:
@@ -416,6 +416,16 @@ class Forest:
             former = state.tree.former_versions(changed)
             for key in changed:
                 index.set_former(key, [(n.text, n.embedding) for n in former.get(key, [])])
+
+
+def same_indexed(indexed: tuple[str, Any] | None, text: str, value: Any) -> bool:
+    """Whether a fact indexed with ``indexed`` (its ``(text, value)``, None: not indexed) has
+    ``text`` and ``value`` still: the same text and the same value as JSON (with sorted
+    keys: ``1`` and ``1.0`` differ, as they do to the chat scorers). The JSON is written
+    only here, for a fact written again, not for each fact indexed."""
+    if indexed is None or indexed[0] != text:
+        return False
+    return indexed[1] is value or json.dumps(indexed[1], sort_keys=True) == json.dumps(value, sort_keys=True)
 
 
 def _is_empty(tree: MembrainTree) -> bool:

@@ -308,10 +308,11 @@ class TreeRows:
             for r in rows:
                 if r is not root and r["kind"] not in ARCHIVE_KINDS:
                     by_parent.setdefault(r["parent"], []).append(r)
+            vectors = tree._stacked_vectors(rows)
             order = [tree.root_id]  # parents before children
             for parent in order:
                 for row in sorted(by_parent.get(parent, ()), key=lambda r: r.get("seq", 0)):
-                    node = tree._node_from_row(row)
+                    node = tree._node_from_row(row, vectors)
                     if node.id in tree.graph:
                         raise InvariantError(f"node id {node.id!r} appears twice")
                     if tree.node(parent).kind == "fact":
@@ -323,7 +324,7 @@ class TreeRows:
             if len(order) + len(archived) != len(rows):
                 raise InvariantError(f"{len(rows) - len(order) - len(archived)} rows are not connected to the root")
             for row in sorted(archived, key=lambda r: r.get("seq", 0)):
-                node = tree._node_from_row(row)
+                node = tree._node_from_row(row, vectors)
                 if node.id in tree.graph or node.id in tree.archive:
                     raise InvariantError(f"node id {node.id!r} appears twice")
                 tree.archive[node.id] = node
@@ -349,16 +350,38 @@ class TreeRows:
         tree._dirty, tree._removed = {}, {}
         return tree
 
-    def _node_from_row(self, row: dict[str, Any]) -> Node:
-        """A detached node from a serialised row (its sums hold only itself)."""
+    def _stacked_vectors(self, rows: list[dict[str, Any]]) -> dict[int, np.ndarray]:
+        """The rows' embeddings checked together (as :func:`as_vector` checks one) and copied
+        into one matrix: ``id(row)`` -> its row of that matrix, for the rows that have one.
+        {} when they are not all finite vectors of one size (each is then checked alone, and
+        the first bad one named)."""
+        given = [r for r in rows if r["embedding"] is not None]
+        if not given:
+            return {}
+        try:
+            mat = np.array([r["embedding"] for r in given], dtype=np.float32)
+        except (TypeError, ValueError):
+            return {}
+        if mat.ndim != 2 or mat.shape[1] == 0 or (self.dim is not None and mat.shape[1] != self.dim) \
+                or not np.isfinite(mat).all():
+            return {}
+        self._claim_dim(mat[0])
+        # Views of one matrix: nothing changes a node's vector in place (a write replaces it).
+        return {id(r): v for r, v in zip(given, mat)}
+
+    def _node_from_row(self, row: dict[str, Any], vectors: dict[int, np.ndarray] | None = None) -> Node:
+        """A detached node from a serialised row (its sums hold only itself); ``vectors``:
+        embeddings checked already (:meth:`_stacked_vectors`)."""
         kind = row["kind"]
         if kind not in ("fact", "aspect", *ARCHIVE_KINDS):
             raise InvariantError(f"unexpected node kind {kind!r}")
         nid = row["id"]
         if not isinstance(nid, str) or not nid:
             raise InvariantError("node ids must be non-empty strings")
-        vec = as_vector(row["embedding"], self.dim)
-        self._claim_dim(vec)
+        vec = vectors.get(id(row)) if vectors else None
+        if vec is None:
+            vec = as_vector(row["embedding"], self.dim)
+            self._claim_dim(vec)
         node = Node(nid, kind, check_text(row["text"], "node text"), vec, float(row["created_at"]),
                     float(row["updated_at"]), dict(row["metadata"] or {}), seq=int(row.get("seq", 0)))
         if kind == "fact":

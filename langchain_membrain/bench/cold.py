@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                 row[path]["cpu_median"] = statistics.median(row[path]["cpu"])
             results.append(row)
             os.remove(db)
-    machine = {"description": machine_description(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+    machine: dict[str, Any] = {"description": machine_description(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     table = Table(title=f"Cold open to first search, SQLite, fresh process ({args.runs} runs, median)",
                   title_justify="left")
