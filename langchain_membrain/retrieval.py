@@ -84,7 +84,7 @@ from .chat import (
     group_max,
 )
 from .dense import DenseIndex
-from .lexical import STOPWORDS, LexicalIndex, can_stem, shared_stemmer, tokenize
+from .lexical import STOPWORDS, LexicalIndex, can_stem, shared_stemmer, tokenize, tokenize_many
 
 #: Rows an index allocates one at a time before it doubles its capacity: a namespace of a
 #: few facts holds no spare rows (an empty 384-d row is 1.5 KB), and from here on the
@@ -319,15 +319,16 @@ class FactIndex:
         emb_slots: list[int] = []
         touched: dict[int, None] = {}  # slots whose field is computed below, in slot order
         self._grow(len(self._ids) + len(items))
-        for item_id, text, embedding, metadata, context in items:
+        terms = tokenize_many([it[1] for it in items], self._stemmer)
+        for (item_id, text, embedding, metadata, context), own in zip(items, terms):
             if context:
                 key = self._chat.session_key(metadata or {})
                 if key is None or item_id in self._context or item_id in self._slot:
                     continue
-                slot = self._context[item_id] = self._new_slot(item_id, text, metadata, context=True)
+                slot = self._context[item_id] = self._new_slot(item_id, text, metadata, context=True, terms=own)
                 touched.update(dict.fromkeys(self._chat.previous(slot)))
                 continue
-            slot = self._new_slot(item_id, text, metadata)
+            slot = self._new_slot(item_id, text, metadata, terms=own)
             self._slot[item_id] = slot
             self._alive[slot] = True
             touched.update(dict.fromkeys(self._chat.previous(slot)))
@@ -567,12 +568,13 @@ class FactIndex:
 
     # -------------------------------------------------------------- internals
     def _new_slot(self, item_id: Hashable, text: str, metadata: dict[str, Any] | None, *,
-                  context: bool = False) -> int:
-        """A new slot (row) for a fact or a context entry, last in its session."""
+                  context: bool = False, terms: list[str] | None = None) -> int:
+        """A new slot (row) for a fact or a context entry, last in its session; ``terms``:
+        :meth:`terms` of ``text`` when the caller has them."""
         slot = len(self._ids)
         self._ids.append(item_id)
         self._text.append(text)
-        self._own.append(Counter(self.terms(text)))
+        self._own.append(Counter(self.terms(text) if terms is None else terms))
         self._lex.new_slot()
         self._grow(slot + 1)
         self._chat.add(slot, metadata, context=context)
