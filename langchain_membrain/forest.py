@@ -25,12 +25,14 @@ both tells whether another process wrote it and brings what that process wrote.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from .errors import InvariantError
 from .inputs import Namespace
@@ -279,21 +281,22 @@ class Forest:
         """(Re)load a namespace from storage, indexing every fact and ignored item oldest
         first (the order sessions read); None if it is not stored."""
         assert self.storage is not None
-        found = self.storage.load_tree(ns)
-        self._checked[ns] = time.monotonic()
-        if found is None:
-            self.drop(ns)
-            return None
-        tree, version = found
-        tree.max_height, tree.clock = self.max_height, self.clock
-        state = self._loaded[ns] = Loaded(tree, synced=version)
-        # Facts and ignored items in the order they came, so that sessions read as they were said.
-        entries = [tree.node(f) for f in tree.facts()] + tree.archived("ignored")
-        entries.sort(key=lambda n: (n.created_at, n.seq))
-        if self.bulk_load:
-            self._index_loaded(state, entries)
-        else:
-            self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
+        with paused_gc():
+            found = self.storage.load_tree(ns)
+            self._checked[ns] = time.monotonic()
+            if found is None:
+                self.drop(ns)
+                return None
+            tree, version = found
+            tree.max_height, tree.clock = self.max_height, self.clock
+            state = self._loaded[ns] = Loaded(tree, synced=version)
+            # Facts and ignored items in the order they came, so that sessions read as they were said.
+            entries = [tree.node(f) for f in tree.facts()] + tree.archived("ignored")
+            entries.sort(key=lambda n: (n.created_at, n.seq))
+            if self.bulk_load:
+                self._index_loaded(state, entries)
+            else:
+                self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
         self._touch(ns)
         return state
 
@@ -416,6 +419,23 @@ class Forest:
             former = state.tree.former_versions(changed)
             for key in changed:
                 index.set_former(key, [(n.text, n.embedding) for n in former.get(key, [])])
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block, back on after it if it was on.
+
+    Loading a namespace allocates a few objects per fact (nodes, rows, fields, posting
+    entries) that all survive the load: each collection the allocations trigger meanwhile
+    walks every object allocated before, and finds no garbage. Reference counting still
+    frees what the block drops; a cycle made in it waits for the next collection."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def same_indexed(indexed: tuple[str, Any] | None, text: str, value: Any) -> bool:

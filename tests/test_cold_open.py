@@ -206,3 +206,21 @@ def test_a_reopened_memory_searches_as_the_live_one(tmp_path, retrieval, monkeyp
             for a, b in zip(reopened[mode], live[mode]):
                 same_hits(a, b)
 
+
+
+def test_a_load_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    """The collector is paused while a namespace loads (forest.paused_gc), and on after it
+    only if it was on before."""
+    import gc
+
+    db = tmp_path / "m.db"
+    with memory(db) as mem:
+        mem.add("apple banana cherry", namespace="chat")
+    for was_on in (True, False):
+        (gc.enable if was_on else gc.disable)()
+        try:
+            with memory(db) as mem:
+                assert mem.search("apple", namespace="chat", limit=1)
+                assert gc.isenabled() is was_on
+        finally:
+            gc.enable()

@@ -9,8 +9,8 @@ teacher) and searches the namespace once; it reports the wall time since the par
 started it and its CPU time (``time.process_time()``, every thread), both at the search's
 return (the exit is not counted). Two ways of indexing the loaded namespace, in the same
 run: ``bulk`` (``FactIndex.add_many``, this release) and ``per-fact``
-(``Forest.bulk_load = False``: ``FactIndex.add`` per fact with the HNSW graph built at
-load, the path of the releases before it), the latter only up to ``--baseline-max`` facts.
+(``Forest.bulk_load = False`` and the garbage collector left on: ``FactIndex.add`` per
+fact with the HNSW graph built at load, the path of the releases before it), the latter only up to ``--baseline-max`` facts.
 
     python -m langchain_membrain.bench cold [--facts 1000 5000 20000] [--runs 3] [--json out.json]
 """
@@ -42,10 +42,13 @@ WORDS = ("maya tom ines ravi piano tea coffee dog cat lisbon chess bread garden 
 # One run: import, open, first search; prints wall seconds since the parent's start time
 # (argv[3]) and CPU seconds of this process, at the search's return.
 _CHILD = r"""
-import sys, time
-from langchain_membrain.memory import MembrainMemory
+import contextlib, sys, time
+from langchain_membrain import forest
 from langchain_membrain.forest import Forest
+from langchain_membrain.memory import MembrainMemory
 Forest.bulk_load = sys.argv[2] == "bulk"
+if not Forest.bulk_load:  # the path before issue 48: the collector on throughout
+    forest.paused_gc = contextlib.nullcontext
 memory = MembrainMemory(sys.argv[1])
 hits = memory.search(sys.argv[4], namespace="/".join(sys.argv[5:]), limit=5)
 wall, cpu = time.time() - float(sys.argv[3]), time.process_time()
