@@ -10,11 +10,13 @@ dense z-score, and the HNSW graph of the fast mode.
   facts are embedded; the fast mode's nearest neighbours (:meth:`DenseIndex.graph_neighbours`).
   Without hnswlib the dense part is exact.
 - **Bulk load** (:meth:`DenseIndex.set_many`, a namespace read from storage): the rows are
-  stacked in one step and nothing else is built. Until the next single write the moments
-  are computed from the rows (as below MOMENTS_MIN), and the graph is built by the writes
-  that follow, at most :data:`ANN_BUILD_STEP` embeddings each; meanwhile every embedding
-  outside the graph is scored exactly, and the fast mode scores every fact (it is exact)
-  while the graph holds fewer than half of them (:attr:`DenseIndex.has_graph`).
+  stacked in one step and nothing else is built. Until the next single write builds the
+  sums, the moments come from the float32 cosines of the query with every row (the
+  products exact scoring computes anyway), which differ from the sums' by float32
+  rounding. The graph is built by the writes that follow, at most :data:`ANN_BUILD_STEP`
+  embeddings each; meanwhile every embedding outside the graph is scored exactly, and the
+  fast mode scores every fact (it is exact) while the graph holds fewer than half of them
+  (:attr:`DenseIndex.has_graph`).
 
 Slots are the owning index's rows (:class:`~.retrieval.FactIndex`); ``n_slots`` arguments
 are the rows it has handed out so far.
@@ -53,9 +55,6 @@ ANN_PENDING_MAX = 256
 #: by write inserts everything that waits, as it always did.
 ANN_BUILD_STEP = 1024
 
-#: Rows per block when the moments are computed from the rows (float64 copies of a block,
-#: not of the whole matrix).
-ROWS_BLOCK = 8192
 
 
 class DenseIndex:
@@ -288,8 +287,10 @@ class DenseIndex:
         """z-scored cosine of the candidates (0 for facts without an embedding); with
         ``former`` (sorted owner slots, each one's best cosine over its former versions), a
         fact's cosine is the best over its versions."""
+        every = None
         if cand.size * 4 > n_slots:  # a contiguous product beats gathering most rows
-            cos = (self._emb[:n_slots] @ qvec)[cand]
+            every = self._emb[:n_slots] @ qvec
+            cos = every[cand]
         else:
             cos = self._emb[cand] @ qvec
         if former is not None:
@@ -297,20 +298,23 @@ class DenseIndex:
             pos = np.minimum(np.searchsorted(owners, cand), owners.size - 1)
             hit = owners[pos] == cand
             cos[hit] = np.maximum(cos[hit], best[pos[hit]])
-        mean, std = self.cos_moments(qvec.astype(np.float64), n_slots)
+        mean, std = self.cos_moments(qvec.astype(np.float64), n_slots, every)
         z = (cos - mean) / std if std > 1e-6 else cos - mean
         return np.where(self._has_emb[cand], z, 0.0)
 
-    def cos_moments(self, q: np.ndarray, n_slots: int) -> tuple[float, float]:
-        """Mean and standard deviation of the cosines of ``q`` to every embedded fact."""
-        if self._m1 is None or self._m2 is None:  # a small index (or one loaded in bulk): from its rows
+    def cos_moments(self, q: np.ndarray, n_slots: int, every: np.ndarray | None = None) -> tuple[float, float]:
+        """Mean and standard deviation of the cosines of ``q`` to every embedded fact.
+        ``every``: the float32 products of ``q`` with the first ``n_slots`` rows, when the
+        caller has them (read only by an index loaded in bulk, whose sums wait)."""
+        if self._m1 is None or self._m2 is None:
             live = np.flatnonzero(self._has_emb[:n_slots])
-            if live.size <= ROWS_BLOCK:
-                every = self._emb[live].astype(np.float64) @ q
-            else:  # block by block: no float64 copy of the whole matrix
-                every = np.concatenate([self._emb[live[i:i + ROWS_BLOCK]].astype(np.float64) @ q
-                                        for i in range(0, live.size, ROWS_BLOCK)])
-            return float(every.mean()), float(every.std())
+            if self.n_emb < MOMENTS_MIN:  # a small index: from its rows, in float64
+                cos = self._emb[live].astype(np.float64) @ q
+            else:  # loaded in bulk (set_many), sums not built yet: the float32 products
+                if every is None:
+                    every = self._emb[:n_slots] @ q.astype(np.float32)
+                cos = every[live].astype(np.float64)
+            return float(cos.mean()), float(cos.std())
         second = float(q @ self._m2 @ q)
         if self._m2_pending:  # outer products not folded in yet: (q . v)^2 each
             proj = np.stack([v for v, _ in self._m2_pending]) @ q

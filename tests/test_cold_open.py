@@ -53,10 +53,10 @@ def in_turn(config: RetrievalConfig, entries) -> FactIndex:
     return index
 
 
-def same_hits(a: list, b: list) -> None:
+def same_hits(a: list, b: list, rel: float = 1e-9) -> None:
     """The same keys in the same order, and scores equal to float rounding."""
     assert [k for k, _ in a] == [k for k, _ in b]
-    assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9, abs=1e-12)
+    assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=rel, abs=1e-12)
 
 
 def fields(index: FactIndex) -> dict:
@@ -77,8 +77,8 @@ def test_add_many_equals_adding_in_turn(config, monkeypatch):
     assert bulk._dense._m2 is None and one._dense._m2 is not None  # moments left to the rows
     q = np.random.default_rng(5).normal(size=DIM)
     for query in QUERIES:
-        for mode in ("exact", "fast"):
-            same_hits(bulk.search(query, q, 10, mode=mode), one.search(query, q, 10, mode=mode))
+        for mode in ("exact", "fast"):  # moments from float32 cosines: equal to float32 rounding
+            same_hits(bulk.search(query, q, 10, mode=mode), one.search(query, q, 10, mode=mode), rel=1e-6)
     # Writes after the bulk load: an add builds the sums, a remove and an update keep them right.
     extra = ("new", "guitar by the river", np.ones(DIM, dtype=np.float32), {"speaker": "Alice", "session": 2})
     for index in (one, bulk):
