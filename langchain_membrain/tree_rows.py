@@ -309,29 +309,32 @@ class TreeRows:
                 if r is not root and r["kind"] not in ARCHIVE_KINDS:
                     by_parent.setdefault(r["parent"], []).append(r)
             vectors = tree._stacked_vectors(rows)
-            order = [tree.root_id]  # parents before children
-            for parent in order:
-                for row in sorted(by_parent.get(parent, ()), key=lambda r: r.get("seq", 0)):
-                    node = tree._node_from_row(row, vectors)
-                    if node.id in tree.graph:
+            graph = tree.graph
+            placed = [(rnode, rnode)]  # (node, its parent), parents before children
+            for parent_node, _ in placed:
+                children = by_parent.get(parent_node.id)
+                if not children:
+                    continue
+                if parent_node.kind == "fact":
+                    raise InvariantError(f"fact {parent_node.id!r} has children")
+                children.sort(key=_seq_of)
+                nodes = [tree._node_from_row(row, vectors) for row in children]
+                for node in nodes:
+                    if node.id in graph:
                         raise InvariantError(f"node id {node.id!r} appears twice")
-                    if tree.node(parent).kind == "fact":
-                        raise InvariantError(f"fact {parent!r} has children")
-                    tree.graph.add_node(node.id, node=node)
-                    tree.graph.add_edge(parent, node.id)
-                    tree._seq = max(tree._seq, node.seq)
-                    order.append(node.id)
-            if len(order) + len(archived) != len(rows):
-                raise InvariantError(f"{len(rows) - len(order) - len(archived)} rows are not connected to the root")
-            for row in sorted(archived, key=lambda r: r.get("seq", 0)):
+                    graph.add_node(node.id, node=node)
+                graph.add_edges_from((parent_node.id, node.id) for node in nodes)
+                tree._seq = max(tree._seq, max(node.seq for node in nodes))
+                placed.extend((node, parent_node) for node in nodes)
+            if len(placed) + len(archived) != len(rows):
+                raise InvariantError(f"{len(rows) - len(placed) - len(archived)} rows are not connected to the root")
+            for row in sorted(archived, key=_seq_of):
                 node = tree._node_from_row(row, vectors)
                 if node.id in tree.graph or node.id in tree.archive:
                     raise InvariantError(f"node id {node.id!r} appears twice")
                 tree.archive[node.id] = node
                 tree._seq = max(tree._seq, node.seq)
-            for nid in reversed(order[1:]):  # children before parents: sums bottom-up
-                node = tree.node(nid)
-                above = tree.node(next(iter(tree.graph.predecessors(nid))))
+            for node, above in reversed(placed[1:]):  # children before parents: sums bottom-up
                 above.n_facts += node.n_facts
                 if node.emb_count:
                     assert node.emb_sum is not None  # a node with embedded facts below has their sum
@@ -389,3 +392,8 @@ class TreeRows:
             if vec is not None:
                 node.emb_sum, node.emb_count = vec, 1
         return node
+
+
+def _seq_of(row: dict[str, Any]) -> int:
+    """A row's order among its siblings (0 when it has none)."""
+    return row.get("seq", 0)
