@@ -42,7 +42,10 @@ The common terms' weights are then read from each candidate's own field, so ever
 candidate's score is exactly its exact-mode score; only the candidate set is approximate.
 A fast search touches the selective posting lists, an O(log N) graph search and a few
 hundred candidates, never all facts. Recall@10 against exact is measured by
-``python -m langchain_membrain.bench scale``.
+``python -m langchain_membrain.bench scale``. An index filled by :meth:`FactIndex.add_many`
+(a namespace read from storage) has no graph until the writes that follow build it, a
+slice each (dense.py, "Bulk load"); until the graph holds half of the embeddings, fast
+equals exact.
 
 Tree (``search(..., tree=MembrainTree)``): see :class:`RetrievalConfig` fields prefixed
 ``tree_``; fact ids must be the tree's fact node ids.
