@@ -10,12 +10,14 @@ dense z-score, and the HNSW graph of the fast mode.
   facts are embedded; the fast mode's nearest neighbours (:meth:`DenseIndex.graph_neighbours`).
   Without hnswlib the dense part is exact.
 - **Bulk load** (:meth:`DenseIndex.set_many`, a namespace read from storage): the rows are
-  stacked in one step and nothing else is built. Until the next single write builds the
-  sums, the moments come from the float32 cosines of the query with every row (the
-  products exact scoring computes anyway), which differ from the sums' by float32
-  rounding. The graph is built by the writes that follow, at most :data:`ANN_BUILD_STEP`
-  embeddings each; meanwhile every embedding outside the graph is scored exactly, and the
-  fast mode scores every fact (it is exact) while the graph holds fewer than half of them
+  stacked in one step and nothing else is built then. The moment sums and the HNSW graph
+  are built by the single writes that follow, a slice each (:data:`SUMS_BUILD_STEP` rows
+  folded into the sums, :data:`ANN_BUILD_STEP` embeddings inserted into the graph), so no
+  write pays for the whole namespace. Until the sums are complete the moments come from
+  the float32 cosines of the query with every row (the products exact scoring computes
+  anyway), which differ from the sums' by float32 rounding. Until the graph holds an
+  embedding, every search scores it exactly beside the graph's candidates, and the fast
+  mode scores every fact (it is exact) while the graph holds fewer than half of them
   (:attr:`DenseIndex.has_graph`).
 
 Slots are the owning index's rows (:class:`~.retrieval.FactIndex`); ``n_slots`` arguments
@@ -34,7 +36,8 @@ try:  # optional: HNSW for the fast mode; without it the dense part is exact
 except ImportError:  # pragma: no cover
     _hnswlib = None
 
-__all__ = ["ANN_BUILD_STEP", "ANN_PENDING_MAX", "MOMENTS_MIN", "MOMENTS_PENDING_MAX", "DenseIndex"]
+__all__ = ["ANN_BUILD_STEP", "ANN_PENDING_MAX", "MOMENTS_MIN", "MOMENTS_PENDING_MAX", "SUMS_BUILD_STEP",
+           "DenseIndex"]
 
 # Embeddings past which an index keeps running moments for the dense z-score (below, it
 # computes them from its rows: cheaper than a dim x dim matrix per small namespace).
@@ -49,11 +52,12 @@ MOMENTS_PENDING_MAX = 32
 #: beside it) until the next write that is not deferred, or until this many wait.
 ANN_PENDING_MAX = 256
 
-#: Embeddings waiting outside the HNSW graph that one write inserts at most: a namespace
-#: loaded in bulk (``set_many``) gets its graph over its next writes, a bounded slice each,
-#: instead of all at once. Above ANN_PENDING_MAX + 1, so that a graph kept up to date write
-#: by write inserts everything that waits, as it always did.
-ANN_BUILD_STEP = 1024
+#: Embeddings of a bulk load (``set_many``) that one write inserts into the HNSW graph:
+#: the graph is built over the writes that follow, a bounded slice each.
+ANN_BUILD_STEP = 64
+
+#: Rows of a bulk load that one write folds into the moment sums (see ANN_BUILD_STEP).
+SUMS_BUILD_STEP = 1024
 
 
 
@@ -62,7 +66,7 @@ class DenseIndex:
     and the HNSW graph over them."""
 
     __slots__ = ("dim", "n_emb", "_ann_min_facts", "_hnsw_m", "_hnsw_ef_construction", "_hnsw_ef_search",
-                 "_emb", "_has_emb", "_m1", "_m2", "_m2_pending", "_hnsw", "_pending")
+                 "_emb", "_has_emb", "_m1", "_m2", "_m2_pending", "_sums_upto", "_hnsw", "_pending", "_backlog")
 
     def __init__(self, dim: int | None, *, ann_min_facts: int, hnsw_m: int, hnsw_ef_construction: int,
                  hnsw_ef_search: int):
@@ -77,10 +81,16 @@ class DenseIndex:
         # Embeddings (float64) and signs counted in ``_m1`` whose outer products are not in
         # ``_m2`` yet (see MOMENTS_PENDING_MAX).
         self._m2_pending: list[tuple[np.ndarray, int]] = []
+        # None: the sums (when kept) count every embedding. A slot number k: they are being
+        # built from the rows after a bulk load, and count the embeddings of slots < k only.
+        self._sums_upto: int | None = None
         self._hnsw: Any = None
         # Slots whose embedding is not in the HNSW graph yet (defer_ann): every search
         # scores them exactly beside the graph's candidates, so results never miss them.
         self._pending: dict[int, None] = {}
+        # Slots of a bulk load not in the graph yet, oldest first (scored as _pending's are);
+        # single writes insert them a slice at a time (ANN_BUILD_STEP).
+        self._backlog: dict[int, None] = {}
 
     # ------------------------------------------------------------------ reads
     @property
@@ -89,12 +99,12 @@ class DenseIndex:
         at least half of the embeddings: otherwise scoring every fact is cheaper than
         scoring the graph's neighbours and every embedding waiting outside it (a namespace
         loaded in bulk, whose graph its next writes build)."""
-        return self._hnsw is not None and 2 * len(self._pending) <= self.n_emb
+        return self._hnsw is not None and 2 * self.waiting <= self.n_emb
 
     @property
     def waiting(self) -> int:
-        """Embeddings waiting outside the graph (``defer_ann``)."""
-        return len(self._pending)
+        """Embeddings waiting outside the graph (``defer_ann``, or a bulk load's)."""
+        return len(self._pending) + len(self._backlog)
 
     def vector(self, slot: int) -> np.ndarray | None:
         """A copy of the slot's unit embedding, None when it has none."""
@@ -158,13 +168,16 @@ class DenseIndex:
         self._has_emb = np.concatenate([self._has_emb, np.zeros(capacity - cap, dtype=bool)])
 
     def set(self, slot: int, vec: np.ndarray, n_slots: int, defer_ann: bool = False) -> None:
-        """Give a slot a (checked) embedding, replacing the one it had."""
+        """Give a slot a (checked) embedding, replacing the one it had. A write that does
+        not defer also builds a slice of what a bulk load left (module docstring)."""
         if self._has_emb[slot]:
-            self._has_emb[slot] = False  # out of the rows first: moments built from them skip it
-            self._moments(self._emb[slot], -1, n_slots)
+            self._has_emb[slot] = False  # out of the rows first: sums built from them skip it
+            self._moments(self._emb[slot], -1, n_slots, slot)
         self._emb[slot] = vec
         self._has_emb[slot] = True
-        self._moments(vec, +1, n_slots)
+        self._moments(vec, +1, n_slots, slot)
+        if not defer_ann:
+            self._build_sums(n_slots)
         if _hnswlib is None:
             return
         if self._hnsw is None:
@@ -174,20 +187,31 @@ class DenseIndex:
             self._hnsw.init_index(max_elements=max(2 * self._emb.shape[0], 1024),
                                   ef_construction=self._hnsw_ef_construction, M=self._hnsw_m)
             self._hnsw.set_num_threads(1)
-            # Every embedding waits; this write inserts them all when the index grew one fact
-            # at a time (ann_min_facts of them), a first slice after a bulk load.
-            self._pending = dict.fromkeys(np.flatnonzero(self._has_emb[:n_slots]).tolist())
-            self._insert_pending(max(ANN_BUILD_STEP, self._ann_min_facts))
-            return
-        self._pending[slot] = None
-        if not defer_ann or len(self._pending) > ANN_PENDING_MAX:
-            self._insert_pending(ANN_BUILD_STEP)
+            live = np.flatnonzero(self._has_emb[:n_slots])
+            self._pending.clear()
+            if live.size <= self._ann_min_facts:  # grown one write at a time: all of them now
+                self._insert(live)
+                self._backlog.clear()
+                return
+            self._backlog = dict.fromkeys(live.tolist())  # after a bulk load: a slice per write
+        else:
+            self._backlog.pop(slot, None)  # its new vector waits with this write's
+            self._pending[slot] = None
+            if not defer_ann or len(self._pending) > ANN_PENDING_MAX:
+                slots = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+                self._pending.clear()
+                self._insert(slots)
+        if not defer_ann and self._backlog:
+            slots = np.fromiter(self._backlog, dtype=np.int64, count=min(ANN_BUILD_STEP, len(self._backlog)))
+            for s in slots.tolist():
+                del self._backlog[s]
+            self._insert(slots)
 
     def set_many(self, slots: np.ndarray, vecs: np.ndarray, n_slots: int) -> None:
         """Give slots that hold no embedding yet their (checked) embeddings at once (a bulk
-        load, module docstring): the rows, counted in the moments when those are kept, and
-        waiting outside the graph when there is one. The result equals :meth:`set` of each in
-        turn but for when the moments and the graph are built."""
+        load, module docstring): the rows only; the sums and the graph count them as the
+        writes that follow build them. The result equals :meth:`set` of each in turn but
+        for when the sums and the graph are built."""
         if not slots.size:
             return
         if self._has_emb[slots].any() or np.unique(slots).size != slots.size:
@@ -195,22 +219,28 @@ class DenseIndex:
         self._emb[slots] = vecs
         self._has_emb[slots] = True
         self.n_emb += int(slots.size)
-        if self._m1 is not None and self._m2 is not None:
-            rows = vecs.astype(np.float64)
-            self._m1 += rows.sum(axis=0)
-            self._m2 += rows.T @ rows
-        # Without the sums they stay unbuilt (cos_moments reads the rows) until the next
-        # single write builds them.
+        if self._sums_upto is None and self.n_emb >= MOMENTS_MIN and self.dim:
+            # Sums kept or due: (re)built from the rows, from the first slot, by later writes.
+            self._m1, self._m2 = np.zeros(self.dim), np.zeros((self.dim, self.dim))
+            self._m2_pending, self._sums_upto = [], 0
         if self._hnsw is not None:
-            self._pending.update(dict.fromkeys(slots.tolist()))
+            self._backlog.update(dict.fromkeys(slots.tolist()))
 
-    def _insert_pending(self, limit: int) -> None:
-        """Insert up to ``limit`` of the embeddings waiting outside the graph, oldest first."""
-        if not self._pending:
+    def _build_sums(self, n_slots: int) -> None:
+        """Fold the next SUMS_BUILD_STEP rows into sums being built (no-op otherwise)."""
+        if self._sums_upto is None or self._m1 is None or self._m2 is None:
             return
-        slots = self._pending_slots()[:limit]
-        for s in slots.tolist():
-            del self._pending[s]
+        lo = self._sums_upto
+        hi = min(lo + SUMS_BUILD_STEP, n_slots)
+        rows = self._emb[lo + np.flatnonzero(self._has_emb[lo:hi])].astype(np.float64)
+        self._m1 += rows.sum(axis=0)
+        self._m2 += rows.T @ rows
+        self._sums_upto = None if hi >= n_slots else hi
+
+    def _insert(self, slots: np.ndarray) -> None:
+        """Insert these slots' embeddings into the graph, in this order."""
+        if not slots.size:
+            return
         if slots.max() >= self._hnsw.get_max_elements():
             self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), int(slots.max()) + 1))
         self._hnsw.add_items(self._emb[slots], slots)
@@ -219,22 +249,25 @@ class DenseIndex:
         """A removed fact's slot: its embedding leaves the moments and the graph."""
         if not self._has_emb[slot]:
             return
-        self._has_emb[slot] = False  # out of the rows first: moments built from them skip it
-        self._moments(self._emb[slot], -1, n_slots)
-        pending = slot in self._pending
+        self._has_emb[slot] = False  # out of the rows first: sums built from them skip it
+        self._moments(self._emb[slot], -1, n_slots, slot)
+        waited = slot in self._pending or slot in self._backlog
         self._pending.pop(slot, None)
+        self._backlog.pop(slot, None)
         if self._hnsw is not None:
             try:
                 self._hnsw.mark_deleted(slot)
             except RuntimeError:
-                if not pending:  # only a slot still waiting may be absent from the graph
+                if not waited:  # only a slot still waiting may be absent from the graph
                     raise
 
-    def _moments(self, vec: np.ndarray, sign: int, n_slots: int) -> None:
-        """Count an embedding in (or out); past MOMENTS_MIN embeddings, keep the sums of
-        the embeddings and of their outer products (a dim x dim matrix: 1.2 MB at 384-d,
+    def _moments(self, vec: np.ndarray, sign: int, n_slots: int, slot: int) -> None:
+        """Count ``slot``'s embedding in (or out); past MOMENTS_MIN embeddings, keep the sums
+        of the embeddings and of their outer products (a dim x dim matrix: 1.2 MB at 384-d,
         which a small namespace does without; :meth:`cos_moments` then reads the rows)."""
         self.n_emb += sign
+        if self._sums_upto is not None and slot >= self._sums_upto:
+            return  # sums being built: they count this row when the build reaches it
         if self._m2 is None and self.n_emb >= MOMENTS_MIN:  # ``vec`` is among the rows already
             live = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64)
             self._m1, self._m2 = live.sum(axis=0), live.T @ live
@@ -254,17 +287,18 @@ class DenseIndex:
         self._m2 += (vecs * signs[:, None]).T @ vecs
         self._m2_pending = []
 
-    def _pending_slots(self) -> np.ndarray:
-        return np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+    def _waiting_slots(self) -> np.ndarray:
+        """The slots whose embeddings wait outside the graph (``_pending``, ``_backlog``)."""
+        return np.fromiter((*self._pending, *self._backlog), dtype=np.int64, count=self.waiting)
 
     # ----------------------------------------------------------------- search
     def nearest(self, vec: np.ndarray, k: int, n_slots: int) -> list[tuple[int, float]]:
         """The ``k`` slots (1 <= k <= n_emb) whose embeddings have the highest cosine with the
         unit vector ``vec``, with those cosines, best first."""
         if self._hnsw is not None:
-            k_ann = min(k, self.n_emb - len(self._pending))
+            k_ann = min(k, self.n_emb - self.waiting)
             found = self._hnsw.knn_query(vec.reshape(1, -1), k=k_ann)[0][0] if k_ann > 0 else []
-            slots = np.union1d(np.asarray(found, dtype=np.int64), self._pending_slots())
+            slots = np.union1d(np.asarray(found, dtype=np.int64), self._waiting_slots())
             slots = slots[np.argsort(-(self._emb[slots] @ vec), kind="stable")[:k]]
         else:
             cos = np.where(self._has_emb[:n_slots], self._emb[:n_slots] @ vec, -np.inf)
@@ -277,10 +311,10 @@ class DenseIndex:
         """The graph's ``n`` nearest slots to ``qvec`` (searched with ef at least
         ``hnsw_ef_search``) and every slot waiting outside it, sorted."""
         if n <= 0:
-            return np.sort(self._pending_slots())
+            return np.sort(self._waiting_slots())
         self._hnsw.set_ef(max(self._hnsw_ef_search, n))
         labels, _ = self._hnsw.knn_query(qvec.reshape(1, -1), k=n)
-        return np.union1d(labels[0].astype(np.int64), self._pending_slots())
+        return np.union1d(labels[0].astype(np.int64), self._waiting_slots())
 
     def z(self, qvec: np.ndarray, cand: np.ndarray, n_slots: int,
           former: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
@@ -306,11 +340,11 @@ class DenseIndex:
         """Mean and standard deviation of the cosines of ``q`` to every embedded fact.
         ``every``: the float32 products of ``q`` with the first ``n_slots`` rows, when the
         caller has them (read only by an index loaded in bulk, whose sums wait)."""
-        if self._m1 is None or self._m2 is None:
+        if self._m1 is None or self._m2 is None or self._sums_upto is not None:
             live = np.flatnonzero(self._has_emb[:n_slots])
             if self.n_emb < MOMENTS_MIN:  # a small index: from its rows, in float64
                 cos = self._emb[live].astype(np.float64) @ q
-            else:  # loaded in bulk (set_many), sums not built yet: the float32 products
+            else:  # loaded in bulk (set_many), sums not complete yet: the float32 products
                 if every is None:
                     every = self._emb[:n_slots] @ q.astype(np.float32)
                 cos = every[live].astype(np.float64)

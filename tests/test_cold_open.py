@@ -74,7 +74,7 @@ def test_add_many_equals_adding_in_turn(config, monkeypatch):
     bulk.add_many(entries)
     assert fields(bulk) == fields(one) and bulk.ids() == one.ids() and bulk.speakers() == one.speakers()
     assert bulk._chat.session_orders() == one._chat.session_orders()
-    assert bulk._dense._m2 is None and one._dense._m2 is not None  # moments left to the rows
+    assert bulk._dense._sums_upto == 0 and one._dense._sums_upto is None  # sums left to later writes
     q = np.random.default_rng(5).normal(size=DIM)
     for query in QUERIES:
         for mode in ("exact", "fast"):  # moments from float32 cosines: equal to float32 rounding
@@ -85,7 +85,7 @@ def test_add_many_equals_adding_in_turn(config, monkeypatch):
         index.add(*extra)
         index.remove("f1")
         index.update("f2", text="mountain camping", embedding=-np.ones(DIM))
-    assert bulk._dense._m2 is not None and fields(bulk) == fields(one)
+    assert bulk._dense._sums_upto is None and fields(bulk) == fields(one)  # 300 rows: one step
     for v in np.random.default_rng(2).normal(size=(5, DIM)):
         n = len(one._ids)
         assert bulk._dense.cos_moments(v, n) == pytest.approx(one._dense.cos_moments(v, n), rel=1e-9)
@@ -120,9 +120,9 @@ def test_add_many_refuses_a_held_or_repeated_id_or_a_bad_embedding_and_indexes_n
 
 
 def test_the_graph_of_a_bulk_loaded_index_is_built_by_its_next_writes(monkeypatch):
-    """After ``add_many`` the fast mode is exact (no graph yet); each write then inserts at
-    most ANN_BUILD_STEP waiting embeddings (the first at least ann_min_facts), and once the
-    graph holds most of them the fast mode uses it, with every waiting one still scored."""
+    """After ``add_many`` the fast mode is exact (no graph yet); each write then inserts its
+    own embedding and ANN_BUILD_STEP of the bulk load's, and once the graph holds half of
+    them the fast mode uses it, with every waiting one still scored."""
     monkeypatch.setattr(dense, "ANN_BUILD_STEP", 100)
     config = RetrievalConfig(ann_min_facts=150, ann_candidates=20)
     rng = np.random.default_rng(7)
@@ -136,11 +136,39 @@ def test_the_graph_of_a_bulk_loaded_index_is_built_by_its_next_writes(monkeypatc
     for i in range(4):
         index.add(f"n{i}", "w3 extra", rng.normal(size=DIM))
         waiting.append(index._dense.waiting)
-    assert waiting == [601 - 150, 602 - 250, 603 - 350, 604 - 450]
-    assert index._dense.has_graph  # 154 of 604 wait outside it
+    assert waiting == [601 - 100, 601 - 200, 601 - 300, 601 - 400]
+    assert index._dense.has_graph  # 201 of 604 wait outside it
+    index.remove("f598")  # waiting: never in the graph
+    index.remove("f0")  # in the graph: marked deleted there
     near = index.nearest(vecs[599], 1)  # f599 waits outside the graph: scored exactly
     assert near[0][0] == "f599" and near[0][1] == pytest.approx(1.0)
     assert index.search("nothing lexical", vecs[599], 10, mode="fast")[0][0] == "f599"
+
+
+def test_the_moment_sums_of_a_bulk_loaded_index_are_built_by_its_next_writes(monkeypatch):
+    """Each write after ``add_many`` folds SUMS_BUILD_STEP rows into the sums; meanwhile the
+    moments come from the rows, writes behind the build's front count in the sums and those
+    past it are read when the build gets there: once built, the moments are the in-turn
+    index's."""
+    monkeypatch.setattr(dense, "MOMENTS_MIN", 32)
+    monkeypatch.setattr(dense, "SUMS_BUILD_STEP", 50)
+    entries = [e for e in items(300, seed=4) if not e[4]]
+    one, bulk = in_turn(RetrievalConfig(), entries), FactIndex(RetrievalConfig())
+    bulk.add_many(entries)
+    rng = np.random.default_rng(9)
+    fronts = []
+    # Updated and removed: behind the build's front, past it, behind it.
+    for i, (fid, gone) in enumerate([("f1", "f2"), ("f250", "f291"), ("f260", "f100")]):
+        vec = rng.normal(size=DIM)
+        for index in (one, bulk):
+            index.add(f"new{i}", "apple", vec)  # past the front: read when the build gets there
+            index.update(fid, embedding=-vec)
+            index.remove(gone)
+        fronts.append(bulk._dense._sums_upto)
+    assert fronts == [100, 200, None]
+    n = len(one._ids)
+    for v in rng.normal(size=(5, DIM)):
+        assert bulk._dense.cos_moments(v, n) == pytest.approx(one._dense.cos_moments(v, n), rel=1e-9)
 
 
 # ------------------------------------------------------------------ through the memory
