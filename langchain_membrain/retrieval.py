@@ -305,14 +305,12 @@ class FactIndex:
     def add_many(self, items: Iterable[tuple[Hashable, str, Any, dict[str, Any] | None, bool]]) -> None:
         """Index many facts and context entries at once, in order: each item ``(id, text,
         embedding, metadata, context)`` as :meth:`add` ``(id, text, embedding, metadata)``
-        would index it, or :meth:`add_context` ``(id, text, metadata)`` when ``context``.
-
-        The index then holds what those calls in turn would give it (the same slots,
-        session orders, fields and embeddings), built in one pass: each field once, the
-        embeddings stacked at once, the dense moments and the HNSW graph left to be built
-        later (dense.py, "Bulk load"). Search results are those of the calls in turn:
-        the same scores to float rounding. Raises ValueError, and indexes nothing, if an id
-        is held or given twice or an embedding has the wrong shape."""
+        would, or :meth:`add_context` ``(id, text, metadata)`` when ``context``. The index
+        then holds what those calls in turn give it (slots, session orders, fields,
+        embeddings), built in one pass; the dense sums and graph are built by later writes
+        (dense.py, "Bulk load"). Search results are those of the calls in turn, scores to
+        float rounding. ValueError, and nothing indexed, for an id held or given twice or
+        an embedding of the wrong shape."""
         items = list(items)
         ids = [it[0] for it in items if not it[4]]
         if len(set(ids)) != len(ids) or any(i in self._slot for i in ids):
@@ -338,8 +336,7 @@ class FactIndex:
             touched[slot] = None
             if embedding is not None:
                 emb_slots.append(slot)
-        # Every field once, from the final session orders: neighbours by position, not by
-        # a search of the session's list per fact.
+        # Every field once, from the final session orders (neighbours by position).
         around: dict[int, list[int]] = {}
         if self._chat.neighbour_weight():
             for order in self._chat.session_orders():

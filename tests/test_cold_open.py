@@ -252,3 +252,18 @@ def test_a_load_leaves_the_garbage_collector_as_it_found_it(tmp_path):
                 assert gc.isenabled() is was_on
         finally:
             gc.enable()
+
+
+def test_bench_cold_times_both_paths_on_a_small_store(tmp_path):
+    """``bench cold`` builds a store, opens it in fresh processes both ways and reports."""
+    import argparse
+    import json
+
+    from langchain_membrain.bench import cold
+
+    out = tmp_path / "cold.json"
+    args = argparse.Namespace(facts=[300], runs=1, baseline_max=300, seed=0, json=str(out))
+    assert cold.run(args) == 0
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["facts"] == 300 and set(row) >= {"bulk", "per-fact"}
+    assert all(0 < t < 120 for path in ("bulk", "per-fact") for t in row[path]["wall"] + row[path]["cpu"])
