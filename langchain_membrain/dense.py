@@ -60,7 +60,6 @@ ANN_BUILD_STEP = 64
 SUMS_BUILD_STEP = 1024
 
 
-
 class DenseIndex:
     """Unit embeddings by slot (a row of a matrix that grows with the index), their moments
     and the HNSW graph over them."""
