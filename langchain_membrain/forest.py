@@ -423,7 +423,8 @@ class Forest:
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block, back on after it if it was on.
+    """Python's cyclic garbage collector off for the block (for the whole process), back on
+    after it if it was on.
 
     Loading a namespace allocates a few objects per fact (nodes, rows, fields, posting
     entries) that all survive the load: each collection the allocations trigger meanwhile
