@@ -266,6 +266,10 @@ class ChatSignals:
             return []
         return [order[j] for j in (i - 1, i + 1) if 0 <= j < len(order)]
 
+    def session_orders(self) -> list[list[int]]:
+        """Each session's slots in insertion order ([] with SessionContext off)."""
+        return list(self._sessions.values())
+
     def speakers(self) -> list[str]:
         return sorted(self._speaker_count)
 

@@ -9,6 +9,16 @@ dense z-score, and the HNSW graph of the fast mode.
 - **HNSW graph** (hnswlib, inner product on unit vectors): built once ``ann_min_facts``
   facts are embedded; the fast mode's nearest neighbours (:meth:`DenseIndex.graph_neighbours`).
   Without hnswlib the dense part is exact.
+- **Bulk load** (:meth:`DenseIndex.set_many`, a namespace read from storage): the rows are
+  stacked in one step and nothing else is built then. The moment sums and the HNSW graph
+  are built by the single writes that follow, a slice each (:data:`SUMS_BUILD_STEP` rows
+  folded into the sums, :data:`ANN_BUILD_STEP` embeddings inserted into the graph), so no
+  write pays for the whole namespace. Until the sums are complete the moments come from
+  the float32 cosines of the query with every row (the products exact scoring computes
+  anyway), which differ from the sums' by float32 rounding. Until the graph holds an
+  embedding, every search scores it exactly beside the graph's candidates, and the fast
+  mode scores every fact (it is exact) while the graph holds fewer than half of them
+  (:attr:`DenseIndex.has_graph`).
 
 Slots are the owning index's rows (:class:`~.retrieval.FactIndex`); ``n_slots`` arguments
 are the rows it has handed out so far.
@@ -26,7 +36,8 @@ try:  # optional: HNSW for the fast mode; without it the dense part is exact
 except ImportError:  # pragma: no cover
     _hnswlib = None
 
-__all__ = ["ANN_PENDING_MAX", "MOMENTS_MIN", "MOMENTS_PENDING_MAX", "DenseIndex"]
+__all__ = ["ANN_BUILD_STEP", "ANN_PENDING_MAX", "MOMENTS_MIN", "MOMENTS_PENDING_MAX", "SUMS_BUILD_STEP",
+           "DenseIndex"]
 
 # Embeddings past which an index keeps running moments for the dense z-score (below, it
 # computes them from its rows: cheaper than a dim x dim matrix per small namespace).
@@ -41,13 +52,20 @@ MOMENTS_PENDING_MAX = 32
 #: beside it) until the next write that is not deferred, or until this many wait.
 ANN_PENDING_MAX = 256
 
+#: Embeddings of a bulk load (``set_many``) that one write inserts into the HNSW graph:
+#: the graph is built over the writes that follow, a bounded slice each.
+ANN_BUILD_STEP = 64
+
+#: Rows of a bulk load that one write folds into the moment sums (see ANN_BUILD_STEP).
+SUMS_BUILD_STEP = 1024
+
 
 class DenseIndex:
     """Unit embeddings by slot (a row of a matrix that grows with the index), their moments
     and the HNSW graph over them."""
 
     __slots__ = ("dim", "n_emb", "_ann_min_facts", "_hnsw_m", "_hnsw_ef_construction", "_hnsw_ef_search",
-                 "_emb", "_has_emb", "_m1", "_m2", "_m2_pending", "_hnsw", "_pending")
+                 "_emb", "_has_emb", "_m1", "_m2", "_m2_pending", "_sums_upto", "_hnsw", "_pending", "_backlog")
 
     def __init__(self, dim: int | None, *, ann_min_facts: int, hnsw_m: int, hnsw_ef_construction: int,
                  hnsw_ef_search: int):
@@ -62,21 +80,30 @@ class DenseIndex:
         # Embeddings (float64) and signs counted in ``_m1`` whose outer products are not in
         # ``_m2`` yet (see MOMENTS_PENDING_MAX).
         self._m2_pending: list[tuple[np.ndarray, int]] = []
+        # None: the sums (when kept) count every embedding. A slot number k: they are being
+        # built from the rows after a bulk load, and count the embeddings of slots < k only.
+        self._sums_upto: int | None = None
         self._hnsw: Any = None
         # Slots whose embedding is not in the HNSW graph yet (defer_ann): every search
         # scores them exactly beside the graph's candidates, so results never miss them.
         self._pending: dict[int, None] = {}
+        # Slots of a bulk load not in the graph yet, oldest first (scored as _pending's are);
+        # single writes insert them a slice at a time (ANN_BUILD_STEP).
+        self._backlog: dict[int, None] = {}
 
     # ------------------------------------------------------------------ reads
     @property
     def has_graph(self) -> bool:
-        """Whether the HNSW graph exists (``ann_min_facts`` facts were embedded)."""
-        return self._hnsw is not None
+        """Whether the HNSW graph exists (``ann_min_facts`` facts were embedded) and holds
+        at least half of the embeddings: otherwise scoring every fact is cheaper than
+        scoring the graph's neighbours and every embedding waiting outside it (a namespace
+        loaded in bulk, whose graph its next writes build)."""
+        return self._hnsw is not None and 2 * self.waiting <= self.n_emb
 
     @property
     def waiting(self) -> int:
-        """Embeddings waiting outside the graph (``defer_ann``)."""
-        return len(self._pending)
+        """Embeddings waiting outside the graph (``defer_ann``, or a bulk load's)."""
+        return len(self._pending) + len(self._backlog)
 
     def vector(self, slot: int) -> np.ndarray | None:
         """A copy of the slot's unit embedding, None when it has none."""
@@ -97,6 +124,25 @@ class DenseIndex:
         if not np.isfinite(norm):
             raise ValueError("embedding contains NaN or infinity")
         return vec / norm if norm > 0 else vec  # cosine: store unit vectors
+
+    def check_many(self, embeddings: list[Any]) -> np.ndarray:
+        """``embeddings`` (each as :meth:`check` takes one, none None) as rows of unit float32
+        vectors, each row equal to ``check`` of it; ValueError as :meth:`check`."""
+        if not embeddings:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        mat = np.asarray(embeddings, dtype=np.float32)
+        if mat.ndim != 2:
+            raise ValueError("embeddings of different sizes")
+        self.check(mat[0])  # fixes the dimension; the error for a wrong one
+        if mat.shape[1] != self.dim:
+            raise ValueError(f"embedding has {mat.shape[1]} dimensions, the index uses {self.dim}")
+        # Each norm as check() computes it (np.linalg.norm of a vector is sqrt(x.dot(x))),
+        # so that the unit rows are bit for bit the ones adding the facts one by one stores;
+        # a vectorised sum of squares rounds differently.
+        norms = np.sqrt(np.array([row.dot(row) for row in mat], dtype=np.float32))
+        if not np.all(np.isfinite(norms)):
+            raise ValueError("embedding contains NaN or infinity")
+        return mat / np.where(norms > 0, norms, 1.0)[:, None]
 
     def query(self, embedding: Any) -> np.ndarray | None:
         """A query embedding as a unit vector; None without one, before any embedding, or
@@ -121,12 +167,16 @@ class DenseIndex:
         self._has_emb = np.concatenate([self._has_emb, np.zeros(capacity - cap, dtype=bool)])
 
     def set(self, slot: int, vec: np.ndarray, n_slots: int, defer_ann: bool = False) -> None:
-        """Give a slot a (checked) embedding, replacing the one it had."""
+        """Give a slot a (checked) embedding, replacing the one it had. A write that does
+        not defer also builds a slice of what a bulk load left (module docstring)."""
         if self._has_emb[slot]:
-            self._moments(self._emb[slot], -1, n_slots)
+            self._has_emb[slot] = False  # out of the rows first: sums built from them skip it
+            self._moments(self._emb[slot], -1, n_slots, slot)
         self._emb[slot] = vec
         self._has_emb[slot] = True
-        self._moments(vec, +1, n_slots)
+        self._moments(vec, +1, n_slots, slot)
+        if not defer_ann:
+            self._build_sums(n_slots)
         if _hnswlib is None:
             return
         if self._hnsw is None:
@@ -137,37 +187,86 @@ class DenseIndex:
                                   ef_construction=self._hnsw_ef_construction, M=self._hnsw_m)
             self._hnsw.set_num_threads(1)
             live = np.flatnonzero(self._has_emb[:n_slots])
-            self._hnsw.add_items(self._emb[live], live)
             self._pending.clear()
+            if live.size <= self._ann_min_facts:  # grown one write at a time: all of them now
+                self._insert(live)
+                self._backlog.clear()
+                return
+            self._backlog = dict.fromkeys(live.tolist())  # after a bulk load: a slice per write
+        else:
+            self._backlog.pop(slot, None)  # its new vector waits with this write's
+            self._pending[slot] = None
+            if not defer_ann or len(self._pending) > ANN_PENDING_MAX:
+                slots = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+                self._pending.clear()
+                self._insert(slots)
+        if not defer_ann and self._backlog:
+            slots = np.fromiter(self._backlog, dtype=np.int64, count=min(ANN_BUILD_STEP, len(self._backlog)))
+            for s in slots.tolist():
+                del self._backlog[s]
+            self._insert(slots)
+
+    def set_many(self, slots: np.ndarray, vecs: np.ndarray, n_slots: int) -> None:
+        """Give slots that hold no embedding yet their (checked) embeddings at once (a bulk
+        load, module docstring): the rows only; the sums and the graph count them as the
+        writes that follow build them. The result equals :meth:`set` of each in turn but
+        for when the sums and the graph are built."""
+        if not slots.size:
             return
-        self._pending[slot] = None
-        if not defer_ann or len(self._pending) > ANN_PENDING_MAX:
-            slots = self._pending_slots()
-            self._pending.clear()
-            if slots.max() >= self._hnsw.get_max_elements():
-                self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), int(slots.max()) + 1))
-            self._hnsw.add_items(self._emb[slots], slots)
+        if self._has_emb[slots].any() or np.unique(slots).size != slots.size:
+            raise ValueError("set_many takes distinct slots without an embedding")
+        self._emb[slots] = vecs
+        self._has_emb[slots] = True
+        self.n_emb += int(slots.size)
+        if self._sums_upto is None and self.n_emb >= MOMENTS_MIN and self.dim:
+            # Sums kept or due: (re)built from the rows, from the first slot, by later writes.
+            self._m1, self._m2 = np.zeros(self.dim), np.zeros((self.dim, self.dim))
+            self._m2_pending, self._sums_upto = [], 0
+        if self._hnsw is not None:
+            self._backlog.update(dict.fromkeys(slots.tolist()))
+
+    def _build_sums(self, n_slots: int) -> None:
+        """Fold the next SUMS_BUILD_STEP rows into sums being built (no-op otherwise)."""
+        if self._sums_upto is None or self._m1 is None or self._m2 is None:
+            return
+        lo = self._sums_upto
+        hi = min(lo + SUMS_BUILD_STEP, n_slots)
+        rows = self._emb[lo + np.flatnonzero(self._has_emb[lo:hi])].astype(np.float64)
+        self._m1 += rows.sum(axis=0)
+        self._m2 += rows.T @ rows
+        self._sums_upto = None if hi >= n_slots else hi
+
+    def _insert(self, slots: np.ndarray) -> None:
+        """Insert these slots' embeddings into the graph, in this order."""
+        if not slots.size:
+            return
+        if slots.max() >= self._hnsw.get_max_elements():
+            self._hnsw.resize_index(max(2 * self._hnsw.get_max_elements(), int(slots.max()) + 1))
+        self._hnsw.add_items(self._emb[slots], slots)
 
     def unset(self, slot: int, n_slots: int) -> None:
         """A removed fact's slot: its embedding leaves the moments and the graph."""
         if not self._has_emb[slot]:
             return
-        self._moments(self._emb[slot], -1, n_slots)
-        self._has_emb[slot] = False
-        pending = slot in self._pending
+        self._has_emb[slot] = False  # out of the rows first: sums built from them skip it
+        self._moments(self._emb[slot], -1, n_slots, slot)
+        waited = slot in self._pending or slot in self._backlog
         self._pending.pop(slot, None)
+        self._backlog.pop(slot, None)
         if self._hnsw is not None:
             try:
                 self._hnsw.mark_deleted(slot)
             except RuntimeError:
-                if not pending:  # only a slot still waiting may be absent from the graph
+                if not waited:  # only a slot still waiting may be absent from the graph
                     raise
 
-    def _moments(self, vec: np.ndarray, sign: int, n_slots: int) -> None:
-        """Count an embedding in (or out); past MOMENTS_MIN embeddings, keep the sums of
-        the embeddings and of their outer products (a dim x dim matrix: 1.2 MB at 384-d,
+    def _moments(self, vec: np.ndarray, sign: int, n_slots: int, slot: int) -> None:
+        """Count ``slot``'s embedding in (or out); past MOMENTS_MIN embeddings, keep the sums
+        of the embeddings and of their outer products (a dim x dim matrix: 1.2 MB at 384-d,
         which a small namespace does without; :meth:`cos_moments` then reads the rows)."""
         self.n_emb += sign
+        if self._sums_upto is not None and slot >= self._sums_upto:
+            return  # sums being built: they count this row when the build reaches it
         if self._m2 is None and self.n_emb >= MOMENTS_MIN:  # ``vec`` is among the rows already
             live = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64)
             self._m1, self._m2 = live.sum(axis=0), live.T @ live
@@ -187,17 +286,18 @@ class DenseIndex:
         self._m2 += (vecs * signs[:, None]).T @ vecs
         self._m2_pending = []
 
-    def _pending_slots(self) -> np.ndarray:
-        return np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+    def _waiting_slots(self) -> np.ndarray:
+        """The slots whose embeddings wait outside the graph (``_pending``, ``_backlog``)."""
+        return np.fromiter((*self._pending, *self._backlog), dtype=np.int64, count=self.waiting)
 
     # ----------------------------------------------------------------- search
     def nearest(self, vec: np.ndarray, k: int, n_slots: int) -> list[tuple[int, float]]:
         """The ``k`` slots (1 <= k <= n_emb) whose embeddings have the highest cosine with the
         unit vector ``vec``, with those cosines, best first."""
         if self._hnsw is not None:
-            k_ann = min(k, self.n_emb - len(self._pending))
+            k_ann = min(k, self.n_emb - self.waiting)
             found = self._hnsw.knn_query(vec.reshape(1, -1), k=k_ann)[0][0] if k_ann > 0 else []
-            slots = np.union1d(np.asarray(found, dtype=np.int64), self._pending_slots())
+            slots = np.union1d(np.asarray(found, dtype=np.int64), self._waiting_slots())
             slots = slots[np.argsort(-(self._emb[slots] @ vec), kind="stable")[:k]]
         else:
             cos = np.where(self._has_emb[:n_slots], self._emb[:n_slots] @ vec, -np.inf)
@@ -209,17 +309,21 @@ class DenseIndex:
     def graph_neighbours(self, qvec: np.ndarray, n: int) -> np.ndarray:
         """The graph's ``n`` nearest slots to ``qvec`` (searched with ef at least
         ``hnsw_ef_search``) and every slot waiting outside it, sorted."""
+        if n <= 0:
+            return np.sort(self._waiting_slots())
         self._hnsw.set_ef(max(self._hnsw_ef_search, n))
         labels, _ = self._hnsw.knn_query(qvec.reshape(1, -1), k=n)
-        return np.union1d(labels[0].astype(np.int64), self._pending_slots())
+        return np.union1d(labels[0].astype(np.int64), self._waiting_slots())
 
     def z(self, qvec: np.ndarray, cand: np.ndarray, n_slots: int,
           former: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """z-scored cosine of the candidates (0 for facts without an embedding); with
         ``former`` (sorted owner slots, each one's best cosine over its former versions), a
         fact's cosine is the best over its versions."""
+        every = None
         if cand.size * 4 > n_slots:  # a contiguous product beats gathering most rows
-            cos = (self._emb[:n_slots] @ qvec)[cand]
+            every = self._emb[:n_slots] @ qvec
+            cos = every[cand]
         else:
             cos = self._emb[cand] @ qvec
         if former is not None:
@@ -227,15 +331,23 @@ class DenseIndex:
             pos = np.minimum(np.searchsorted(owners, cand), owners.size - 1)
             hit = owners[pos] == cand
             cos[hit] = np.maximum(cos[hit], best[pos[hit]])
-        mean, std = self.cos_moments(qvec.astype(np.float64), n_slots)
+        mean, std = self.cos_moments(qvec.astype(np.float64), n_slots, every)
         z = (cos - mean) / std if std > 1e-6 else cos - mean
         return np.where(self._has_emb[cand], z, 0.0)
 
-    def cos_moments(self, q: np.ndarray, n_slots: int) -> tuple[float, float]:
-        """Mean and standard deviation of the cosines of ``q`` to every embedded fact."""
-        if self._m1 is None or self._m2 is None:  # a small index: the moments from its rows
-            every = self._emb[np.flatnonzero(self._has_emb[:n_slots])].astype(np.float64) @ q
-            return float(every.mean()), float(every.std())
+    def cos_moments(self, q: np.ndarray, n_slots: int, every: np.ndarray | None = None) -> tuple[float, float]:
+        """Mean and standard deviation of the cosines of ``q`` to every embedded fact.
+        ``every``: the float32 products of ``q`` with the first ``n_slots`` rows, when the
+        caller has them (read only by an index loaded in bulk, whose sums wait)."""
+        if self._m1 is None or self._m2 is None or self._sums_upto is not None:
+            live = np.flatnonzero(self._has_emb[:n_slots])
+            if self.n_emb < MOMENTS_MIN:  # a small index: from its rows, in float64
+                cos = self._emb[live].astype(np.float64) @ q
+            else:  # loaded in bulk (set_many), sums not complete yet: the float32 products
+                if every is None:
+                    every = self._emb[:n_slots] @ q.astype(np.float32)
+                cos = every[live].astype(np.float64)
+            return float(cos.mean()), float(cos.std())
         second = float(q @ self._m2 @ q)
         if self._m2_pending:  # outer products not folded in yet: (q . v)^2 each
             proj = np.stack([v for v, _ in self._m2_pending]) @ q

@@ -25,15 +25,18 @@ both tells whether another process wrote it and brings what that process wrote.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from .errors import InvariantError
 from .inputs import Namespace
+from .nodes import Node
 from .retrieval import FactIndex
 from .storage import Storage
 from .formation import SOURCES_KEY
@@ -55,9 +58,10 @@ class Loaded:
     tree: MembrainTree
     synced: int = 0  # the stored version the tree reflects (0: not stored yet)
     index: FactIndex | None = None  # created by the first write that reaches the index
-    # For each indexed fact, the (text, value JSON) it was indexed with: a write that only
-    # moved a fact in the tree does not touch the index.
-    indexed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # For each indexed fact, the (text, value) it was indexed with: a write that only moved
+    # a fact in the tree does not touch the index (same_indexed). The value is the tree's
+    # own object, not a copy: a write replaces a node's metadata whole, never in place.
+    indexed: dict[str, tuple[str, Any]] = field(default_factory=dict)
     # Facts stored without an embedding: listed, unscored, after a query's hits.
     unindexed: set[str] | frozenset[str] = NO_IDS
     # The keys of facts with archived versions (a superset: the archive is scanned once per
@@ -92,6 +96,11 @@ class Forest:
             past it are unloaded, and reloaded from storage when next used.
         max_height: the height bound of every namespace's tree (``MembrainTree.max_height``).
     """
+
+    #: Whether a namespace read from storage is indexed in one pass (``FactIndex.add_many``);
+    #: False indexes it fact by fact, as before issue 48 (``bench cold``'s baseline, and the
+    #: tests that compare the two).
+    bulk_load: bool = True
 
     def __init__(self, storage: Storage | None, *, new_index: Callable[[], FactIndex],
                  refresh_interval: float = 1.0, max_loaded: int = 1000, max_height: int | None = None,
@@ -277,20 +286,63 @@ class Forest:
         """(Re)load a namespace from storage, indexing every fact and ignored item oldest
         first (the order sessions read); None if it is not stored."""
         assert self.storage is not None
-        found = self.storage.load_tree(ns)
-        self._checked[ns] = time.monotonic()
-        if found is None:
-            self.drop(ns)
-            return None
-        tree, version = found
-        tree.max_height, tree.clock = self.max_height, self.clock
-        state = self._loaded[ns] = Loaded(tree, synced=version)
-        # Facts, raw and ignored items in the order they came, so that sessions read as they were said.
-        entries = [tree.node(f) for f in tree.facts()] + tree.archived("raw") + tree.archived("ignored")
-        entries.sort(key=lambda n: (n.created_at, n.seq))
-        self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
+        with paused_gc():
+            found = self.storage.load_tree(ns)
+            self._checked[ns] = time.monotonic()
+            if found is None:
+                self.drop(ns)
+                return None
+            tree, version = found
+            tree.max_height, tree.clock = self.max_height, self.clock
+            state = self._loaded[ns] = Loaded(tree, synced=version)
+            # Facts, raw and ignored items in the order they came, so that sessions read as they were said.
+            entries = [tree.node(f) for f in tree.facts()] + tree.archived("raw") + tree.archived("ignored")
+            entries.sort(key=lambda n: (n.created_at, n.seq))
+            if self.bulk_load:
+                self._index_loaded(state, entries)
+            else:
+                self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
         self._touch(ns)
         return state
+
+    def _index_loaded(self, state: Loaded, entries: list[Node]) -> None:
+        """Index a namespace just loaded: ``entries`` (its facts, raw and ignored items,
+        oldest first) in one :meth:`FactIndex.add_many`, then the former versions of its
+        facts and the formed facts of its raw items.
+        The index, ``indexed``, ``unindexed`` and ``versioned`` are what :meth:`_sync_index`
+        of each entry's row in turn gives them."""
+        index = self.new_index()
+        seen: dict[str, tuple[str, Any]] = {}
+        unindexed: set[str] = set()
+        items: list[tuple[str, str, Any, dict[str, Any], bool]] = []
+        for n in entries:
+            value = n.metadata.get("value") or {}
+            if n.kind == "ignored":  # its words join its session neighbours' fields
+                items.append((n.id, n.text, None, value, True))
+                continue
+            if n.kind == "raw" and n.embedding is None:
+                continue  # a raw item kept without an embedding is provenance only
+            if n.kind == "fact" and (not n.metadata.get("indexed") or n.embedding is None):
+                unindexed.add(n.id)
+                continue
+            if n.kind == "fact" and self._set_sources(state, n.id, tuple(n.metadata.get(SOURCES_KEY) or ())):
+                value = {k: v for k, v in value.items() if k != "session"}  # as _sync_index indexes it
+            items.append((n.id, n.text, n.embedding, value, False))
+            seen[n.id] = (n.text, value)
+        index.add_many(items)
+        for raw, facts in state.formed.items():
+            if raw in index:
+                nodes = sorted((state.tree.node(f) for f in facts if f in state.tree), key=lambda n: n.seq)
+                index.set_former(raw, [(n.text, n.embedding) for n in nodes])
+        versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
+                     for e in state.tree.archive.values() if e.kind == "history"}
+        state.index, state.indexed = index, seen
+        state.unindexed, state.versioned = unindexed or NO_IDS, versioned or NO_IDS
+        changed = {k for k in versioned if k in index}
+        if changed:
+            former = state.tree.former_versions(changed)
+            for key in changed:
+                index.set_former(key, [(v.text, v.embedding) for v in former.get(key, [])])
 
     def _new_tree(self, ns: Namespace) -> MembrainTree:
         return MembrainTree("/".join(ns), max_height=self.max_height, clock=self.clock)
@@ -374,14 +426,13 @@ class Forest:
                 enriched |= self._set_sources(state, rid, tuple(meta.get(SOURCES_KEY) or ()))
                 if rid in state.sources:  # its raw item stands in its session's order, not it
                     value = {k: v for k, v in value.items() if k != "session"}
-            signature = (row["text"], json.dumps(value, sort_keys=True))
-            if seen.get(rid) == signature:
+            if same_indexed(seen.get(rid), row["text"], value):
                 continue  # moved in the tree only: the index does not care
             if rid in index:
                 index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value, defer_ann=defer_ann)
             else:
                 index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
-            seen[rid] = signature
+            seen[rid] = (row["text"], value)
             if rid in versioned:
                 changed.add(rid)
         if not unindexed:
@@ -413,6 +464,34 @@ class Forest:
         else:
             state.sources.pop(fact, None)
         return set(old) | set(sources)
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (for the whole process), back on
+    after it if it was on.
+
+    Loading a namespace allocates a few objects per fact (nodes, rows, fields, posting
+    entries) that all survive the load: each collection the allocations trigger meanwhile
+    walks every object allocated before, and finds no garbage. Reference counting still
+    frees what the block drops; a cycle made in it waits for the next collection."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def same_indexed(indexed: tuple[str, Any] | None, text: str, value: Any) -> bool:
+    """Whether a fact indexed with ``indexed`` (its ``(text, value)``, None: not indexed) has
+    ``text`` and ``value`` still: the same text and the same value as JSON (with sorted
+    keys: ``1`` and ``1.0`` differ, as they do to the chat scorers). The JSON is written
+    only here, for a fact written again, not for each fact indexed."""
+    if indexed is None or indexed[0] != text:
+        return False
+    return indexed[1] is value or json.dumps(indexed[1], sort_keys=True) == json.dumps(value, sort_keys=True)
 
 
 def _is_empty(tree: MembrainTree) -> bool:

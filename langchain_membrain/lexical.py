@@ -27,7 +27,7 @@ try:  # optional: Snowball stemmer (extra "bench"); without it terms are not ste
 except ImportError:  # pragma: no cover - exercised only where PyStemmer is missing
     _PyStemmer = None
 
-__all__ = ["STOPWORDS", "LexicalIndex", "can_stem", "shared_stemmer", "tokenize"]
+__all__ = ["STOPWORDS", "LexicalIndex", "can_stem", "shared_stemmer", "tokenize", "tokenize_many"]
 
 _STEMMERS = threading.local()
 
@@ -72,6 +72,17 @@ def tokenize(text: str, stemmer: Any = None) -> list[str]:
     return toks
 
 
+def tokenize_many(texts: list[str], stemmer: Any = None) -> list[list[str]]:
+    """:func:`tokenize` of each text; each distinct word is stemmed once (a stem depends on
+    the word alone, and most words of many texts are repeats)."""
+    toks = [[t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS] for text in texts]
+    if stemmer is None:
+        return toks
+    words = list(dict.fromkeys(t for tt in toks for t in tt))
+    stems = dict(zip(words, stemmer.stemWords(words)))
+    return [[stems[t] for t in tt] for tt in toks]
+
+
 class LexicalIndex:
     """Fields and posting lists by slot (the index's row of a fact), and BM25 over them.
 
@@ -100,17 +111,24 @@ class LexicalIndex:
 
     def set_field(self, slot: int, fld: Mapping[str, float]) -> None:
         """Replace a field, touching only the posting lists of terms that changed."""
-        old = self.fields[slot]
-        for t in old.keys() - fld.keys():
-            plist = self.postings[t]
-            del plist[slot]
-            if not plist:
-                del self.postings[t]
-            self._arrays.pop(t, None)
-        for t, wt in fld.items():
-            if old.get(t) != wt:
-                self.postings.setdefault(t, {})[slot] = wt
-                self._arrays.pop(t, None)
+        old, postings, arrays = self.fields[slot], self.postings, self._arrays
+        if not old:  # a new slot's first field (every slot of a bulk load): nothing to compare
+            for t, wt in fld.items():
+                postings.setdefault(t, {})[slot] = wt
+            if arrays:
+                for t in fld:
+                    arrays.pop(t, None)
+        else:
+            for t in old.keys() - fld.keys():
+                plist = postings[t]
+                del plist[slot]
+                if not plist:
+                    del postings[t]
+                arrays.pop(t, None)
+            for t, wt in fld.items():
+                if old.get(t) != wt:
+                    postings.setdefault(t, {})[slot] = wt
+                    arrays.pop(t, None)
         total = float(sum(fld.values()))
         self.total_len += total - self._len[slot]
         self._len[slot] = total

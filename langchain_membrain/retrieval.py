@@ -1,9 +1,8 @@
 """Fact retrieval for one namespace: an incrementally maintained hybrid index.
 
 :class:`FactIndex` holds the facts of one namespace (one tree) and answers
-``search(query, query_embedding, k)`` with ``[(fact_id, score), ...]``, best first. It is
-the "strong flat pipeline" of the README's LoCoMo results, every part switchable in :class:`RetrievalConfig`
-so that each can be measured, plus the parts that use the tree.
+``search(query, query_embedding, k)`` with ``[(fact_id, score), ...]``, best first: the
+"strong flat pipeline" (README, LoCoMo), each part switchable in :class:`RetrievalConfig`.
 
 Definitions (``s`` is a fact, ``q`` the query):
 
@@ -11,8 +10,7 @@ Definitions (``s`` is a fact, ``q`` the query):
   of its former versions (below) and what the chat scorers that are on add to it.
 - **Dense score**: the z-scored cosine of the fact's embedding with the query's, over
   every embedded fact of the index (dense.py).
-- **Fused score**: ``bm25 / max(bm25) + dense_weight * z`` (``max`` over the scored set;
-  linear fusion beat reciprocal-rank fusion on LoCoMo).
+- **Fused score**: ``bm25 / max(bm25) + dense_weight * z`` (``max`` over the scored set).
 - **Chat scorers** (opt-in, ``RetrievalConfig.chat``; chat.py): the speaker boost, the
   session's context (neighbours' terms, session prior) and date terms, for facts that are
   turns of a conversation with ``speaker``/``session``/``date`` metadata. Off by default.
@@ -20,13 +18,11 @@ Definitions (``s`` is a fact, ``q`` the query):
   :meth:`FactIndex.search` ranks by, every boost included, mapped to ``[0, 1]`` by
   ``1 / (1 + exp(-4 (s - 0.5)))``. Monotone, so ranking by it is ranking by ``s``; 0.5 for
   ``s = 0.5`` (half the best lexical match, or a cosine 2.5 deviations above the mean).
-- **Former versions**: a fact that superseded others (memory operations: an UPDATE keeps
-  the key and archives the old text) still answers what they answered: "I moved into a
-  house in Headingley" is where the person *lives*, though only the version it replaced
-  said "live". Each term of the former versions joins the fact's field with weight
-  ``former_weight`` (per term, its count in the version that says it most), and the
-  fact's cosine is the best over its own embedding and theirs. A fact that never changed
-  is scored as before.
+- **Former versions**: a fact that superseded others (an UPDATE keeps the key and archives
+  the old text) still answers what they answered ("I moved into a house in Headingley" is
+  where the person *lives*). Each term of the former versions joins its field with weight
+  ``former_weight`` (its count in the version that says it most), and its cosine is the
+  best over its own embedding and theirs. A raw item gets the facts formed from it the same way.
 - The dense query text is :meth:`FactIndex.dense_query_text`: the query itself, without
   the speakers' names when :class:`~.chat.SpeakerBoost` strips them. With ``embed_query``
   configured the index embeds it itself, otherwise the caller passes its embedding.
@@ -41,8 +37,10 @@ an HNSW index (hnswlib) united with the best ``ann_candidates`` facts by BM25 ov
 The common terms' weights are then read from each candidate's own field, so every
 candidate's score is exactly its exact-mode score; only the candidate set is approximate.
 A fast search touches the selective posting lists, an O(log N) graph search and a few
-hundred candidates, never all facts. Recall@10 against exact is measured by
-``python -m langchain_membrain.bench scale``.
+hundred candidates, never all facts (recall@10 against exact: ``bench scale``). An index filled by :meth:`FactIndex.add_many`
+(a namespace read from storage) has no graph until the writes that follow build it, a
+slice each (dense.py, "Bulk load"); until the graph holds half of the embeddings, fast
+equals exact.
 
 Tree (``search(..., tree=MembrainTree)``): see :class:`RetrievalConfig` fields prefixed
 ``tree_``; fact ids must be the tree's fact node ids.
@@ -84,7 +82,7 @@ from .chat import (
     group_max,
 )
 from .dense import DenseIndex
-from .lexical import STOPWORDS, LexicalIndex, can_stem, shared_stemmer, tokenize
+from .lexical import STOPWORDS, LexicalIndex, can_stem, shared_stemmer, tokenize, tokenize_many
 
 #: Rows an index allocates one at a time before it doubles its capacity: a namespace of a
 #: few facts holds no spare rows (an empty 384-d row is 1.5 KB), and from here on the
@@ -155,13 +153,10 @@ class RetrievalConfig:
     # cosine is the best over its own embedding and theirs.
     former_weight: float = 1.0
     former_dense: bool = True
-    # Memory kinds (reads.rank), where a namespace holds facts formed from raw items: search
-    # the facts, then search everything again with the query and the text of this many best
-    # facts, and add the second step's score (times second_step_weight) to the first's (0: one step).
+    # Memory kinds (reads._ranked): the best formed facts a second step searches with (0: one
+    # step) and its score's weight; the weight of the sessions' prior from their working memories.
     second_step: int = 5
     second_step_weight: float = 0.25
-    # A prior over sessions from their working memories: each hit gains this weight times the
-    # z-scored cosine of the query with its session's summary (0: off).
     session_prior: float = 0.0
 
     def __post_init__(self) -> None:
@@ -306,6 +301,51 @@ class FactIndex:
             self._refresh_field(s)
         if vec is not None:
             self._dense.set(slot, vec, len(self._ids), defer_ann)
+
+    def add_many(self, items: Iterable[tuple[Hashable, str, Any, dict[str, Any] | None, bool]]) -> None:
+        """Index many facts and context entries at once, in order: each item ``(id, text,
+        embedding, metadata, context)`` as :meth:`add` ``(id, text, embedding, metadata)``
+        would, or :meth:`add_context` ``(id, text, metadata)`` when ``context``. The index
+        then holds what those calls in turn give it (slots, session orders, fields,
+        embeddings), built in one pass; the dense sums and graph are built by later writes
+        (dense.py, "Bulk load"). Search results are those of the calls in turn, scores to
+        float rounding. ValueError, and nothing indexed, for an id held or given twice or
+        an embedding of the wrong shape."""
+        items = list(items)
+        ids = [it[0] for it in items if not it[4]]
+        if len(set(ids)) != len(ids) or any(i in self._slot for i in ids):
+            raise ValueError("add_many: a fact id is already indexed or given twice")
+        given = [it[2] for it in items if not it[4] and it[2] is not None]
+        vecs = self._dense.check_many(given)  # validated before any slot exists
+        emb_slots: list[int] = []
+        touched: dict[int, None] = {}  # slots whose field is computed below, in slot order
+        self._grow(len(self._ids) + len(items))
+        terms = tokenize_many([it[1] for it in items], self._stemmer)
+        for (item_id, text, embedding, metadata, context), own in zip(items, terms):
+            if context:
+                key = self._chat.session_key(metadata or {})
+                if key is None or item_id in self._context or item_id in self._slot:
+                    continue
+                slot = self._context[item_id] = self._new_slot(item_id, text, metadata, context=True, terms=own)
+                touched.update(dict.fromkeys(self._chat.previous(slot)))
+                continue
+            slot = self._new_slot(item_id, text, metadata, terms=own)
+            self._slot[item_id] = slot
+            self._alive[slot] = True
+            touched.update(dict.fromkeys(self._chat.previous(slot)))
+            touched[slot] = None
+            if embedding is not None:
+                emb_slots.append(slot)
+        # Every field once, from the final session orders (neighbours by position).
+        around: dict[int, list[int]] = {}
+        if self._chat.neighbour_weight():
+            for order in self._chat.session_orders():
+                for i, s in enumerate(order):
+                    if s in touched:
+                        around[s] = [order[j] for j in (i - 1, i + 1) if 0 <= j < len(order)]
+        for s in touched:
+            self._refresh_field(s, around.get(s, []))
+        self._dense.set_many(np.asarray(emb_slots, dtype=np.int64), vecs, len(self._ids))
 
     def add_context(self, item_id: Hashable, text: str, metadata: dict[str, Any] | None = None) -> None:
         """Hold an item that is not a memory (an ignored turn) in its session's order: it is
@@ -528,25 +568,30 @@ class FactIndex:
 
     # -------------------------------------------------------------- internals
     def _new_slot(self, item_id: Hashable, text: str, metadata: dict[str, Any] | None, *,
-                  context: bool = False) -> int:
-        """A new slot (row) for a fact or a context entry, last in its session."""
+                  context: bool = False, terms: list[str] | None = None) -> int:
+        """A new slot (row) for a fact or a context entry, last in its session; ``terms``:
+        :meth:`terms` of ``text`` when the caller has them."""
         slot = len(self._ids)
         self._ids.append(item_id)
         self._text.append(text)
-        self._own.append(Counter(self.terms(text)))
+        self._own.append(Counter(self.terms(text) if terms is None else terms))
         self._lex.new_slot()
         self._grow(slot + 1)
         self._chat.add(slot, metadata, context=context)
         return slot
 
-    def _refresh_field(self, slot: int) -> None:
+    def _refresh_field(self, slot: int, neighbours: list[int] | None = None) -> None:
         """Recompute one fact's lexical field from its own terms, former versions and chat
-        context (session neighbours, date)."""
+        context (session neighbours, date). ``neighbours``: its session neighbours when the
+        caller knows them (add_many), else they are looked up."""
         if not self._alive[slot]:
             return  # a context entry's or a removed fact's: it has no field
         own = self._own[slot]
         w_next, w_former = self._chat.neighbour_weight(), self.config.former_weight
-        neighbours = self._chat.neighbours(slot) if w_next else []
+        if not w_next:
+            neighbours = []
+        elif neighbours is None:
+            neighbours = self._chat.neighbours(slot)
         former = self._former_terms.get(slot) if w_former else None
         dates = self._chat.date_terms(slot)
         if not neighbours and not former and not dates:

@@ -308,29 +308,33 @@ class TreeRows:
             for r in rows:
                 if r is not root and r["kind"] not in ARCHIVE_KINDS:
                     by_parent.setdefault(r["parent"], []).append(r)
-            order = [tree.root_id]  # parents before children
-            for parent in order:
-                for row in sorted(by_parent.get(parent, ()), key=lambda r: r.get("seq", 0)):
-                    node = tree._node_from_row(row)
-                    if node.id in tree.graph:
+            vectors = tree._stacked_vectors(rows)
+            graph = tree.graph
+            placed = [(rnode, rnode)]  # (node, its parent), parents before children
+            for parent_node, _ in placed:
+                children = by_parent.get(parent_node.id)
+                if not children:
+                    continue
+                if parent_node.kind == "fact":
+                    raise InvariantError(f"fact {parent_node.id!r} has children")
+                children.sort(key=_seq_of)
+                nodes = [tree._node_from_row(row, vectors) for row in children]
+                for node in nodes:
+                    if node.id in graph:
                         raise InvariantError(f"node id {node.id!r} appears twice")
-                    if tree.node(parent).kind == "fact":
-                        raise InvariantError(f"fact {parent!r} has children")
-                    tree.graph.add_node(node.id, node=node)
-                    tree.graph.add_edge(parent, node.id)
-                    tree._seq = max(tree._seq, node.seq)
-                    order.append(node.id)
-            if len(order) + len(archived) != len(rows):
-                raise InvariantError(f"{len(rows) - len(order) - len(archived)} rows are not connected to the root")
-            for row in sorted(archived, key=lambda r: r.get("seq", 0)):
-                node = tree._node_from_row(row)
+                    graph.add_node(node.id, node=node)
+                graph.add_edges_from((parent_node.id, node.id) for node in nodes)
+                tree._seq = max(tree._seq, max(node.seq for node in nodes))
+                placed.extend((node, parent_node) for node in nodes)
+            if len(placed) + len(archived) != len(rows):
+                raise InvariantError(f"{len(rows) - len(placed) - len(archived)} rows are not connected to the root")
+            for row in sorted(archived, key=_seq_of):
+                node = tree._node_from_row(row, vectors)
                 if node.id in tree.graph or node.id in tree.archive:
                     raise InvariantError(f"node id {node.id!r} appears twice")
                 tree.archive[node.id] = node
                 tree._seq = max(tree._seq, node.seq)
-            for nid in reversed(order[1:]):  # children before parents: sums bottom-up
-                node = tree.node(nid)
-                above = tree.node(next(iter(tree.graph.predecessors(nid))))
+            for node, above in reversed(placed[1:]):  # children before parents: sums bottom-up
                 above.n_facts += node.n_facts
                 if node.emb_count:
                     assert node.emb_sum is not None  # a node with embedded facts below has their sum
@@ -349,16 +353,38 @@ class TreeRows:
         tree._dirty, tree._removed = {}, {}
         return tree
 
-    def _node_from_row(self, row: dict[str, Any]) -> Node:
-        """A detached node from a serialised row (its sums hold only itself)."""
+    def _stacked_vectors(self, rows: list[dict[str, Any]]) -> dict[int, np.ndarray]:
+        """The rows' embeddings checked together (as :func:`as_vector` checks one) and copied
+        into one matrix: ``id(row)`` -> its row of that matrix, for the rows that have one.
+        {} when they are not all finite vectors of one size (each is then checked alone, and
+        the first bad one named)."""
+        given = [r for r in rows if r["embedding"] is not None]
+        if not given:
+            return {}
+        try:
+            mat = np.array([r["embedding"] for r in given], dtype=np.float32)
+        except (TypeError, ValueError):
+            return {}
+        if mat.ndim != 2 or mat.shape[1] == 0 or (self.dim is not None and mat.shape[1] != self.dim) \
+                or not np.isfinite(mat).all():
+            return {}
+        self._claim_dim(mat[0])
+        # Views of one matrix: nothing changes a node's vector in place (a write replaces it).
+        return {id(r): v for r, v in zip(given, mat)}
+
+    def _node_from_row(self, row: dict[str, Any], vectors: dict[int, np.ndarray] | None = None) -> Node:
+        """A detached node from a serialised row (its sums hold only itself); ``vectors``:
+        embeddings checked already (:meth:`_stacked_vectors`)."""
         kind = row["kind"]
         if kind not in ("fact", "aspect", *ARCHIVE_KINDS):
             raise InvariantError(f"unexpected node kind {kind!r}")
         nid = row["id"]
         if not isinstance(nid, str) or not nid:
             raise InvariantError("node ids must be non-empty strings")
-        vec = as_vector(row["embedding"], self.dim)
-        self._claim_dim(vec)
+        vec = vectors.get(id(row)) if vectors else None
+        if vec is None:
+            vec = as_vector(row["embedding"], self.dim)
+            self._claim_dim(vec)
         node = Node(nid, kind, check_text(row["text"], "node text"), vec, float(row["created_at"]),
                     float(row["updated_at"]), dict(row["metadata"] or {}), seq=int(row.get("seq", 0)))
         if kind == "fact":
@@ -366,3 +392,8 @@ class TreeRows:
             if vec is not None:
                 node.emb_sum, node.emb_count = vec, 1
         return node
+
+
+def _seq_of(row: dict[str, Any]) -> int:
+    """A row's order among its siblings (0 when it has none)."""
+    return row.get("seq", 0)

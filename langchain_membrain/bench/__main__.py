@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "scale": "add/search latency and recall against N",
     "graph": "cost of the compiled insert graph against walking its nodes directly",
     "startup": "cold start of import and of each membrain command, as fresh processes",
+    "cold": "cold open to first search of a SQLite memory by size, bulk index load against per fact",
     "economy": "teacher questions per insert through the product, tree shape and insert cost",
     "tenants": "resident memory of many small namespaces in one process, in memory and on SQLite",
     "workers": "add/search right after another process's write: refresh by change against reload",
