@@ -298,3 +298,25 @@ def test_a_batch_never_mixes_sessions():
     with memory(teacher) as m:
         m.add_many([f"city {i}" for i in range(6)], namespace="u", metadatas=[{"session": i // 3} for i in range(6)])
         assert teacher.batches == [3, 3]
+
+
+def test_a_reopened_formed_memory_searches_as_the_live_one(tmp_path):
+    from langchain_membrain.retrieval import RetrievalConfig
+
+    topics = ["cellos and music", "a trip to Rome", "baking bread", "moving to Porto", "green tea", "the dog Rex",
+              "a new bike", "the garden", "jazz records", "a broken phone"]
+    said = [f"Maya: we talked about {t}" for t in topics]
+    script = {t: {"facts": [f"Maya cares about {t.rsplit(' ', 1)[-1]}"]} for t in said[::2]}
+    queries = ["what does Maya care about?", "Rome", "bread and tea", "the dog"]
+    config = RetrievalConfig.for_chat()
+
+    def results(m: MembrainMemory) -> list:
+        return [[(h.key, round(h.score, 6)) for h in m.search(q, namespace="u", limit=4)] for q in queries]
+
+    with MembrainMemory(tmp_path / "f.db", embeddings=WordEmbeddings(), teacher=ScriptedFormer(script),
+                        background=False, retrieval=config) as m:
+        m.add_many(said, namespace="u", metadatas=[{"session": i // 4, "speaker": "Maya"} for i in range(len(said))])
+        live = results(m)
+    with MembrainMemory(tmp_path / "f.db", embeddings=WordEmbeddings(), teacher=ScriptedFormer(script),
+                        background=False, retrieval=config) as m:
+        assert results(m) == live
