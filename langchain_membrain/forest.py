@@ -165,6 +165,11 @@ class Forest:
         state = self._loaded.get(ns)
         return frozenset() if state is None else frozenset(state.unindexed)
 
+    def formed(self, ns: Namespace) -> list[str]:
+        """The namespace's facts formed from raw items (they have sources). Call under its :meth:`lock`."""
+        state = self._loaded.get(ns)
+        return [] if state is None else list(state.sources)
+
     def loaded(self) -> int:
         """How many namespaces this process holds now."""
         return len(self._loaded)

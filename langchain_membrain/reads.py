@@ -217,7 +217,8 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
     scored: list[tuple[str, float | None]] = []
     if index is not None and len(index):
         origins: set[str] = set()
-        for f, s in _ranked(index, tree, query, ids, k, embedded, embed=embed, mode=cast(Mode, mode), kinds=kinds):
+        formed = forest.formed(ns) if "raw" in kinds else []
+        for f, s in _ranked(index, tree, query, ids, k, embedded, formed, embed=embed, mode=cast(Mode, mode)):
             origin = origin_of(tree, f)
             if origin not in origins and len(scored) < k:
                 origins.add(origin)
@@ -228,11 +229,11 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
 
 
 def _ranked(index: Any, tree: MembrainTree, query: str, ids: list[str] | None, k: int,
-            embedded: dict[str, np.ndarray], *, embed: Embed, mode: Mode,
-            kinds: Sequence[MemoryKind]) -> list[tuple[str, float]]:
+            embedded: dict[str, np.ndarray], formed: list[str], *, embed: Embed, mode: Mode) -> list[tuple[str, float]]:
     """The namespace's index's ranking of ``query``, best first, with the steps that memory
-    kinds add (RetrievalConfig): a second step with the best formed facts' text, where facts
-    were formed from raw items, and the sessions' prior from their working memories."""
+    kinds add (RetrievalConfig): a second step with the best of the ``formed`` facts' text
+    (facts formed from raw items, when raw items are searched), and the sessions' prior from
+    their working memories."""
     cfg = index.config
 
     def vector(text: str) -> np.ndarray:
@@ -241,15 +242,13 @@ def _ranked(index: Any, tree: MembrainTree, query: str, ids: list[str] | None, k
             embedded[dense_text] = embed([dense_text])[0]
         return embedded[dense_text]
 
-    raws = tree.archived("raw") if tree.archive else []
     # A fact and its raw items take one slot: room for the folded ones.
-    wanted = 2 * k if raws and "raw" in kinds else k
+    wanted = 2 * k if formed else k
     if cfg.session_prior:  # a prior that reorders only the top k would change no recall@k
         wanted = 5 * k
     first = index.search(query, vector(query), wanted, tree=tree, mode=mode, filter_ids=ids)
     score: dict[str, float] = {cast(str, f): float(s) for f, s in first}
-    if cfg.second_step and raws and "raw" in kinds:
-        formed = [f for f in tree.facts() if tree.node(f).metadata.get(SOURCES_KEY)]
+    if cfg.second_step and formed:
         best = index.search(query, vector(query), cfg.second_step, tree=tree, mode=mode, filter_ids=formed)
         if best:
             # The second query's embedding is the query's moved toward the facts' (Rocchio's
