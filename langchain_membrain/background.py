@@ -14,7 +14,13 @@ owns what happens after:
 - the models' checkpoint: saved every ``checkpoint_every`` supervised inserts by the one
   process of a database that trains (its trainer lock), reloaded by the others, which take
   over training when the trainer goes away;
-- this process's counters and the learning and teacher stats that ``stats()`` reports.
+- this process's counters and the learning and teacher stats that ``stats()`` reports;
+- a bounded end (:meth:`Background.flush` with a ``timeout``, as ``close()`` and the exit
+  hooks call it): the trainer's teacher questions run under a :class:`~.teachers.budget.Cutoff`,
+  which the flush sets, so a teacher that hangs, refuses or answers slowly delays a close by
+  ``timeout`` at most. The questions still pending then are **dropped**, not kept: their
+  inserts keep the placement the student or the offline rule gave them (no memory is lost),
+  the labels already answered are trained, and the checkpoint is written.
 
 It is also the insert graph's :class:`~.graph.InsertHost`: the graph reaches the forest,
 the embedder and the learner through it. It knows nothing of memory.py.
@@ -44,6 +50,7 @@ from .pipeline import DEFAULT_BATCH, Learner, LearnerConfig, PlaceRecord, relabe
 from .prior import load_prior, teacher_identity
 from .stats import Counters, LearningStats, read_stored
 from .storage import Storage
+from .teachers import budget
 from .teachers.base import RemoteTeacher, Teacher, capable, is_fast
 from .tree import MembrainTree
 
@@ -52,6 +59,11 @@ if TYPE_CHECKING:
     from .embeddings import EmbeddingCache
 
 logger = logging.getLogger("langchain_membrain")
+
+#: Seconds a bounded flush waits, past its questions' cutoff, for the trainer to train what
+#: those questions left (no teacher is asked by then): only an in-process teacher that is
+#: itself slow, or a very long queue, runs into it.
+DRAIN_MARGIN_S = 10.0
 
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
 OPERATIONS_CHECKPOINT = "operations"  # the operation student (operation_student.py), saved beside them
@@ -138,6 +150,8 @@ class Background:
         fast = is_fast(teacher)
         self.queue: queue.Queue = queue.Queue(maxsize=settings.max_training_lag if fast else 0)
         self.worker: threading.Thread | None = None
+        # The end of the trainer's teacher questions: none until a bounded flush sets it.
+        self.cutoff = budget.Cutoff()
         self._load_operation_student()
 
     # ------------------------------------------------------------ the insert host
@@ -314,10 +328,11 @@ class Background:
             try:
                 if item is None:
                     return
-                if isinstance(item, _BatchJob):
-                    self._answer_batch(item)
-                else:
-                    self.supervise(*item)
+                with budget.under(self.cutoff):
+                    if isinstance(item, _BatchJob):
+                        self._answer_batch(item)
+                    else:
+                        self.supervise(*item)
             except Exception as exc:  # noqa: BLE001 - the worker must survive anything
                 self.counts["worker_errors"] += 1
                 self.last_worker_error = f"{type(exc).__name__}: {exc}"
@@ -457,23 +472,56 @@ class Background:
             self._checkpoint_seen = version
 
     # --------------------------------------------------------------- lifecycle
-    def flush(self) -> None:
+    def flush(self, timeout: float | None = None, *, final: bool = False) -> bool:
         """Ask the batch questions of inserts still waiting (:meth:`settle_batch`), wait until
-        background training has caught up, and save a checkpoint."""
-        learner = self.current
-        for ns in ([] if learner is None else list(learner.waiting.counts())):
-            self.settle_batch(ns)
-        if learner is not None and self.is_trainer:
-            learner.trainer.train_ready()
-        if self.worker is not None and self.worker.is_alive():
-            self.queue.join()
-        self.save_checkpoint()
+        background training has caught up, and save a checkpoint.
 
-    def stop(self) -> None:
-        """Stop the trainer thread (after what is queued; waits 30 s at most)."""
+        ``timeout``: seconds the teacher's questions may still take (None: as long as the
+        teacher's own timeouts allow). Past it, the question in flight is given up and the
+        questions still pending are dropped (see the module docstring); what they leave
+        is trained, within :data:`DRAIN_MARGIN_S` more. ``final`` (close): the cutoff stays
+        set, so nothing is asked afterwards. Returns whether training caught up."""
+        if timeout is not None:
+            self.cutoff.set(timeout)
+        try:
+            learner = self.current
+            with budget.under(self.cutoff):
+                for ns in ([] if learner is None else list(learner.waiting.counts())):
+                    self.settle_batch(ns)
+            if learner is not None and self.is_trainer:
+                learner.trainer.train_ready()
+            caught_up = self._join_queue(None if timeout is None else timeout + DRAIN_MARGIN_S)
+            if not caught_up:
+                logger.warning("membrain: the trainer still had %d inserts to train when the flush's time was up; "
+                               "the checkpoint holds what it had trained", self.queue.unfinished_tasks)
+            self.save_checkpoint()
+            return caught_up
+        finally:
+            if timeout is not None and not final:
+                self.cutoff.clear()
+
+    def _join_queue(self, timeout: float | None) -> bool:
+        """``queue.join()``, for ``timeout`` seconds at most: whether the queue emptied."""
+        if self.worker is None or not self.worker.is_alive():
+            return True
+        q = self.queue
+        end = None if timeout is None else time.monotonic() + timeout
+        with q.all_tasks_done:
+            while q.unfinished_tasks:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                q.all_tasks_done.wait(left)
+        return True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the trainer thread (after what is queued; waits ``timeout`` seconds at most)."""
         if self.worker is not None and self.worker.is_alive():
-            self.queue.put(None)
-            self.worker.join(timeout=30)
+            try:
+                self.queue.put(None, timeout=timeout)
+            except queue.Full:  # still training what a bounded flush left: it stays a daemon
+                return
+            self.worker.join(timeout=timeout)
 
     # ------------------------------------------------------------------ reports
     def process_counts(self) -> Counters:

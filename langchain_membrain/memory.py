@@ -473,18 +473,30 @@ class MembrainMemory:
         return await asyncio.to_thread(self.delete, key, **kwargs)
 
     # -------------------------------------------------------------- lifecycle
-    def flush(self) -> None:
-        """Wait until background training has caught up (and save a checkpoint)."""
-        self._bg.flush()
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until background training has caught up (and save a checkpoint).
 
-    def close(self) -> None:
-        """Finish background training, save the models, release the storage (idempotent)."""
+        ``timeout``: seconds the teacher's pending questions may still take (None: as long
+        as the teacher's own timeouts allow). Questions still pending then are dropped:
+        their memories keep the placement they were given, and what was answered is trained
+        (``Background.flush``)."""
+        self._bg.flush(timeout)
+
+    def close(self, timeout: float = shutdown.CLOSE_TIMEOUT_S) -> None:
+        """Finish background training, save the models, release the storage (idempotent).
+
+        The teacher's pending questions get ``timeout`` seconds; then they are dropped (their
+        memories keep the placement they were given; nothing stored is lost), what they left
+        is trained and the checkpoint is written. So a teacher that hangs, refuses
+        connections or answers slowly delays ``close()`` by about ``timeout``, whatever
+        timeout its client has."""
         if self._closed:
             return
-        self.flush()
+        started = time.monotonic()
+        self._bg.flush(timeout, final=True)
         self._closed = True
         shutdown.forget(self)
-        self._bg.stop()
+        self._bg.stop(timeout=max(1.0, timeout - (time.monotonic() - started)))
         if self._storage is not None:
             self._storage.close()
 

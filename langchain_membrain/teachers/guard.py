@@ -14,10 +14,14 @@
   instead of falling back, for callers (the Learner) that fall back to their own model's
   decision;
 - a **per-call timeout** and a **concurrency limit** (one semaphore shared by the sync and
-  async paths);
+  async paths). A sync request runs on a daemon worker thread (workers.py) and the caller
+  waits for it at most ``timeout``, whatever timeout the client itself has: a request past
+  its time is abandoned, and never keeps the process from exiting;
 - a **deadline** (:func:`~.budget.deadline`, set per insert by ``MembrainMemory``'s
-  ``teacher_budget``): a sync request is cut when the deadline passes (failure kind
-  ``"budget"``), and none is sent after it (:class:`TeacherUnavailable`, not a request);
+  ``teacher_budget``; or a :class:`~.budget.Cutoff`, set by ``close()`` on the trainer's
+  questions): a sync request is cut when the deadline passes (failure kind ``"budget"``),
+  even one sent before a cutoff was set, and none is sent after it
+  (:class:`TeacherUnavailable`, not a request);
 - a **circuit breaker** (:class:`~.budget.CircuitBreaker`): after ``threshold`` failed
   requests in a row no request is sent (:class:`TeacherUnavailable`) until a back-off has
   passed; one warning is logged (logger ``langchain_membrain``) when it opens and one when
@@ -53,7 +57,6 @@ import asyncio
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
@@ -71,6 +74,7 @@ from .base import (BaseTeacher, LastResortTeacher, NewFact, OperationTeacher, Su
                    safe_choice)
 from .core import Core, Done, Send, Sleep, advance
 from .costs import TeacherStats
+from .workers import DaemonWorkers
 
 T = TypeVar("T")
 
@@ -86,6 +90,10 @@ def _default_fallback() -> Teacher:
 
 
 _DEFAULT = object()
+
+#: Seconds between two looks at the deadline while a sync request or a request slot is
+#: awaited: a cutoff set meanwhile (close()) is seen within this.
+POLL_S = 0.05
 
 
 class GuardedTeacher(BaseTeacher):
@@ -113,7 +121,6 @@ class GuardedTeacher(BaseTeacher):
     """
 
     name = "llm"
-    _sync_timeout_by_thread = False  # subclasses whose sync call cannot time out itself
 
     def __init__(self, *, mode: Literal["per_decision", "one_call"] = "one_call", fallback: Any = _DEFAULT,
                  timeout: float = 30.0, max_concurrency: int = 4, max_retries: int = 1,
@@ -142,8 +149,8 @@ class GuardedTeacher(BaseTeacher):
         self.breaker = breaker if breaker is not None else budget.CircuitBreaker()
         self._slow = self.breaker.twin()  # answers slower than a deadline (see budget.py)
         self._tls = threading.local()  # per thread: requests sent, the current request's timeout
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._workers: DaemonWorkers | None = None  # the sync requests' threads, started on first use
+        self._workers_lock = threading.Lock()
 
     # ------------------------------------------------------- to implement
     def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
@@ -504,15 +511,17 @@ class GuardedTeacher(BaseTeacher):
         if end is not None:
             timeout = min(timeout, end - time.monotonic())
             if timeout < budget.MIN_REQUEST_S:
+                if budget.cut_off():
+                    return TeacherUnavailable("closing", "the memory is closing: the question is dropped")
                 return TeacherUnavailable("budget", "the insert's teacher budget is spent; asked in the background")
-        refused = self._admit(foreground=end is not None)
+        refused = self._admit(foreground=budget.insert_deadline() is not None)
         if refused is not None:
             return refused
-        if not self._sem.acquire(timeout=timeout if end is not None else None):
+        if not self._acquire_slot():
             self._release_probes()
             return TeacherUnavailable("busy", "every request slot stayed taken until the deadline")
         self._tls.sent = self.requests_sent() + 1
-        self._tls.foreground = end is not None
+        self._tls.foreground = budget.insert_deadline() is not None
         try:
             return self._sync_request(step.messages, step.schema, timeout)
         except TeacherUnavailable as exc:  # queued behind abandoned calls, never started: not sent
@@ -525,6 +534,17 @@ class GuardedTeacher(BaseTeacher):
             return exc
         finally:
             self._sem.release()
+
+    def _acquire_slot(self) -> bool:
+        """Take a request slot; False when this thread's deadline passes first. Waits in
+        steps, reading the deadline again, so that a cutoff set meanwhile ends the wait."""
+        while True:
+            end = budget.current_deadline()
+            wait = POLL_S if end is None else min(POLL_S, end - time.monotonic())
+            if wait <= 0:
+                return self._sem.acquire(blocking=False)
+            if self._sem.acquire(timeout=wait):
+                return True
 
     async def _aperform(self, step: Send | Sleep) -> RawAnswer | Exception | None:
         """As :meth:`_perform`, on the event loop (with no deadline). It polls the same
@@ -574,6 +594,9 @@ class GuardedTeacher(BaseTeacher):
         """A request failed (a cut by the deadline tells nothing about the teacher's health)."""
         if err.kind == "budget":
             self.breaker.inconclusive()
+            if budget.cut_off():  # cut by close(): tells nothing about the teacher's speed
+                self._slow.release()
+                return
             if self._slow.failure("budget"):
                 logger.info("membrain: the teacher %s answered %d questions in a row slower than the insert's "
                             "budget: inserts are decided by the student or the offline rule and their questions "
@@ -649,25 +672,45 @@ class GuardedTeacher(BaseTeacher):
 
     def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel],
                       timeout: float | None = None) -> RawAnswer:
+        """Send one request on a worker thread and wait for it ``timeout`` seconds at most,
+        or until this thread's deadline, read again as it waits (a cutoff set by ``close()``
+        meanwhile ends the wait). A request past its time is abandoned: a running call
+        cannot be stopped, so its answer is dropped."""
         timeout = self.timeout if timeout is None else timeout
-        if not self._sync_timeout_by_thread:
-            self._tls.timeout = timeout
+        future = self._worker_threads().submit(self._request_on_worker, msgs, schema, timeout)
+        give_up = time.monotonic() + timeout
+        while True:
+            end = budget.current_deadline()
+            limit = give_up if end is None else min(give_up, end)
+            left = limit - time.monotonic()
+            if left <= 0:
+                break
             try:
-                return self._request(msgs, schema)
-            finally:
-                self._tls.timeout = self.timeout
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=2 * self.max_concurrency,
-                                                thread_name_prefix=f"{self.name}-teacher")
-        future = self._pool.submit(self._request, msgs, schema)
+                return future.result(timeout=min(left, POLL_S))
+            except FutureTimeout:
+                continue
+        if future.cancel():  # still queued behind abandoned calls: it never started
+            raise TeacherUnavailable("busy", "every worker thread is waiting on an abandoned call")
+        if limit < give_up:
+            raise TeacherCallError("budget", "the deadline passed while the request was waited for")
+        raise TeacherCallError("timeout", f"no answer within {timeout:g} s")
+
+    def _worker_threads(self) -> DaemonWorkers:
+        with self._workers_lock:
+            if self._workers is None:
+                # Two per slot: a slot is freed when its call is abandoned, so abandoned calls
+                # may run beside max_concurrency live ones for a while.
+                self._workers = DaemonWorkers(2 * self.max_concurrency, name=f"{self.name}-teacher")
+            return self._workers
+
+    def _request_on_worker(self, msgs: list[prompts.Message], schema: type[BaseModel], timeout: float) -> RawAnswer:
+        """:meth:`_request` on a worker thread, with ``timeout`` as its request timeout
+        (:meth:`_request_timeout`, for a client that takes one)."""
+        self._tls.timeout = timeout
         try:
-            return future.result(timeout=timeout)
-        except FutureTimeout:
-            if future.cancel():  # still queued behind abandoned calls: it never started
-                raise TeacherUnavailable("busy", "every worker thread is waiting on an abandoned call") from None
-            # a running call cannot be stopped: its answer is dropped
-            raise TeacherCallError("timeout", f"no answer within {timeout:g} s") from None
+            return self._request(msgs, schema)
+        finally:
+            self._tls.timeout = self.timeout
 
     def _count_call(self, stage: str, raw: RawAnswer | None, latency: float) -> None:
         if raw is None:
@@ -694,7 +737,9 @@ class GuardedTeacher(BaseTeacher):
         return max(0.0, min(err.retry_after if err.retry_after is not None else 1.0, self.max_backoff_s))
 
     def close(self) -> None:
-        """Release the worker threads (if any)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Release the worker threads (if any); returns at once (a worker blocked in an
+        abandoned request is a daemon thread: it never keeps the process alive)."""
+        with self._workers_lock:
+            workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.shutdown()
