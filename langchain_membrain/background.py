@@ -29,6 +29,7 @@ the embedder and the learner through it. It knows nothing of memory.py.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import queue
 import threading
@@ -87,6 +88,13 @@ def teacher_stats(teacher: Any) -> dict[str, Any]:
     if capable(teacher, RemoteTeacher):
         return {**teacher.stats(), "health": teacher.health()}
     return {**TeacherStats().as_dict(), "mode": None, "health": {**CircuitBreaker().snapshot(), "slow": None}}
+
+
+def effective_config(config: LearnerConfig, dim: int) -> LearnerConfig:
+    """The config a memory's learner runs with: ``config`` for embeddings of ``dim``
+    dimensions, with the memory's batch default; a new value, ``config`` is not changed."""
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, dim=int(dim)),
+                               batch=DEFAULT_BATCH if config.batch is None else config.batch)
 
 
 @dataclass
@@ -248,10 +256,7 @@ class Background:
         checkpoint when storage holds one, else from the shipped prior (``prior``). Call
         under ``lock``."""
         if self.current is None:
-            cfg = self.learner_config
-            cfg.model.dim = int(dim)
-            if cfg.batch is None:
-                cfg.batch = DEFAULT_BATCH
+            cfg = effective_config(self.learner_config, dim)
             learner = Learner(self.teacher, cfg, embed_label=lambda label: self.embed_label([label])[0],
                               label_aspect=self.label_aspect, shadow=self.shadow, stand_in=self.offline_rule())
             restored = False

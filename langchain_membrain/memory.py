@@ -18,6 +18,8 @@ trainer thread, checkpoints, counters) and :mod:`.shutdown` (flush and close at 
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import json
 import os
 import sys
@@ -126,9 +128,11 @@ class MembrainMemory:
         shadow = None if shadow_teacher is None else resolve_teacher(shadow_teacher, teacher_model, embed=embed_label)
         self.dedupe = cfg.dedupe
         self.operations = bool(operations)
-        learner_config = learner or LearnerConfig()
+        # The memory's own copy: the caller's config is never changed (one config object may
+        # configure several memories, of different devices and embedding dimensions).
+        learner_config = copy.deepcopy(learner) if learner is not None else LearnerConfig()
         if device is not None:
-            learner_config.training.device = device
+            learner_config.training = dataclasses.replace(learner_config.training, device=device)
         student = None
         if operations is True:
             student = OperationStudent(prior=(lambda: load_operation_prior(resolved)) if cfg.prior else None,
