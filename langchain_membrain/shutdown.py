@@ -9,9 +9,9 @@ exception", status 134). So every open memory is flushed before the interpreter 
 shutting down its threads, and closed (worker stopped, checkpoint saved) at exit. Held by
 weak reference: registering never keeps a memory alive.
 
-Both are bounded by :data:`CLOSE_TIMEOUT_S`: a teacher that hangs, refuses connections or
-answers slowly must not keep a process from exiting (issue 44). The questions still pending
-then are dropped (``Background.flush``), and the guarded teachers' request threads are
+Both are bounded (by :data:`EXIT_TIMEOUT_S`; ``close()`` called by the user, by
+:data:`CLOSE_TIMEOUT_S`): a teacher that hangs, refuses connections or answers slowly must
+not keep a process from exiting (issue 44). The questions still pending then are dropped (``Background.flush``), and the guarded teachers' request threads are
 daemons (teachers/workers.py), so none of them is joined at exit.
 """
 
@@ -26,6 +26,12 @@ logger = logging.getLogger("langchain_membrain")
 #: Seconds ``close()`` (and the flush at exit) gives the teacher's pending questions before
 #: dropping them; the close then trains what they left and writes the checkpoint.
 CLOSE_TIMEOUT_S = 2.0
+
+#: The same at interpreter exit, for a memory never closed: shorter, because the process
+#: exits only after this flush, the close after it and the interpreter's own teardown
+#: (about 1.3 s with torch loaded, on a small shared machine), and must be gone within 5 s of
+#: its last statement.
+EXIT_TIMEOUT_S = 1.0
 
 
 class Closable(Protocol):
@@ -80,11 +86,11 @@ def _at_exit(close: bool) -> None:
     for memory in memories:
         try:
             if close:
-                memory.close()
+                memory.close(EXIT_TIMEOUT_S)
             else:
                 with _LIVE_LOCK:
                     still_open = memory in _LIVE
                 if still_open:
-                    memory.flush(CLOSE_TIMEOUT_S)
+                    memory.flush(EXIT_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - one memory's failure must not stop the others
             logger.warning("membrain: could not %s a memory at exit: %s", "close" if close else "flush", exc)
