@@ -29,6 +29,7 @@ the embedder and the learner through it. It knows nothing of memory.py.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import logging
 import queue
@@ -53,6 +54,7 @@ from .stats import Counters, LearningStats, read_stored
 from .storage import Storage
 from .teachers import budget
 from .teachers.base import RemoteTeacher, Teacher, capable, is_fast
+from .teachers.seat import TeacherSeat
 from .tree import MembrainTree
 
 if TYPE_CHECKING:
@@ -90,6 +92,16 @@ def teacher_stats(teacher: Any) -> dict[str, Any]:
     return {**TeacherStats().as_dict(), "mode": None, "health": {**CircuitBreaker().snapshot(), "slow": None}}
 
 
+def own_config(config: LearnerConfig | None, device: str | None) -> LearnerConfig:
+    """A memory's own learner config: a deep copy of ``config`` (default: LearnerConfig()),
+    with ``device`` when given. The caller's object is never changed: one config object may
+    configure several memories, of different devices and embedding dimensions."""
+    own = copy.deepcopy(config) if config is not None else LearnerConfig()
+    if device is not None:
+        own.training = dataclasses.replace(own.training, device=device)
+    return own
+
+
 def effective_config(config: LearnerConfig, dim: int) -> LearnerConfig:
     """The config a memory's learner runs with: ``config`` for embeddings of ``dim``
     dimensions, with the memory's batch default; a new value, ``config`` is not changed."""
@@ -112,25 +124,24 @@ class Background:
     ``settings`` gives ``background``, ``checkpoint_every``, ``relabel``,
     ``naming_interval``, ``prior`` and ``max_training_lag``; the first five are kept as
     attributes, read at each use. The memory's attributes of those names, and its
-    ``teacher`` and ``prior_used``, are these.
+    ``teacher`` and ``prior_used``, are these. ``teacher``: the memory's
+    :class:`~.teachers.seat.TeacherSeat` (or a teacher, given a seat of its own), shared with
+    the learner and the operation decider.
     """
 
-    def __init__(self, forest: Forest, storage: Storage | None, teacher: Teacher, *, shadow: Teacher | None,
+    def __init__(self, forest: Forest, storage: Storage | None, teacher: Teacher | TeacherSeat, *,
+                 shadow: Teacher | None,
                  operations: OperationDecider, learner_config: LearnerConfig,
                  embed: Callable[[list[str]], np.ndarray], embed_label: EmbeddingCache, settings: MemoryConfig):
-        from .teachers.heuristic import HeuristicTeacher
-
         self.forest = forest
         self.storage = storage
-        self.teacher = teacher
+        self.seat = TeacherSeat.of(teacher)
         self.shadow = shadow
         self.operations = operations
         self.learner_config = learner_config
         self._embed = embed
         self.embed_label = embed_label
-        # Whether the offline labeller may rename aspects between the teacher's naming
-        # questions: only when the offline rule is the teacher (see relabel).
-        self.offline_names = isinstance(teacher, HeuristicTeacher)
+        self.max_training_lag = settings.max_training_lag
         self.background = settings.background
         self.checkpoint_every = settings.checkpoint_every
         self.relabel = settings.relabel
@@ -151,16 +162,46 @@ class Background:
         self.last_worker_error: str | None = None
         self.checkpoint_error: str | None = None
         self._local = threading.local()  # per thread: whether the current insert went without the teacher
-        # Bounded for a fast (in-process) teacher: an add waits while the trainer is this
-        # many inserts behind, so an insert's labels are trained on within that many inserts.
-        # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add
-        # never waits for an LLM's answer to someone else's insert.
-        fast = is_fast(teacher)
-        self.queue: queue.Queue = queue.Queue(maxsize=settings.max_training_lag if fast else 0)
+        self.queue: queue.Queue = queue.Queue()  # its bound follows the teacher (_fit_teacher)
+        self.offline_names = False
+        self._fit_teacher()
         self.worker: threading.Thread | None = None
         # The end of the trainer's teacher questions: none until a bounded flush sets it.
         self.cutoff = budget.Cutoff()
         self._load_operation_student()
+
+    # ------------------------------------------------------------------ teacher
+    @property
+    def teacher(self) -> Teacher:
+        """The memory's teacher, as its seat holds it (the learner and the operation decider
+        read the same seat). Setting it changes the teacher of every question from the next
+        one on, and what follows from it (:meth:`_fit_teacher`)."""
+        return self.seat.teacher
+
+    @teacher.setter
+    def teacher(self, teacher: Teacher) -> None:
+        self.seat.teacher = teacher
+        self._fit_teacher()
+
+    def _fit_teacher(self) -> None:
+        """Settle what depends on who the teacher is: whether the offline labeller renames
+        aspects, the trainer queue's bound and the learner's stand-in."""
+        from .teachers.heuristic import HeuristicTeacher
+
+        teacher = self.teacher
+        # Whether the offline labeller may rename aspects between the teacher's naming
+        # questions: only when the offline rule is the teacher (see relabel).
+        self.offline_names = isinstance(teacher, HeuristicTeacher)
+        # Bounded for a fast (in-process) teacher: an add waits while the trainer is this
+        # many inserts behind, so an insert's labels are trained on within that many inserts.
+        # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add
+        # never waits for an LLM's answer to someone else's insert.
+        with self.queue.mutex:
+            self.queue.maxsize = self.max_training_lag if is_fast(teacher) else 0
+            self.queue.not_full.notify_all()
+        if self.current is not None:
+            with self.lock:
+                self.current.stand_in = self.offline_rule()
 
     # ------------------------------------------------------------ the insert host
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -257,7 +298,7 @@ class Background:
         under ``lock``."""
         if self.current is None:
             cfg = effective_config(self.learner_config, dim)
-            learner = Learner(self.teacher, cfg, embed_label=lambda label: self.embed_label([label])[0],
+            learner = Learner(self.seat, cfg, embed_label=lambda label: self.embed_label([label])[0],
                               label_aspect=self.label_aspect, shadow=self.shadow, stand_in=self.offline_rule())
             restored = False
             if self.storage is not None:

@@ -30,6 +30,7 @@ from .insert_records import Correction, PlaceRecord, Stage1Decision, Stage1Label
 from .shadow import ShadowScores, same_actions, stage1_classes, stage2_classes
 from .teachers.base import BatchTeacher, RemoteTeacher, Teacher, ask_placement, capable, safe_choice
 from .teachers.budget import requests_sent
+from .teachers.seat import SeatedTeacher, TeacherSeat
 from .training import OnlineTrainer, Policy
 from .tree import MembrainTree
 
@@ -56,7 +57,10 @@ class Learner:
 
     Args:
         teacher: the decision maker imitated (its answers are validated; a bad answer is a
-            counted teacher failure and the model's own decision is used instead).
+            counted teacher failure and the model's own decision is used instead), or the
+            :class:`~.teachers.seat.TeacherSeat` that holds it (a memory's, shared with its
+            operation decider): every question reads the seat, so a new teacher there is
+            asked from the next question on.
         config: :class:`LearnerConfig`.
         embed_label: optional text -> vector for the label of an aspect created by Group.
         label_aspect: names an aspect the *model* creates, ``(texts, avoid, mean) -> label``
@@ -75,11 +79,13 @@ class Learner:
     :meth:`apply_corrections`. :meth:`supervise` does not read the live tree.
     """
 
-    def __init__(self, teacher: Teacher, config: LearnerConfig | None = None, *,
+    teacher = SeatedTeacher()  # the seat's teacher, read at each question
+
+    def __init__(self, teacher: Teacher | TeacherSeat, config: LearnerConfig | None = None, *,
                  embed_label: Callable[[str], Any] | None = None,
                  label_aspect: Callable[..., str] | None = None, shadow: Teacher | None = None,
                  stand_in: Teacher | None = None):
-        self.teacher = teacher
+        self.seat = TeacherSeat.of(teacher)
         self.stand_in = stand_in
         self.config = config or LearnerConfig()
         self.trainer = OnlineTrainer(self.config.model, self.config.training)
@@ -139,8 +145,9 @@ class Learner:
             rec.teacher_calls += counted
             rec.teacher_failures += failed
 
-    def _sent_since(self, before: int | None) -> int | None:
-        after = requests_sent(self.teacher)
+    @staticmethod
+    def _sent_since(teacher: Teacher, before: int | None) -> int | None:
+        after = requests_sent(teacher)
         return None if before is None or after is None else after - before
 
     def _ask(self, tree: MembrainTree, new_fact: NewFact, kind: str,
@@ -157,13 +164,14 @@ class Learner:
             if plan is not None:
                 self._count(kind, rec, shared=True, sent=0)
                 return plan
-        before = requests_sent(self.teacher)
+        teacher = self.teacher  # read once: a question is asked of, and counted for, one teacher
+        before = requests_sent(teacher)
         try:
-            answer = ask_placement(self.teacher, new_fact, tree)
+            answer = ask_placement(teacher, new_fact, tree)
         except Exception:  # an untrusted teacher: any exception is a failed answer
             answer = None
         plan = self._valid_plan(tree, answer) if answer is not None else None
-        self._count(kind, rec, failed=plan is None, shared=shared, sent=self._sent_since(before))
+        self._count(kind, rec, failed=plan is None, shared=shared, sent=self._sent_since(teacher, before))
         return plan
 
     @staticmethod
@@ -186,15 +194,16 @@ class Learner:
     def name_aspect(self, texts: list[str]) -> str:
         """A label from the teacher (counted in ``naming_calls``), or the model's own
         labeller's when it fails (a counted failure)."""
-        before = requests_sent(self.teacher)
-        teacher = self.teacher  # a remote teacher's try_ raises where it would fall back silently
+        teacher = self.teacher  # read once (see _ask)
+        before = requests_sent(teacher)
+        # a remote teacher's try_ raises where it would fall back silently
         ask = teacher.try_name_aspect if capable(teacher, RemoteTeacher) else teacher.name_aspect
         try:
             label = ask(texts)
         except Exception:
             label = None
         ok = isinstance(label, str) and bool(label.strip())
-        self._count("naming", None, failed=not ok, sent=self._sent_since(before))
+        self._count("naming", None, failed=not ok, sent=self._sent_since(teacher, before))
         return cast(str, label) if ok else self.label_aspect(texts, [])  # ok: a str
 
     def rewrite(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
@@ -534,10 +543,11 @@ class Learner:
         path, stage 2 on its closure), queued for training. None, a counted failure, when the
         answer is unusable: the facts then stay where the student put them. Reads no live
         tree, so a slow teacher is asked holding no lock."""
-        before = requests_sent(self.teacher)
+        teacher = self.teacher  # read once (see _ask)
+        before = requests_sent(teacher)
         learned: list[tuple[list[Stage1Label], Stage2Decision | None]] = []
         try:
-            plans = list(cast(BatchTeacher, self.teacher).place_batch([(r.fact_id, r.new_fact) for r in live], view))
+            plans = list(cast(BatchTeacher, teacher).place_batch([(r.fact_id, r.new_fact) for r in live], view))
             if len(plans) != len(live):
                 raise InvalidOperationError(f"{len(plans)} placements for {len(live)} facts")
             for r, plan in zip(live, plans):
@@ -559,9 +569,9 @@ class Learner:
                     raise InvalidOperationError(f"an action does not apply: {skipped[0][1]}")
                 learned.append((labels1, dec))
         except Exception:  # an untrusted teacher: any exception is a failed answer
-            self._count("placement", carrier, failed=True, sent=self._sent_since(before))
+            self._count("placement", carrier, failed=True, sent=self._sent_since(teacher, before))
             return None
-        self._count("placement", carrier, sent=self._sent_since(before))
+        self._count("placement", carrier, sent=self._sent_since(teacher, before))
         for labels1, dec in learned:
             self._observe(labels1, dec)
         return plans

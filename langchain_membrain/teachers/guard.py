@@ -14,14 +14,10 @@
   instead of falling back, for callers (the Learner) that fall back to their own model's
   decision;
 - a **per-call timeout** and a **concurrency limit** (one semaphore shared by the sync and
-  async paths). A sync request runs on a daemon worker thread (workers.py) and the caller
-  waits for it at most ``timeout``, whatever timeout the client itself has: a request past
-  its time is abandoned, and never keeps the process from exiting;
-- a **deadline** (:func:`~.budget.deadline`, set per insert by ``MembrainMemory``'s
-  ``teacher_budget``; or a :class:`~.budget.Cutoff`, set by ``close()`` on the trainer's
-  questions): a sync request is cut when the deadline passes (failure kind ``"budget"``),
-  even one sent before a cutoff was set, and none is sent after it
-  (:class:`TeacherUnavailable`, not a request);
+  async paths). A sync request runs on a daemon thread (workers.py), waited for ``timeout``
+  at most whatever the client's own timeout: abandoned then, it never blocks an exit;
+- a **deadline** (:func:`~.budget.deadline`, per insert: ``teacher_budget``; a ``Cutoff``: ``close()``):
+  a sync request is cut when it passes (kind ``"budget"``), and none is sent after it;
 - a **circuit breaker** (:class:`~.budget.CircuitBreaker`): after ``threshold`` failed
   requests in a row no request is sent (:class:`TeacherUnavailable`) until a back-off has
   passed; one warning is logged (logger ``langchain_membrain``) when it opens and one when
@@ -57,7 +53,6 @@ import asyncio
 import logging
 import threading
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
 import numpy as np
@@ -74,7 +69,7 @@ from .base import (BaseTeacher, LastResortTeacher, NewFact, OperationTeacher, Su
                    safe_choice)
 from .core import Core, Done, Send, Sleep, advance
 from .costs import TeacherStats
-from .workers import DaemonWorkers
+from .workers import DaemonWorkers, acquire_within, wait_within
 
 T = TypeVar("T")
 
@@ -90,10 +85,6 @@ def _default_fallback() -> Teacher:
 
 
 _DEFAULT = object()
-
-#: Seconds between two looks at the deadline while a sync request or a request slot is
-#: awaited: a cutoff set meanwhile (close()) is seen within this.
-POLL_S = 0.05
 
 
 class GuardedTeacher(BaseTeacher):
@@ -149,8 +140,8 @@ class GuardedTeacher(BaseTeacher):
         self.breaker = breaker if breaker is not None else budget.CircuitBreaker()
         self._slow = self.breaker.twin()  # answers slower than a deadline (see budget.py)
         self._tls = threading.local()  # per thread: requests sent, the current request's timeout
-        self._workers: DaemonWorkers | None = None  # the sync requests' threads, started on first use
-        self._workers_lock = threading.Lock()
+        # The sync requests' threads, two per slot: an abandoned call frees its slot at once.
+        self._workers = DaemonWorkers(2 * self.max_concurrency, name=f"{self.name}-teacher")
 
     # ------------------------------------------------------- to implement
     def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
@@ -511,13 +502,12 @@ class GuardedTeacher(BaseTeacher):
         if end is not None:
             timeout = min(timeout, end - time.monotonic())
             if timeout < budget.MIN_REQUEST_S:
-                if budget.cut_off():
-                    return TeacherUnavailable("closing", "the memory is closing: the question is dropped")
-                return TeacherUnavailable("budget", "the insert's teacher budget is spent; asked in the background")
+                return (TeacherUnavailable("closing", "the memory is closing: the question is dropped") if budget.cut_off()
+                        else TeacherUnavailable("budget", "the insert's teacher budget is spent; asked in the background"))
         refused = self._admit(foreground=budget.insert_deadline() is not None)
         if refused is not None:
             return refused
-        if not self._acquire_slot():
+        if not acquire_within(self._sem):
             self._release_probes()
             return TeacherUnavailable("busy", "every request slot stayed taken until the deadline")
         self._tls.sent = self.requests_sent() + 1
@@ -534,17 +524,6 @@ class GuardedTeacher(BaseTeacher):
             return exc
         finally:
             self._sem.release()
-
-    def _acquire_slot(self) -> bool:
-        """Take a request slot; False when this thread's deadline passes first. Waits in
-        steps, reading the deadline again, so that a cutoff set meanwhile ends the wait."""
-        while True:
-            end = budget.current_deadline()
-            wait = POLL_S if end is None else min(POLL_S, end - time.monotonic())
-            if wait <= 0:
-                return self._sem.acquire(blocking=False)
-            if self._sem.acquire(timeout=wait):
-                return True
 
     async def _aperform(self, step: Send | Sleep) -> RawAnswer | Exception | None:
         """As :meth:`_perform`, on the event loop (with no deadline). It polls the same
@@ -670,42 +649,20 @@ class GuardedTeacher(BaseTeacher):
         """The timeout of the request being sent from this thread (a deadline may cut it)."""
         return getattr(self._tls, "timeout", self.timeout)
 
-    def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel],
-                      timeout: float | None = None) -> RawAnswer:
-        """Send one request on a worker thread and wait for it ``timeout`` seconds at most,
-        or until this thread's deadline, read again as it waits (a cutoff set by ``close()``
-        meanwhile ends the wait). A request past its time is abandoned: a running call
-        cannot be stopped, so its answer is dropped."""
-        timeout = self.timeout if timeout is None else timeout
-        future = self._worker_threads().submit(self._request_on_worker, msgs, schema, timeout)
-        give_up = time.monotonic() + timeout
-        while True:
-            end = budget.current_deadline()
-            limit = give_up if end is None else min(give_up, end)
-            left = limit - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                return future.result(timeout=min(left, POLL_S))
-            except FutureTimeout:
-                continue
-        if future.cancel():  # still queued behind abandoned calls: it never started
+    def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel], timeout: float) -> RawAnswer:
+        """Send one request on a worker thread; wait ``timeout`` s at most, or until this
+        thread's deadline (workers.wait_within). A request past its time is abandoned."""
+        future = self._workers.submit(self._request_on_worker, msgs, schema, timeout)
+        ended = wait_within(future, timeout)
+        if ended == "done":
+            return future.result()
+        if ended == "never_started":
             raise TeacherUnavailable("busy", "every worker thread is waiting on an abandoned call")
-        if limit < give_up:
-            raise TeacherCallError("budget", "the deadline passed while the request was waited for")
-        raise TeacherCallError("timeout", f"no answer within {timeout:g} s")
-
-    def _worker_threads(self) -> DaemonWorkers:
-        with self._workers_lock:
-            if self._workers is None:
-                # Two per slot: a slot is freed when its call is abandoned, so abandoned calls
-                # may run beside max_concurrency live ones for a while.
-                self._workers = DaemonWorkers(2 * self.max_concurrency, name=f"{self.name}-teacher")
-            return self._workers
+        raise (TeacherCallError("budget", "the deadline passed while the request was waited for")
+               if ended == "deadline" else TeacherCallError("timeout", f"no answer within {timeout:g} s"))
 
     def _request_on_worker(self, msgs: list[prompts.Message], schema: type[BaseModel], timeout: float) -> RawAnswer:
-        """:meth:`_request` on a worker thread, with ``timeout`` as its request timeout
-        (:meth:`_request_timeout`, for a client that takes one)."""
+        """:meth:`_request` on a worker thread, ``timeout`` its :meth:`_request_timeout`."""
         self._tls.timeout = timeout
         try:
             return self._request(msgs, schema)
@@ -737,9 +694,6 @@ class GuardedTeacher(BaseTeacher):
         return max(0.0, min(err.retry_after if err.retry_after is not None else 1.0, self.max_backoff_s))
 
     def close(self) -> None:
-        """Release the worker threads (if any); returns at once (a worker blocked in an
-        abandoned request is a daemon thread: it never keeps the process alive)."""
-        with self._workers_lock:
-            workers, self._workers = self._workers, None
-        if workers is not None:
-            workers.shutdown()
+        """Release the idle worker threads; returns at once (one blocked in an abandoned
+        request is a daemon: it never keeps the process alive)."""
+        self._workers.shutdown()
