@@ -9,7 +9,10 @@ Two mechanisms, used by :class:`~.guard.GuardedTeacher` (the LLM teachers) and s
   ``add`` asks (its memory operation, its placement) wait at most ``teacher_budget`` seconds
   together; a question left without an answer is decided by the student, or by the offline
   rule while the student cannot decide yet, and asked again in the background, with no
-  deadline, like an audit. Nothing here sleeps or spawns threads.
+  deadline, like an audit. A :class:`Cutoff` is a deadline that another thread sets later:
+  the trainer's background questions run under one, which ``close()`` sets, so that they
+  end in bounded time even when the teacher never answers. Nothing here sleeps or spawns
+  threads.
 - **A circuit breaker** (:class:`CircuitBreaker`): after ``threshold`` failed requests in a
   row the teacher is not asked for ``backoff_s`` seconds; then one request probes it: an
   answer closes the breaker, a failure opens it again for twice as long, up to
