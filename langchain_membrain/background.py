@@ -14,7 +14,13 @@ owns what happens after:
 - the models' checkpoint: saved every ``checkpoint_every`` supervised inserts by the one
   process of a database that trains (its trainer lock), reloaded by the others, which take
   over training when the trainer goes away;
-- this process's counters and the learning and teacher stats that ``stats()`` reports.
+- this process's counters and the learning and teacher stats that ``stats()`` reports;
+- a bounded end (:meth:`Background.flush` with a ``timeout``, as ``close()`` and the exit
+  hooks call it): the trainer's teacher questions run under a :class:`~.teachers.budget.Cutoff`,
+  which the flush sets, so a teacher that hangs, refuses or answers slowly delays a close by
+  ``timeout`` at most. The questions still pending then are **dropped**, not kept: their
+  inserts keep the placement the student or the offline rule gave them (no memory is lost),
+  the labels already answered are trained, and the checkpoint is written.
 
 It is also the insert graph's :class:`~.graph.InsertHost`: the graph reaches the forest,
 the embedder and the learner through it. It knows nothing of memory.py.
@@ -23,6 +29,8 @@ the embedder and the learner through it. It knows nothing of memory.py.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import logging
 import queue
 import threading
@@ -44,7 +52,9 @@ from .pipeline import DEFAULT_BATCH, Learner, LearnerConfig, PlaceRecord, relabe
 from .prior import load_prior, teacher_identity
 from .stats import Counters, LearningStats, read_stored
 from .storage import Storage
+from .teachers import budget
 from .teachers.base import RemoteTeacher, Teacher, capable, is_fast
+from .teachers.seat import TeacherSeat
 from .tree import MembrainTree
 
 if TYPE_CHECKING:
@@ -52,6 +62,11 @@ if TYPE_CHECKING:
     from .embeddings import EmbeddingCache
 
 logger = logging.getLogger("langchain_membrain")
+
+#: Seconds a bounded flush waits, past its questions' cutoff, for the trainer to train what
+#: those questions left (no teacher is asked by then): only an in-process teacher that is
+#: itself slow, or a very long queue, runs into it.
+DRAIN_MARGIN_S = 10.0
 
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
 OPERATIONS_CHECKPOINT = "operations"  # the operation student (operation_student.py), saved beside them
@@ -77,6 +92,23 @@ def teacher_stats(teacher: Any) -> dict[str, Any]:
     return {**TeacherStats().as_dict(), "mode": None, "health": {**CircuitBreaker().snapshot(), "slow": None}}
 
 
+def own_config(config: LearnerConfig | None, device: str | None) -> LearnerConfig:
+    """A memory's own learner config: a deep copy of ``config`` (default: LearnerConfig()),
+    with ``device`` when given. The caller's object is never changed: one config object may
+    configure several memories, of different devices and embedding dimensions."""
+    own = copy.deepcopy(config) if config is not None else LearnerConfig()
+    if device is not None:
+        own.training = dataclasses.replace(own.training, device=device)
+    return own
+
+
+def effective_config(config: LearnerConfig, dim: int) -> LearnerConfig:
+    """The config a memory's learner runs with: ``config`` for embeddings of ``dim``
+    dimensions, with the memory's batch default; a new value, ``config`` is not changed."""
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, dim=int(dim)),
+                               batch=DEFAULT_BATCH if config.batch is None else config.batch)
+
+
 @dataclass
 class _BatchJob:
     """A slow teacher's batch question, for the trainer thread: the namespace and the
@@ -92,25 +124,24 @@ class Background:
     ``settings`` gives ``background``, ``checkpoint_every``, ``relabel``,
     ``naming_interval``, ``prior`` and ``max_training_lag``; the first five are kept as
     attributes, read at each use. The memory's attributes of those names, and its
-    ``teacher`` and ``prior_used``, are these.
+    ``teacher`` and ``prior_used``, are these. ``teacher``: the memory's
+    :class:`~.teachers.seat.TeacherSeat` (or a teacher, given a seat of its own), shared with
+    the learner and the operation decider.
     """
 
-    def __init__(self, forest: Forest, storage: Storage | None, teacher: Teacher, *, shadow: Teacher | None,
+    def __init__(self, forest: Forest, storage: Storage | None, teacher: Teacher | TeacherSeat, *,
+                 shadow: Teacher | None,
                  operations: OperationDecider, learner_config: LearnerConfig,
                  embed: Callable[[list[str]], np.ndarray], embed_label: EmbeddingCache, settings: MemoryConfig):
-        from .teachers.heuristic import HeuristicTeacher
-
         self.forest = forest
         self.storage = storage
-        self.teacher = teacher
+        self.seat = TeacherSeat.of(teacher)
         self.shadow = shadow
         self.operations = operations
         self.learner_config = learner_config
         self._embed = embed
         self.embed_label = embed_label
-        # Whether the offline labeller may rename aspects between the teacher's naming
-        # questions: only when the offline rule is the teacher (see relabel).
-        self.offline_names = isinstance(teacher, HeuristicTeacher)
+        self.max_training_lag = settings.max_training_lag
         self.background = settings.background
         self.checkpoint_every = settings.checkpoint_every
         self.relabel = settings.relabel
@@ -131,14 +162,46 @@ class Background:
         self.last_worker_error: str | None = None
         self.checkpoint_error: str | None = None
         self._local = threading.local()  # per thread: whether the current insert went without the teacher
+        self.queue: queue.Queue = queue.Queue()  # its bound follows the teacher (_fit_teacher)
+        self.offline_names = False
+        self._fit_teacher()
+        self.worker: threading.Thread | None = None
+        # The end of the trainer's teacher questions: none until a bounded flush sets it.
+        self.cutoff = budget.Cutoff()
+        self._load_operation_student()
+
+    # ------------------------------------------------------------------ teacher
+    @property
+    def teacher(self) -> Teacher:
+        """The memory's teacher, as its seat holds it (the learner and the operation decider
+        read the same seat). Setting it changes the teacher of every question from the next
+        one on, and what follows from it (:meth:`_fit_teacher`)."""
+        return self.seat.teacher
+
+    @teacher.setter
+    def teacher(self, teacher: Teacher) -> None:
+        self.seat.teacher = teacher
+        self._fit_teacher()
+
+    def _fit_teacher(self) -> None:
+        """Settle what depends on who the teacher is: whether the offline labeller renames
+        aspects, the trainer queue's bound and the learner's stand-in."""
+        from .teachers.heuristic import HeuristicTeacher
+
+        teacher = self.teacher
+        # Whether the offline labeller may rename aspects between the teacher's naming
+        # questions: only when the offline rule is the teacher (see relabel).
+        self.offline_names = isinstance(teacher, HeuristicTeacher)
         # Bounded for a fast (in-process) teacher: an add waits while the trainer is this
         # many inserts behind, so an insert's labels are trained on within that many inserts.
         # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add
         # never waits for an LLM's answer to someone else's insert.
-        fast = is_fast(teacher)
-        self.queue: queue.Queue = queue.Queue(maxsize=settings.max_training_lag if fast else 0)
-        self.worker: threading.Thread | None = None
-        self._load_operation_student()
+        with self.queue.mutex:
+            self.queue.maxsize = self.max_training_lag if is_fast(teacher) else 0
+            self.queue.not_full.notify_all()
+        if self.current is not None:
+            with self.lock:
+                self.current.stand_in = self.offline_rule()
 
     # ------------------------------------------------------------ the insert host
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -234,11 +297,8 @@ class Background:
         checkpoint when storage holds one, else from the shipped prior (``prior``). Call
         under ``lock``."""
         if self.current is None:
-            cfg = self.learner_config
-            cfg.model.dim = int(dim)
-            if cfg.batch is None:
-                cfg.batch = DEFAULT_BATCH
-            learner = Learner(self.teacher, cfg, embed_label=lambda label: self.embed_label([label])[0],
+            cfg = effective_config(self.learner_config, dim)
+            learner = Learner(self.seat, cfg, embed_label=lambda label: self.embed_label([label])[0],
                               label_aspect=self.label_aspect, shadow=self.shadow, stand_in=self.offline_rule())
             restored = False
             if self.storage is not None:
@@ -314,10 +374,11 @@ class Background:
             try:
                 if item is None:
                     return
-                if isinstance(item, _BatchJob):
-                    self._answer_batch(item)
-                else:
-                    self.supervise(*item)
+                with budget.under(self.cutoff):
+                    if isinstance(item, _BatchJob):
+                        self._answer_batch(item)
+                    else:
+                        self.supervise(*item)
             except Exception as exc:  # noqa: BLE001 - the worker must survive anything
                 self.counts["worker_errors"] += 1
                 self.last_worker_error = f"{type(exc).__name__}: {exc}"
@@ -457,23 +518,56 @@ class Background:
             self._checkpoint_seen = version
 
     # --------------------------------------------------------------- lifecycle
-    def flush(self) -> None:
+    def flush(self, timeout: float | None = None, *, final: bool = False) -> bool:
         """Ask the batch questions of inserts still waiting (:meth:`settle_batch`), wait until
-        background training has caught up, and save a checkpoint."""
-        learner = self.current
-        for ns in ([] if learner is None else list(learner.waiting.counts())):
-            self.settle_batch(ns)
-        if learner is not None and self.is_trainer:
-            learner.trainer.train_ready()
-        if self.worker is not None and self.worker.is_alive():
-            self.queue.join()
-        self.save_checkpoint()
+        background training has caught up, and save a checkpoint.
 
-    def stop(self) -> None:
-        """Stop the trainer thread (after what is queued; waits 30 s at most)."""
+        ``timeout``: seconds the teacher's questions may still take (None: as long as the
+        teacher's own timeouts allow). Past it, the question in flight is given up and the
+        questions still pending are dropped (see the module docstring); what they leave
+        is trained, within :data:`DRAIN_MARGIN_S` more. ``final`` (close): the cutoff stays
+        set, so nothing is asked afterwards. Returns whether training caught up."""
+        if timeout is not None:
+            self.cutoff.set(timeout)
+        try:
+            learner = self.current
+            with budget.under(self.cutoff):
+                for ns in ([] if learner is None else list(learner.waiting.counts())):
+                    self.settle_batch(ns)
+            if learner is not None and self.is_trainer:
+                learner.trainer.train_ready()
+            caught_up = self._join_queue(None if timeout is None else timeout + DRAIN_MARGIN_S)
+            if not caught_up:
+                logger.warning("membrain: the trainer still had %d inserts to train when the flush's time was up; "
+                               "the checkpoint holds what it had trained", self.queue.unfinished_tasks)
+            self.save_checkpoint()
+            return caught_up
+        finally:
+            if timeout is not None and not final:
+                self.cutoff.clear()
+
+    def _join_queue(self, timeout: float | None) -> bool:
+        """``queue.join()``, for ``timeout`` seconds at most: whether the queue emptied."""
+        if self.worker is None or not self.worker.is_alive():
+            return True
+        q = self.queue
+        end = None if timeout is None else time.monotonic() + timeout
+        with q.all_tasks_done:
+            while q.unfinished_tasks:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                q.all_tasks_done.wait(left)
+        return True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the trainer thread (after what is queued; waits ``timeout`` seconds at most)."""
         if self.worker is not None and self.worker.is_alive():
-            self.queue.put(None)
-            self.worker.join(timeout=30)
+            try:
+                self.queue.put(None, timeout=timeout)
+            except queue.Full:  # still training what a bounded flush left: it stays a daemon
+                return
+            self.worker.join(timeout=timeout)
 
     # ------------------------------------------------------------------ reports
     def process_counts(self) -> Counters:

@@ -29,7 +29,7 @@ from langchain_core.embeddings import Embeddings
 from langgraph.store.base import get_text_at_path, tokenize_path
 
 from . import reads, shutdown
-from .background import CHECKPOINT_NAME, Background  # noqa: F401 - CHECKPOINT_NAME importable from here as before
+from .background import CHECKPOINT_NAME, Background, own_config  # noqa: F401 - CHECKPOINT_NAME importable as before
 from .config import MemoryConfig, check_max_loaded
 from .embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
 from .errors import InvalidOperationError, ReadOnlyError
@@ -47,7 +47,8 @@ from .records import MemoryRecord
 from .retrieval import FactIndex, RetrievalConfig, resolve_topic_weight
 from .stats import ForestStats, MemoryStats
 from .storage import Storage, open_storage
-from .teachers.resolve import resolve_teacher  # noqa: F401 - the one resolver, importable from here as before
+from .teachers.resolve import resolve_teacher
+from .teachers.seat import TeacherSeat
 from .tree import MembrainTree, working_id
 from .formation_writer import FormationWriter, Input, mark_formed
 from .writes import Writer, prepare, progress as progress_bar
@@ -74,7 +75,6 @@ class MembrainMemory:
     heuristic teacher, everything in memory.
     """
 
-    teacher = _Setting()  # who the models imitate, resolved (teachers.resolve.resolve_teacher)
     background = _Setting()
     checkpoint_every = _Setting()
     relabel = _Setting()
@@ -129,14 +129,15 @@ class MembrainMemory:
         shadow = None if shadow_teacher is None else resolve_teacher(shadow_teacher, teacher_model, embed=embed_label)
         self.dedupe = cfg.dedupe
         self.operations = bool(operations)
-        learner_config = learner or LearnerConfig()
-        if device is not None:
-            learner_config.training.device = device
+        learner_config = own_config(learner, device)  # a copy: the caller's is never changed
+        # The one place the teacher is held, read at each question (memory.teacher sets it).
+        seat = TeacherSeat(resolved)
+        self._embed_label = embed_label
         student = None
         if operations is True:
-            student = OperationStudent(prior=(lambda: load_operation_prior(resolved)) if cfg.prior else None,
+            student = OperationStudent(prior=(lambda: load_operation_prior(seat.teacher)) if cfg.prior else None,
                                        threads=learner_config.training.threads)
-        self._operations = OperationDecider(resolved, student=student)
+        self._operations = OperationDecider(seat, student=student)
         self._storage = storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
         # The tree joins search (the topic match) when the teacher names topics: any teacher
         # but the offline rule (RetrievalConfig.tree_topic_weight).
@@ -152,7 +153,7 @@ class MembrainMemory:
         self._closed = False
         # The learner, its trainer thread, its checkpoints and this process's counters; the
         # insert graph reaches the forest, the embedder and the learner through it.
-        self._bg = Background(self._forest, self._storage, resolved, shadow=shadow, operations=self._operations,
+        self._bg = Background(self._forest, self._storage, seat, shadow=shadow, operations=self._operations,
                               learner_config=learner_config, embed=self._embed, embed_label=embed_label, settings=cfg)
         self._counts = self._bg.counts  # this process's counters (stats().process)
         self._learner_lock = self._bg.lock
@@ -161,6 +162,21 @@ class MembrainMemory:
         self._former = FormationWriter(self._writer, self._embed)
         self._graph: Any = None
         shutdown.register(self)  # flushed and closed at interpreter exit if never closed
+
+    @property
+    def teacher(self) -> Any:
+        """Who the models imitate (resolved by :func:`~.teachers.resolve.resolve_teacher`).
+
+        Setting it (a teacher, a LangChain chat model; None: the offline teacher) changes the
+        teacher of every question from the next one on (placement, stage 2, audit, batch,
+        memory operation, naming): they all read it from one place, the memory's
+        :class:`~.teachers.seat.TeacherSeat`. What was decided at construction stays: the
+        search's topic weight, and whether the shipped prior was trusted."""
+        return self._bg.teacher
+
+    @teacher.setter
+    def teacher(self, teacher: Any) -> None:
+        self._bg.teacher = resolve_teacher(teacher, embed=self._embed_label)
 
     @property
     def _learner(self) -> Learner | None:
@@ -568,18 +584,30 @@ class MembrainMemory:
         return await asyncio.to_thread(self.delete, key, **kwargs)
 
     # -------------------------------------------------------------- lifecycle
-    def flush(self) -> None:
-        """Wait until background training has caught up (and save a checkpoint)."""
-        self._bg.flush()
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until background training has caught up (and save a checkpoint).
 
-    def close(self) -> None:
-        """Finish background training, save the models, release the storage (idempotent)."""
+        ``timeout``: seconds the teacher's pending questions may still take (None: as long
+        as the teacher's own timeouts allow). Questions still pending then are dropped:
+        their memories keep the placement they were given, and what was answered is trained
+        (``Background.flush``)."""
+        self._bg.flush(timeout)
+
+    def close(self, timeout: float = shutdown.CLOSE_TIMEOUT_S) -> None:
+        """Finish background training, save the models, release the storage (idempotent).
+
+        The teacher's pending questions get ``timeout`` seconds; then they are dropped (their
+        memories keep the placement they were given; nothing stored is lost), what they left
+        is trained and the checkpoint is written. So a teacher that hangs, refuses
+        connections or answers slowly delays ``close()`` by about ``timeout``, whatever
+        timeout its client has."""
         if self._closed:
             return
-        self.flush()
+        started = time.monotonic()
+        self._bg.flush(timeout, final=True)
         self._closed = True
         shutdown.forget(self)
-        self._bg.stop()
+        self._bg.stop(timeout=max(1.0, timeout - (time.monotonic() - started)))
         if self._storage is not None:
             self._storage.close()
 

@@ -47,6 +47,7 @@ from .operation_types import (ADD, IGNORE, OP_KINDS, Candidate, Operation, Opera
                               validate_operation)
 from .teachers.base import OperationTeacher, RemoteTeacher, capable, is_fast
 from .teachers.budget import requests_sent
+from .teachers.seat import SeatedTeacher, TeacherSeat
 from .tree import MembrainTree
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -197,10 +198,14 @@ class OperationDecider:
     Without a student (``student=None``) every decision is the teacher's. With the offline
     heuristic teacher the decisions cost nothing, so the default memory asks it every time
     and the student (if any) only learns; see :class:`OperationStudent` for the gate.
+    ``teacher``: a teacher, or the :class:`~.teachers.seat.TeacherSeat` that holds it (a
+    memory's, shared with its learner), read at each question.
     """
 
+    teacher = SeatedTeacher()  # the seat's teacher, read at each question
+
     def __init__(self, teacher: Any, *, k: int = 5, student: Any = None):
-        self.teacher = teacher
+        self.seat = TeacherSeat.of(teacher)
         self.k = int(k)
         self.student = student
         self.counters = OperationCounters()
@@ -227,9 +232,10 @@ class OperationDecider:
             with self._guard:
                 c.student_decided += 1
         else:
-            before = requests_sent(self.teacher)
-            op, failure = ask_teacher(self.teacher, question)
-            after = requests_sent(self.teacher)
+            teacher = self.teacher  # read once: a question is asked of, and counted for, one teacher
+            before = requests_sent(teacher)
+            op, failure = ask_teacher(teacher, question)
+            after = requests_sent(teacher)
             requests = None if before is None or after is None else after - before
             by: Literal["student", "teacher", "fallback"] = "teacher"
             with self._guard:

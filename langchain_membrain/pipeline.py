@@ -1,10 +1,9 @@
 """The steps of an insert, decided by the small networks and their teacher.
 
-The first part of this module holds what does not depend on who decides (attach, rewrite,
-labels); the rest is :class:`Learner`: the networks decide, the teacher is asked at most one
-joint question per insert (every label of the insert, each descent level and stage 2, comes
-from that one answer), and training follows. The order the steps run in is written once, as
-the insert graph's nodes (graph.py); the graph is their only driver.
+First what does not depend on who decides (attach, rewrite, labels); then :class:`Learner`:
+the networks decide, the teacher is asked at most one joint question per insert (every label,
+descent level and stage 2 from one answer), and training follows. The insert graph's nodes
+(graph.py) are the steps' only driver.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from .insert_records import Correction, PlaceRecord, Stage1Decision, Stage1Label
 from .shadow import ShadowScores, same_actions, stage1_classes, stage2_classes
 from .teachers.base import BatchTeacher, RemoteTeacher, Teacher, ask_placement, capable, safe_choice
 from .teachers.budget import requests_sent
+from .teachers.seat import SeatedTeacher, TeacherSeat
 from .training import OnlineTrainer, Policy
 from .tree import MembrainTree
 
@@ -55,8 +55,9 @@ class Learner:
     """The learned insert: both networks, their trainer, the teacher and the policies.
 
     Args:
-        teacher: the decision maker imitated (its answers are validated; a bad answer is a
-            counted teacher failure and the model's own decision is used instead).
+        teacher: the decision maker imitated (a bad answer is a counted failure and the model's
+            own decision is used), or the :class:`~.teachers.seat.TeacherSeat` holding it,
+            which every question reads.
         config: :class:`LearnerConfig`.
         embed_label: optional text -> vector for the label of an aspect created by Group.
         label_aspect: names an aspect the *model* creates, ``(texts, avoid, mean) -> label``
@@ -75,11 +76,13 @@ class Learner:
     :meth:`apply_corrections`. :meth:`supervise` does not read the live tree.
     """
 
-    def __init__(self, teacher: Teacher, config: LearnerConfig | None = None, *,
+    teacher = SeatedTeacher()  # the seat's teacher, read at each question
+
+    def __init__(self, teacher: Teacher | TeacherSeat, config: LearnerConfig | None = None, *,
                  embed_label: Callable[[str], Any] | None = None,
                  label_aspect: Callable[..., str] | None = None, shadow: Teacher | None = None,
                  stand_in: Teacher | None = None):
-        self.teacher = teacher
+        self.seat = TeacherSeat.of(teacher)
         self.stand_in = stand_in
         self.config = config or LearnerConfig()
         self.trainer = OnlineTrainer(self.config.model, self.config.training)
@@ -139,9 +142,9 @@ class Learner:
             rec.teacher_calls += counted
             rec.teacher_failures += failed
 
-    def _sent_since(self, before: int | None) -> int | None:
-        after = requests_sent(self.teacher)
-        return None if before is None or after is None else after - before
+    @staticmethod
+    def _sent_since(teacher: Teacher, before: int | None) -> int | None:
+        return None if before is None or (after := requests_sent(teacher)) is None else after - before
 
     def _ask(self, tree: MembrainTree, new_fact: NewFact, kind: str,
              rec: PlaceRecord | SupervisionResult, *, shared: bool = False,
@@ -157,13 +160,14 @@ class Learner:
             if plan is not None:
                 self._count(kind, rec, shared=True, sent=0)
                 return plan
-        before = requests_sent(self.teacher)
+        teacher = self.teacher  # read once: a question is asked of, and counted for, one teacher
+        before = requests_sent(teacher)
         try:
-            answer = ask_placement(self.teacher, new_fact, tree)
+            answer = ask_placement(teacher, new_fact, tree)
         except Exception:  # an untrusted teacher: any exception is a failed answer
             answer = None
         plan = self._valid_plan(tree, answer) if answer is not None else None
-        self._count(kind, rec, failed=plan is None, shared=shared, sent=self._sent_since(before))
+        self._count(kind, rec, failed=plan is None, shared=shared, sent=self._sent_since(teacher, before))
         return plan
 
     @staticmethod
@@ -186,15 +190,16 @@ class Learner:
     def name_aspect(self, texts: list[str]) -> str:
         """A label from the teacher (counted in ``naming_calls``), or the model's own
         labeller's when it fails (a counted failure)."""
-        before = requests_sent(self.teacher)
-        teacher = self.teacher  # a remote teacher's try_ raises where it would fall back silently
+        teacher = self.teacher  # read once (see _ask)
+        before = requests_sent(teacher)
+        # a remote teacher's try_ raises where it would fall back silently
         ask = teacher.try_name_aspect if capable(teacher, RemoteTeacher) else teacher.name_aspect
         try:
             label = ask(texts)
         except Exception:
             label = None
         ok = isinstance(label, str) and bool(label.strip())
-        self._count("naming", None, failed=not ok, sent=self._sent_since(before))
+        self._count("naming", None, failed=not ok, sent=self._sent_since(teacher, before))
         return cast(str, label) if ok else self.label_aspect(texts, [])  # ok: a str
 
     def rewrite(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
@@ -318,12 +323,11 @@ class Learner:
         return int(np.argmax(logits)), lconf
 
     def _attach_here(self, feats: Stage1Features, logits: np.ndarray, choice: int, conf: float) -> tuple[int, float]:
-        """Stop or go down, as the attach-here student answers it once fitted
-        (students.AttachHere): attach here where its balanced probability is at least 1/2,
-        else go down into the networks' choice (their best child where they chose to stop).
-        The confidence is the lower of the choice's own and the student's probability of its
-        side, so a level the student finds doubtful goes to the teacher whatever the networks
-        say; a stop is the teacher's to confirm until the student's stops agreed at the gate."""
+        """Stop or go down as the fitted attach-here student says (students.AttachHere): here
+        where its balanced probability is >= 1/2, else into the networks' choice (their best
+        child if they stopped). The confidence is the lower of the choice's and the student's
+        probability of its side (a doubtful level goes to the teacher); a stop is the
+        teacher's to confirm until the student's stops agreed at the gate."""
         student = self.trainer.attach
         if not student.ready or not feats.num[:, S1["is_best_aff"]].any():
             return choice, conf
@@ -555,10 +559,11 @@ class Learner:
         path, stage 2 on its closure), queued for training. None, a counted failure, when the
         answer is unusable: the facts then stay where the student put them. Reads no live
         tree, so a slow teacher is asked holding no lock."""
-        before = requests_sent(self.teacher)
+        teacher = self.teacher  # read once (see _ask)
+        before = requests_sent(teacher)
         learned: list[tuple[list[Stage1Label], Stage2Decision | None]] = []
         try:
-            plans = list(cast(BatchTeacher, self.teacher).place_batch([(r.fact_id, r.new_fact) for r in live], view))
+            plans = list(cast(BatchTeacher, teacher).place_batch([(r.fact_id, r.new_fact) for r in live], view))
             if len(plans) != len(live):
                 raise InvalidOperationError(f"{len(plans)} placements for {len(live)} facts")
             for r, plan in zip(live, plans):
@@ -580,9 +585,9 @@ class Learner:
                     raise InvalidOperationError(f"an action does not apply: {skipped[0][1]}")
                 learned.append((labels1, dec))
         except Exception:  # an untrusted teacher: any exception is a failed answer
-            self._count("placement", carrier, failed=True, sent=self._sent_since(before))
+            self._count("placement", carrier, failed=True, sent=self._sent_since(teacher, before))
             return None
-        self._count("placement", carrier, sent=self._sent_since(before))
+        self._count("placement", carrier, sent=self._sent_since(teacher, before))
         for labels1, dec in learned:
             self._observe(labels1, dec)
         return plans
@@ -679,21 +684,17 @@ class Learner:
 
 def teacher_forcing(teacher: Teacher, dim: int, *, allow_aspects: bool = False,
                     embed_label: Callable[[str], Any] | None = None, seed: int = 0) -> Learner:
-    """A learner whose every decision is its teacher's: both stages under
-    ``Policy(execute="teacher", query="always")``, so each insert asks the joint question and
-    follows the answer (the networks learn from it, and decide nothing). When the teacher
-    gives no answer its own ``fallback`` places the fact. For a tree built by the teacher
-    alone through the insert graph (graph.insert_fact): benchmarks' reference trees."""
+    """A learner whose every decision is its teacher's (both stages ``Policy(execute="teacher",
+    query="always")``; its ``fallback`` places a fact it gives no answer for): a tree built by
+    the teacher alone through the insert graph, the benchmarks' reference trees."""
     cfg = LearnerConfig(allow_aspects=allow_aspects, seed=seed)
     cfg.model.dim = int(dim)
-    cfg.stage1 = Policy(execute="teacher", query="always")
-    cfg.stage2 = Policy(execute="teacher", query="always")
+    cfg.stage1, cfg.stage2 = Policy(execute="teacher", query="always"), Policy(execute="teacher", query="always")
     return Learner(teacher, cfg, embed_label=embed_label,
                    stand_in=teacher.fallback if capable(teacher, RemoteTeacher) else None)
 
 
-__all__ = [
-    "Correction", "DEFAULT_BATCH", "Learner", "LearnerConfig", "MAX_BATCH", "PlaceRecord", "QUESTION_KINDS",
-    "Stage1Decision", "Stage1Label", "Stage2Decision", "SupervisionResult", "ask_placement", "attach", "cosine", "descend",
-    "fallback_label", "nearby_labels", "relabel_avoid", "rewrite", "stage1_candidates", "teacher_forcing",
-]
+__all__ = ["Correction", "DEFAULT_BATCH", "Learner", "LearnerConfig", "MAX_BATCH", "PlaceRecord", "QUESTION_KINDS",
+           "Stage1Decision", "Stage1Label", "Stage2Decision", "SupervisionResult", "ask_placement", "attach", "cosine",
+           "descend", "fallback_label", "nearby_labels", "relabel_avoid", "rewrite", "stage1_candidates",
+           "teacher_forcing"]

@@ -1,4 +1,4 @@
-"""Process exit: every memory still open is flushed, then closed.
+"""Process exit: every memory still open is flushed, then closed, in bounded time.
 
 A memory that is never closed must still train its pending inserts and save its models
 when the interpreter exits, and must not take the process down. Its trainer is a daemon
@@ -8,6 +8,11 @@ through torch's C++ frames calls std::terminate ("terminate called without an ac
 exception", status 134). So every open memory is flushed before the interpreter starts
 shutting down its threads, and closed (worker stopped, checkpoint saved) at exit. Held by
 weak reference: registering never keeps a memory alive.
+
+Both are bounded (by :data:`EXIT_TIMEOUT_S`; ``close()`` called by the user, by
+:data:`CLOSE_TIMEOUT_S`): a teacher that hangs, refuses connections or answers slowly must
+not keep a process from exiting (issue 44). The questions still pending then are dropped (``Background.flush``), and the guarded teachers' request threads are
+daemons (teachers/workers.py), so none of them is joined at exit.
 """
 
 from __future__ import annotations
@@ -18,13 +23,24 @@ from typing import Any, Protocol
 
 logger = logging.getLogger("langchain_membrain")
 
+#: Seconds ``close()`` (and the flush at exit) gives the teacher's pending questions before
+#: dropping them; the close then trains what they left and writes the checkpoint.
+CLOSE_TIMEOUT_S = 2.0
+
+#: The same at interpreter exit, for a memory never closed: shorter, because the process
+#: exits only after this flush, the close after it and the interpreter's own teardown
+#: (about 1.3 s with torch loaded, on a small shared machine), and must be gone within 5 s of
+#: its last statement.
+EXIT_TIMEOUT_S = 1.0
+
 
 class Closable(Protocol):
-    """What the exit hooks call: ``flush`` (train what is pending, save) and ``close``."""
+    """What the exit hooks call: ``flush`` (train what is pending, save) and ``close``, each
+    with a timeout for the teacher's pending questions."""
 
-    def flush(self) -> None: ...
+    def flush(self, timeout: float | None = None) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None: ...
 
 
 _LIVE: Any = None  # weakref.WeakSet of the open memories; created with the exit hooks
@@ -52,13 +68,11 @@ def forget(memory: Closable) -> None:
 
 def _install_exit_hooks() -> None:
     import atexit
-    import concurrent.futures.thread  # noqa: F401 - registers its own exit hook first (see below)
 
     atexit.register(_at_exit, close=True)
     try:
-        # threading's exit hooks run before atexit's, before non-daemon threads are joined,
-        # in reverse order of registration: ours runs before concurrent.futures stops its
-        # executors, so an LLM teacher (whose requests run on one) still answers the flush.
+        # threading's exit hooks run before atexit's, before non-daemon threads are joined:
+        # the trainer is idle again (not in torch code) when the interpreter shuts down.
         threading._register_atexit(_at_exit, close=False)  # type: ignore[attr-defined]
     except (AttributeError, RuntimeError):  # another Python; or already shutting down
         pass
@@ -72,11 +86,11 @@ def _at_exit(close: bool) -> None:
     for memory in memories:
         try:
             if close:
-                memory.close()
+                memory.close(EXIT_TIMEOUT_S)
             else:
                 with _LIVE_LOCK:
                     still_open = memory in _LIVE
                 if still_open:
-                    memory.flush()
+                    memory.flush(EXIT_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - one memory's failure must not stop the others
             logger.warning("membrain: could not %s a memory at exit: %s", "close" if close else "flush", exc)

@@ -20,7 +20,7 @@ from .errors import InvalidOperationError, MembrainError
 from .forest import Forest
 from .graph import InsertPipeline
 from .inputs import Namespace, as_namespace, memory_value
-from .operations import OperationDecider, execute as execute_operation
+from .operations import OperationDecider, OperationDecision, execute as execute_operation
 from .placement import Placement
 from .teachers.base import RemoteTeacher, capable
 from .teachers.budget import deadline as teacher_deadline
@@ -75,6 +75,13 @@ def prepare(namespace: Any, texts: list[str], metadatas: list[Any],
     return prepared
 
 
+def asked_teacher(decision: OperationDecision | None) -> bool:
+    """Whether an item's operation question reached the teacher: asked, and, for a teacher
+    that sends requests, sent at least one (a question the breaker or the budget stopped is
+    not one)."""
+    return decision is not None and decision.asked and decision.requests != 0
+
+
 class Writer:
     """The write path of one memory over its forest, insert graph and memory operations."""
 
@@ -90,11 +97,17 @@ class Writer:
               offered: Placement | None = None) -> str:
         """Place one embedded memory through the insert pipeline; returns its key. ``audit``,
         ``shared`` and ``offered``: see ``InsertState``."""
+        return self.place_counted(ns, value, text, vec, key, audit=audit, shared=shared, offered=offered)[0]
+
+    def place_counted(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
+                      key: str | None = None, *, audit: bool | None = None, shared: bool = False,
+                      offered: Placement | None = None) -> tuple[str, int]:
+        """:meth:`place`, and the teacher questions the insert's own record counted."""
         # The graph's state types an embedding as a list (JSON); its embed step takes an array too.
         done = self.pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
                                   "embedding": cast(Any, vec), "audit": audit, "shared": shared,
                                   "offered": offered})
-        return cast(str, done["key"])
+        return cast(str, done["key"]), int(done.get("teacher_calls") or 0)
 
     def insert(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str, vec: np.ndarray, *,
                budget: float | None, merge: bool = False, operate: bool = False) -> str:
@@ -144,25 +157,32 @@ class Writer:
         in "per_decision" mode they are two requests, counted apart. One audit draw for the
         item's operation and its placement: an audited item is then one request (in
         one-call mode, the operation's question answers the placement too, and its deferred
-        audit is not counted again)."""
+        audit is not counted again).
+
+        Counted from this item's own decision and this insert's own record, never from
+        differences of the memory's counters, which other threads' inserts change meanwhile."""
         bg, ops = self.background, self.operations
-        joint = not (capable(bg.teacher, RemoteTeacher) and bg.teacher.mode == "per_decision")
+        teacher = bg.teacher
+        joint = not (capable(teacher, RemoteTeacher) and teacher.mode == "per_decision")
         with bg.lock:
             audit = bg.learner_for(int(vec.size)).draw_audit()
-        asked = ops.counters.asked
+        placements: list[int] = []  # the questions each placement of this item counted
 
         def place(ns_: Namespace, value_: dict[str, Any], text_: str, vec_: np.ndarray) -> str:
-            shared = joint and ops.counters.asked > asked
-            decided = ops.last_here()  # the teacher's placement, when it answered it with the operation
+            decided = ops.last_here()  # this item's decision (execute decided it on this thread)
+            shared = joint and asked_teacher(decided)
+            # the teacher's placement, when it answered it with the operation
             offered = decided.operation.placement if decided is not None and decided.by == "teacher" else None
-            return self.place(ns_, value_, text_, vec_, audit=audit, shared=shared, offered=offered)
+            key, calls = self.place_counted(ns_, value_, text_, vec_, audit=audit, shared=shared, offered=offered)
+            placements.append(calls)
+            return key
 
         done = execute_operation(self.forest, ops, ns, value, text, vec, place=place, audit=audit)
-        op_asked = ops.counters.asked > asked
         decision = ops.last_here()
+        op_asked = asked_teacher(decision)
         if decision is not None and decision.asked and not decision.answered:
             bg.went_untaught()
-        placed = bg.placement_questions()
+        placed = len(placements)
         if done is None:
             done = place(ns, value, text, vec)
         if decision is not None and decision.requests is not None:
@@ -172,7 +192,7 @@ class Writer:
             with bg.lock:
                 bg.learner_for(int(vec.size)).ledger.count("operation", sent=decision.requests,
                                                             failed=not decision.answered)
-        elif op_asked and (not joint or bg.placement_questions() == placed):
+        elif op_asked and (not joint or not sum(placements[placed:])):
             with bg.lock:
                 bg.learner_for(int(vec.size)).ledger.count("operation")
         return done

@@ -118,9 +118,10 @@ def test_stored_view_reports_what_a_fresh_memory_reports(tmp_path):
     assert seen["saved_inserts"] == 6 and "stage1" in seen
     # The teacher's and the operations' counters are this process's: {} in the view, which has
     # neither (every key exists in both, stats()["teacher"] no longer raises KeyError there).
-    assert seen["teacher"] == seen["operations"] == {} and cold["operations"]["decisions"] == 0
+    assert seen["teacher"] == seen["operations"] == seen["formation"] == {} and cold["operations"]["decisions"] == 0
+    assert cold["formation"]["decisions"] == 0  # the formation student's counters are this process's too
     for key, value in seen.items():
-        if key not in ("teacher", "operations"):
+        if key not in ("teacher", "operations", "formation"):
             assert cold[key] == value, key
     for key in set(cold) - set(seen) - {"teacher", "loaded_namespaces"}:  # stats() loads what it counts
         value = cold[key]["decisions"] if key == "operations" else cold[key]  # per-process operation counters

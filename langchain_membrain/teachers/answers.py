@@ -55,7 +55,7 @@ class TeacherUnavailable(TeacherCallError):
 
     def __init__(self, reason: str, message: str):
         super().__init__("unavailable", message)
-        self.reason = reason  # "down", "slow", "budget" or "busy"
+        self.reason = reason  # "down", "slow", "budget", "busy" or "closing" (a cutoff passed)
 
 
 @dataclass

@@ -9,7 +9,10 @@ Two mechanisms, used by :class:`~.guard.GuardedTeacher` (the LLM teachers) and s
   ``add`` asks (its memory operation, its placement) wait at most ``teacher_budget`` seconds
   together; a question left without an answer is decided by the student, or by the offline
   rule while the student cannot decide yet, and asked again in the background, with no
-  deadline, like an audit. Nothing here sleeps or spawns threads.
+  deadline, like an audit. A :class:`Cutoff` is a deadline that another thread sets later:
+  the trainer's background questions run under one, which ``close()`` sets, so that they
+  end in bounded time even when the teacher never answers. Nothing here sleeps or spawns
+  threads.
 - **A circuit breaker** (:class:`CircuitBreaker`): after ``threshold`` failed requests in a
   row the teacher is not asked for ``backoff_s`` seconds; then one request probes it: an
   answer closes the breaker, a failure opens it again for twice as long, up to
@@ -55,9 +58,63 @@ def deadline(seconds: float | None) -> Iterator[None]:
         _local.deadline = previous
 
 
+class Cutoff:
+    """A deadline that another thread may set later, for the requests of the threads that
+    run under it (:func:`under`). A memory's trainer thread asks its background questions
+    under one with no end; ``close()`` and the exit hooks set its end, so that the question
+    in flight is given up then, wherever its request is, and no question is sent after it.
+
+    ``end`` is a ``time.monotonic()`` time, or None (no bound). A guarded teacher reads it
+    again while it waits for a request (:func:`current_deadline`), so setting it reaches
+    requests already sent.
+    """
+
+    def __init__(self) -> None:
+        self.end: float | None = None
+
+    def set(self, seconds: float) -> None:
+        """End the requests ``seconds`` from now at the latest (an earlier end is kept)."""
+        end = time.monotonic() + float(seconds)
+        self.end = end if self.end is None else min(self.end, end)
+
+    def clear(self) -> None:
+        """No bound again."""
+        self.end = None
+
+
+@contextlib.contextmanager
+def under(cutoff: Cutoff) -> Iterator[None]:
+    """Within the block, this thread's requests end at ``cutoff.end`` too (when it is set)."""
+    previous = getattr(_local, "cutoff", None)
+    _local.cutoff = cutoff
+    try:
+        yield
+    finally:
+        _local.cutoff = previous
+
+
 def current_deadline() -> float | None:
-    """This thread's deadline (``time.monotonic()`` seconds), or None outside :func:`deadline`."""
+    """This thread's deadline (``time.monotonic()`` seconds): the earlier of its
+    :func:`deadline` and its :class:`Cutoff`'s end; None when neither bounds it."""
+    end = getattr(_local, "deadline", None)
+    cutoff = getattr(_local, "cutoff", None)
+    cut = None if cutoff is None else cutoff.end
+    if cut is None:
+        return end
+    return cut if end is None else min(end, cut)
+
+
+def insert_deadline() -> float | None:
+    """This thread's :func:`deadline` alone (an insert's budget), without its cutoff: what
+    makes a request a foreground one (the slow breaker applies to those only)."""
     return getattr(_local, "deadline", None)
+
+
+def cut_off() -> bool:
+    """Whether this thread runs under a :class:`Cutoff` whose end has passed (its questions
+    are given up: the memory is closing)."""
+    cutoff = getattr(_local, "cutoff", None)
+    return cutoff is not None and cutoff.end is not None and time.monotonic() >= cutoff.end
 
 
 def requests_sent(teacher: Any) -> int | None:

@@ -13,10 +13,11 @@
   caller (unless ``raise_on_failure=True``); ``try_*`` raise :class:`TeacherCallError`
   instead of falling back, for callers (the Learner) that fall back to their own model's
   decision;
-- a **per-call timeout** and a **concurrency limit** (one semaphore, sync and async);
-- a **deadline** (:func:`~.budget.deadline`, set per insert by ``MembrainMemory``'s
-  ``teacher_budget``): a sync request is cut when the deadline passes (failure kind
-  ``"budget"``), and none is sent after it (:class:`TeacherUnavailable`, not a request);
+- a **per-call timeout** and a **concurrency limit** (one semaphore shared by the sync and
+  async paths). A sync request runs on a daemon thread (workers.py), waited for ``timeout``
+  at most whatever the client's own timeout: abandoned then, it never blocks an exit;
+- a **deadline** (:func:`~.budget.deadline`, per insert: ``teacher_budget``; a ``Cutoff``: ``close()``):
+  a sync request is cut when it passes (kind ``"budget"``), and none is sent after it;
 - a **circuit breaker** (:class:`~.budget.CircuitBreaker`): after ``threshold`` failed
   requests in a row no request is sent (:class:`TeacherUnavailable`) until a back-off has
   passed; one warning is logged (logger ``langchain_membrain``) when it opens and one when
@@ -51,8 +52,6 @@ import asyncio
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
 import numpy as np
@@ -70,6 +69,7 @@ from .base import (BaseTeacher, LastResortTeacher, NewFact, OperationTeacher, Su
                    safe_choice)
 from .core import Core, Done, Send, Sleep, advance
 from .costs import TeacherStats
+from .workers import DaemonWorkers, acquire_within, wait_within
 
 T = TypeVar("T")
 
@@ -112,7 +112,6 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
     """
 
     name = "llm"
-    _sync_timeout_by_thread = False  # subclasses whose sync call cannot time out itself
 
     def __init__(self, *, mode: Literal["per_decision", "one_call"] = "one_call", fallback: Any = _DEFAULT,
                  timeout: float = 30.0, max_concurrency: int = 4, max_retries: int = 1,
@@ -142,8 +141,8 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
         self.breaker = breaker if breaker is not None else budget.CircuitBreaker()
         self._slow = self.breaker.twin()  # answers slower than a deadline (see budget.py)
         self._tls = threading.local()  # per thread: requests sent, the current request's timeout
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        # The sync requests' threads, two per slot: an abandoned call frees its slot at once.
+        self._workers = DaemonWorkers(2 * self.max_concurrency, name=f"{self.name}-teacher")
 
     # ------------------------------------------------------- to implement
     def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
@@ -504,15 +503,16 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
         if end is not None:
             timeout = min(timeout, end - time.monotonic())
             if timeout < budget.MIN_REQUEST_S:
-                return TeacherUnavailable("budget", "the insert's teacher budget is spent; asked in the background")
-        refused = self._admit(foreground=end is not None)
+                return (TeacherUnavailable("closing", "the memory is closing: the question is dropped") if budget.cut_off()
+                        else TeacherUnavailable("budget", "the insert's teacher budget is spent; asked in the background"))
+        refused = self._admit(foreground=budget.insert_deadline() is not None)
         if refused is not None:
             return refused
-        if not self._sem.acquire(timeout=timeout if end is not None else None):
+        if not acquire_within(self._sem):
             self._release_probes()
             return TeacherUnavailable("busy", "every request slot stayed taken until the deadline")
         self._tls.sent = self.requests_sent() + 1
-        self._tls.foreground = end is not None
+        self._tls.foreground = budget.insert_deadline() is not None
         try:
             return self._sync_request(step.messages, step.schema, timeout)
         except TeacherUnavailable as exc:  # queued behind abandoned calls, never started: not sent
@@ -574,6 +574,9 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
         """A request failed (a cut by the deadline tells nothing about the teacher's health)."""
         if err.kind == "budget":
             self.breaker.inconclusive()
+            if budget.cut_off():  # cut by close(): tells nothing about the teacher's speed
+                self._slow.release()
+                return
             if self._slow.failure("budget"):
                 logger.info("membrain: the teacher %s answered %d questions in a row slower than the insert's "
                             "budget: inserts are decided by the student or the offline rule and their questions "
@@ -647,27 +650,25 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
         """The timeout of the request being sent from this thread (a deadline may cut it)."""
         return getattr(self._tls, "timeout", self.timeout)
 
-    def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel],
-                      timeout: float | None = None) -> RawAnswer:
-        timeout = self.timeout if timeout is None else timeout
-        if not self._sync_timeout_by_thread:
-            self._tls.timeout = timeout
-            try:
-                return self._request(msgs, schema)
-            finally:
-                self._tls.timeout = self.timeout
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=2 * self.max_concurrency,
-                                                thread_name_prefix=f"{self.name}-teacher")
-        future = self._pool.submit(self._request, msgs, schema)
+    def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel], timeout: float) -> RawAnswer:
+        """Send one request on a worker thread; wait ``timeout`` s at most, or until this
+        thread's deadline (workers.wait_within). A request past its time is abandoned."""
+        future = self._workers.submit(self._request_on_worker, msgs, schema, timeout)
+        ended = wait_within(future, timeout)
+        if ended == "done":
+            return future.result()
+        if ended == "never_started":
+            raise TeacherUnavailable("busy", "every worker thread is waiting on an abandoned call")
+        raise (TeacherCallError("budget", "the deadline passed while the request was waited for")
+               if ended == "deadline" else TeacherCallError("timeout", f"no answer within {timeout:g} s"))
+
+    def _request_on_worker(self, msgs: list[prompts.Message], schema: type[BaseModel], timeout: float) -> RawAnswer:
+        """:meth:`_request` on a worker thread, ``timeout`` its :meth:`_request_timeout`."""
+        self._tls.timeout = timeout
         try:
-            return future.result(timeout=timeout)
-        except FutureTimeout:
-            if future.cancel():  # still queued behind abandoned calls: it never started
-                raise TeacherUnavailable("busy", "every worker thread is waiting on an abandoned call") from None
-            # a running call cannot be stopped: its answer is dropped
-            raise TeacherCallError("timeout", f"no answer within {timeout:g} s") from None
+            return self._request(msgs, schema)
+        finally:
+            self._tls.timeout = self.timeout
 
     def _count_call(self, stage: str, raw: RawAnswer | None, latency: float) -> None:
         if raw is None:
@@ -694,7 +695,6 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
         return max(0.0, min(err.retry_after if err.retry_after is not None else 1.0, self.max_backoff_s))
 
     def close(self) -> None:
-        """Release the worker threads (if any)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Release the idle worker threads; returns at once (one blocked in an abandoned
+        request is a daemon: it never keeps the process alive)."""
+        self._workers.shutdown()

@@ -10,7 +10,9 @@ stats are in :mod:`.guard`. For the timeout to be the only limit, build the mode
 own retries off (``ChatOpenAI(..., max_retries=0)``): the teacher retries by itself.
 A sync call that runs past ``timeout`` is abandoned in its worker thread (its answer is
 dropped, and its concurrency slot is freed at once, so an abandoned call may briefly run
-beside ``max_concurrency`` others); an async one is cancelled.
+beside ``max_concurrency`` others); an async one is cancelled. The worker threads are
+daemons (workers.py): an abandoned call, even one that never returns because the model has
+no timeout of its own, never keeps the process from exiting.
 """
 
 from __future__ import annotations
@@ -50,6 +52,22 @@ def _answer_text(msg: Any) -> str | None:
     return content or None
 
 
+def _split_raw(runnable: Any) -> tuple[Any, Any] | None:
+    """``(model, parse)`` for the shape LangChain's chat models give
+    ``with_structured_output(..., include_raw=True)``: ``RunnableMap(raw=model) | parse``,
+    where ``parse`` turns ``{"raw": message}`` into ``{"raw", "parsed", "parsing_error"}``;
+    None for any other shape (then the runnable is invoked whole)."""
+    from langchain_core.runnables import RunnableParallel, RunnableSequence
+
+    if not isinstance(runnable, RunnableSequence) or not isinstance(runnable.first, RunnableParallel):
+        return None
+    steps = runnable.first.steps__
+    if list(steps) != ["raw"]:
+        return None
+    parse = RunnableSequence(*runnable.middle, runnable.last) if runnable.middle else runnable.last
+    return steps["raw"], parse
+
+
 class LLMTeacher(GuardedTeacher):
     """A teacher that asks a LangChain chat model.
 
@@ -66,7 +84,6 @@ class LLMTeacher(GuardedTeacher):
     """
 
     name = "llm"
-    _sync_timeout_by_thread = True
 
     def __init__(self, model: BaseChatModel, *, method: StructuredMethod | None = None, **options: Any):
         super().__init__(**options)
@@ -109,7 +126,15 @@ class LLMTeacher(GuardedTeacher):
         )
 
     def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
-        return self._raw(self._runnable(schema).invoke(_to_langchain(messages)))
+        runnable = self._runnable(schema)
+        split = _split_raw(runnable)
+        if split is None:
+            return self._raw(runnable.invoke(_to_langchain(messages)))
+        # The model is called on this (daemon) thread, not on the thread of a LangChain
+        # executor: an executor's threads are joined at interpreter exit, so a call abandoned
+        # in one, on a server that never answers, would keep the process alive (issue 44).
+        model, parse = split
+        return self._raw(parse.invoke({"raw": model.invoke(_to_langchain(messages))}))
 
     async def _arequest(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
         return self._raw(await self._runnable(schema).ainvoke(_to_langchain(messages)))

@@ -9,11 +9,15 @@ is empty, ``responder(request)`` decides (default: HTTP 500).
 
 Replies are functions of the request, built by :func:`answer`, :func:`text`,
 :func:`truncated`, :func:`refusal`, :func:`http_error` and :func:`slow`.
+
+Two endpoints that never answer a request, for the exit tests: :class:`HangingServer`
+(accepts connections, never answers) and :func:`refusing_url` (nothing listens).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import traceback
@@ -265,3 +269,50 @@ class OpenAITestServer:
         if reply is None:
             reply = self.responder(body) if self.responder else http_error(500)
         return reply(body)
+
+
+class HangingServer:
+    """A TCP server on 127.0.0.1 that accepts every connection and never answers: a client
+    without a timeout waits forever. Connections are held until :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(128)
+        self.accepted: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:  # closed by stop()
+                return
+            self.accepted.append(conn)
+
+    def start(self) -> "HangingServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._sock.close()
+        for conn in self.accepted:
+            conn.close()
+
+    def __enter__(self) -> "HangingServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def refusing_url() -> str:
+    """The URL of a local port nothing listens on (connections are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
