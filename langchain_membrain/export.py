@@ -373,7 +373,7 @@ def _html_tree(tree: MembrainTree, open_depth: int) -> tuple[list[str], bool]:
 
     def beside(kind: str, label: str) -> None:
         """The raw items or working memories, in one closed list under the root."""
-        entries = [e for e in tree.archived(kind) if "@v" not in e.id]
+        entries = tree.current_working() if kind == "working" else tree.archived(kind)
         if not entries:
             return
         out.append(f'<li class="aspect" data-id="{kind}"><details class="aspect"><summary>'

@@ -369,8 +369,10 @@ class MembrainMemory:
             text = check_text(self.text_of(value, None if index in (None, True) else list(cast(Sequence[str], index))))
             if not self._writer.update_in_place(ns, key, value, text, placed=True):
                 self._writer.insert(ns, key, value, text, self._embed([text])[0], budget=self.teacher_budget)
-        record = self.get(key, namespace=ns)
-        if record is not None and record.kind != kind:
+        with self._forest.lock(ns):  # the stored kind, without copying the record
+            tree = self._forest.tree(ns, create=False)
+            stored = reads.kind_of(tree, key) if tree is not None and key in tree else kind
+        if stored != kind:
             self._forest.mutate(ns, lambda t: mark_formed(t, key, Candidate("", cast(Any, kind)), None))
 
     def text_of(self, value: dict[str, Any], fields: list[str] | None = None) -> str:

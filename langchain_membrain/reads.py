@@ -132,7 +132,7 @@ def working_memories(forest: Forest, ns: Namespace) -> list[MemoryRecord]:
         tree = forest.tree(ns, create=False)
         if tree is None:
             return []
-        return [beside_record(ns, e) for e in tree.archived("working") if "@v" not in e.id]
+        return [beside_record(ns, e) for e in tree.current_working()]
 
 
 def session_texts(forest: Forest, ns: Namespace, session: str) -> list[str]:
@@ -271,7 +271,7 @@ def _ranked(index: Any, tree: MembrainTree, query: str, ids: list[str] | None, k
 def _session_prior(tree: MembrainTree, qvec: np.ndarray) -> dict[str, float]:
     """Session -> the z-scored cosine of the query with its working memory (over the
     sessions that have one embedded); {} for fewer than two."""
-    current = [e for e in tree.archived("working") if "@v" not in e.id and e.embedding is not None]
+    current = [e for e in tree.current_working() if e.embedding is not None]
     if len(current) < 2:
         return {}
     cos = np.array([cosine(e.embedding, qvec) for e in current])

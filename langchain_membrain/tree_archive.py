@@ -129,6 +129,10 @@ class TreeArchive:
         """The current working memory of ``session``, or None."""
         return self.archive.get(working_id(session))
 
+    def current_working(self) -> list[Node]:
+        """The current working memory of each session that has one, oldest first."""
+        return [e for e in self.archived("working") if e.id == working_id(str(e.metadata.get("session", "")))]
+
     def working_history(self, session: str) -> list[Node]:
         """Every version of ``session``'s working memory, oldest first (the current one last)."""
         node_id = working_id(session)
