@@ -44,6 +44,7 @@ from .operations import OperationDecider, OperationDecision, OperationStudent
 from .pipeline import Learner, LearnerConfig
 from .prior import load_operation_prior
 from .records import MemoryRecord
+from .recency import resolve_recency
 from .retrieval import FactIndex, RetrievalConfig, resolve_topic_weight
 from .stats import ForestStats, MemoryStats
 from .storage import Storage, open_storage
@@ -143,8 +144,8 @@ class MembrainMemory:
         # but the offline rule (RetrievalConfig.tree_topic_weight).
         from .teachers.heuristic import HeuristicTeacher
 
-        self.retrieval = resolve_topic_weight(retrieval or RetrievalConfig(),
-                                              teacher_names_topics=not isinstance(resolved, HeuristicTeacher))
+        self.retrieval = resolve_recency(resolve_topic_weight(
+            retrieval or RetrievalConfig(), teacher_names_topics=not isinstance(resolved, HeuristicTeacher)), resolved)
         self.search_mode = search_mode
         self._embed_one = self._embed_query  # every namespace's index embeds queries through this one
         # Every namespace's tree, search index, locks and sync with storage (forest.py).

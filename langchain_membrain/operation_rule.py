@@ -33,6 +33,17 @@ instead ended divorced retired
 """.split())
 
 
+#: Phrases of more than one word that say the same ("not ... any more", "no more").
+_CHANGE_PHRASES = re.compile(r"\b(?:any|no) more\b|\bthese days\b|\bnot\b.*\bany ?more\b")
+
+
+def has_change_cue(text: str) -> bool:
+    """Whether ``text`` says that something changed: one of :data:`CHANGE_CUES` ("now",
+    "anymore", "no longer", "moved", "switched", "instead"...) or a phrase such as "not ...
+    any more", "no more" or "these days"."""
+    return bool(set(lower_words(text)) & CHANGE_CUES) or bool(_CHANGE_PHRASES.search(text.casefold()))
+
+
 def lower_words(text: str) -> list[str]:
     """The words of ``text``: runs of letters and apostrophes, case-folded, a typographic
     apostrophe read as a plain one (the unit every word list here is matched against)."""

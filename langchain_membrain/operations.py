@@ -162,6 +162,21 @@ class OperationCounters:
     fallback_decided: int = 0  # stored as ADD because the teacher gave no usable answer
     by_kind: dict[str, int] = field(default_factory=lambda: {k: 0 for k in OP_KINDS})
     last_failure: str | None = None
+    #: Per decided kind: decisions, by the student alone, by the teacher (asked: warm-up, a
+    #: closed gate, an audit, a possible correction), and of the answers compared with the
+    #: student's proposal, how many the teacher (or the audit) disagreed with.
+    per_kind: dict[str, dict[str, int]] = field(default_factory=lambda: {
+        k: {"decisions": 0, "student": 0, "teacher": 0, "compared": 0, "disagreed": 0} for k in OP_KINDS})
+
+    def count(self, kind: str, *, alone: bool, compared: bool, agreed: bool) -> None:
+        """One decision of ``kind`` in :attr:`per_kind` (``by_kind`` and ``decisions`` too)."""
+        self.decisions += 1
+        self.by_kind[kind] += 1
+        row = self.per_kind[kind]
+        row["decisions"] += 1
+        row["student" if alone else "teacher"] += 1
+        row["compared"] += compared
+        row["disagreed"] += compared and not agreed
 
     def as_dict(self) -> dict[str, Any]:
         return {"decisions": self.decisions, "teacher_questions": self.asked,
@@ -170,7 +185,8 @@ class OperationCounters:
                 "agreement": self.agreement_hits / self.compared if self.compared else None,
                 "compared": self.compared, "teacher_failures": self.teacher_failures,
                 "teacher_skipped": self.teacher_skipped, "fallback_decided": self.fallback_decided,
-                "by_kind": dict(self.by_kind), "last_failure": self.last_failure}
+                "by_kind": dict(self.by_kind), "per_kind": {k: dict(v) for k, v in self.per_kind.items()},
+                "last_failure": self.last_failure}
 
 
 @dataclass(frozen=True)
@@ -220,6 +236,7 @@ class OperationDecider:
         student draws its own at its ``audit_rate``."""
         c = self.counters
         student_op, trusted, gate = (None, False, False)
+        compared = False  # the teacher answered and the student had proposed an answer
         if self.student is not None:
             gate = self.student.gate_open()
             student_op, trusted = self.student.propose(question)
@@ -256,13 +273,13 @@ class OperationDecider:
                 elif student_op is not None:
                     c.compared += 1
                     c.agreement_hits += int(student_op == op)
+                    compared = True
             if self.student is not None and failure is None:
                 # Asked *because* the student was unsure (its gate open, its answer below
                 # the bar): a label it is not fairly measured on (see learn).
                 self.student.learn(question, op, student_op, unbiased=audit or not gate)
         with self._guard:
-            c.decisions += 1
-            c.by_kind[op.kind] += 1
+            c.count(op.kind, alone=alone, compared=compared, agreed=student_op == op)
             decision = OperationDecision(op, "student" if alone else by, tuple(c.key for c in question.candidates),
                                          not alone, None if alone else requests, not alone and failure is None)
             self.last = decision

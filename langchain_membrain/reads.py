@@ -18,6 +18,7 @@ from .filters import matches
 from .forest import Forest
 from .inputs import Namespace
 from .pipeline import cosine
+from .recency import prefer_newer
 from .records import MemoryRecord
 from .retrieval import Mode, relevance
 from .formation import KIND_KEY, SEARCHED_KINDS, SOURCES_KEY, VALID_TIME_KEY, MemoryKind
@@ -191,7 +192,8 @@ def origin_of(tree: MembrainTree, key: str) -> str:
 
 def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, filter: dict[str, Any] | None,
          k: int, embedded: dict[str, np.ndarray], *, embed: Embed, mode: str,
-         kinds: Sequence[MemoryKind] = SEARCHED_KINDS) -> list[tuple[str, float | None]]:
+         kinds: Sequence[MemoryKind] = SEARCHED_KINDS, marks: dict[str, str] | None = None,
+         ) -> list[tuple[str, float | None]]:
     """(key, score) of up to ``k`` best items of one namespace of ``kinds`` matching
     ``filter``, one per origin (:func:`origin_of`: the best of a raw item and the facts formed
     from it), then its matching unembedded facts (score None). Without a query: every
@@ -199,7 +201,8 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
     across namespaces.
 
     With a query, no filter and every searched kind, nothing here walks the tree's facts, so
-    the cost is the index's (sub-linear in fast mode)."""
+    the cost is the index's (sub-linear in fast mode). ``marks`` receives {older key: newer
+    key} of the near-duplicates that recency reordered (recency.prefer_newer)."""
     def passes(f: str) -> bool:
         node = tree.node(f) if f in tree else tree.archive[f]
         return not filter or matches(node.metadata.get("value", {}), filter)
@@ -223,6 +226,10 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
             if origin not in origins and len(scored) < k:
                 origins.add(origin)
                 scored.append((f, s))
+    scored, moved = prefer_newer(scored, lambda f: tree.node(f) if f in tree else tree.archive[f],
+                                 index.config.recency_similarity if index is not None else 0.0)
+    if marks is not None:
+        marks.update(moved)
     unscored: list[tuple[str, float | None]] = [(f, None) for f in sorted(forest.unindexed(ns)) if passes(f)
                                                and kind_of(tree, f) in kinds]
     return scored + unscored
@@ -294,9 +301,11 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
             tree = forest.tree(ns, create=False)
             if tree is None:
                 continue
+            marks: dict[str, str] = {}
             for key, score in rank(forest, ns, tree, query, filter, offset + limit, embedded, embed=embed, mode=mode,
-                                   kinds=kinds):
+                                   kinds=kinds, marks=marks):
                 hits.append(record_of(ns, tree, key, score))
+                hits[-1].probably_superseded_by = marks.get(key)
                 if score is not None:
                     vectors[ns, key] = (tree.node(key) if key in tree else tree.archive[key]).embedding
             if include_history:

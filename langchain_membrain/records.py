@@ -36,3 +36,6 @@ class MemoryRecord:
     #: The keys of the raw items a fact or experience was formed from; empty for one stored
     #: as it was said (its own source).
     sources: list[str] = field(default_factory=list)
+    #: The key of a newer current memory near this one that states a change, when a search
+    #: ranked it first (recency.py): this one is probably out of date. None otherwise.
+    probably_superseded_by: str | None = None

@@ -70,17 +70,8 @@ from typing import Any, Callable, Hashable, Iterable, Literal
 
 import numpy as np
 
-from .chat import (
-    CHAT_SCORERS,
-    ChatScorer,
-    ChatSignals,
-    DateTerms,
-    SessionContext,
-    SpeakerBoost,
-    check_chat,
-    date_tokens,
-    group_max,
-)
+from .chat import (CHAT_SCORERS, ChatScorer, ChatSignals, DateTerms, SessionContext, SpeakerBoost, check_chat,
+                   date_tokens, group_max)
 from .dense import DenseIndex
 from .lexical import STOPWORDS, LexicalIndex, can_stem, shared_stemmer, tokenize, tokenize_many
 
@@ -158,6 +149,10 @@ class RetrievalConfig:
     second_step: int = 5
     second_step_weight: float = 0.25
     session_prior: float = 0.0
+    # Recency among near-duplicates (recency.py): of two hits with this cosine or more (0.15
+    # less when the newer states a change), the newer ranks first. 0: off (for_chat()); None
+    # (auto): MembrainMemory turns it on under the offline rule only (recency.resolve_recency).
+    recency_similarity: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chat", check_chat(self.chat))  # a list is kept as a tuple
@@ -166,8 +161,8 @@ class RetrievalConfig:
     def for_chat(cls, **changes: Any) -> RetrievalConfig:
         """Every chat scorer on (``SpeakerBoost()``, ``SessionContext()``, ``DateTerms()``):
         for facts that are conversation turns with speaker, session and date metadata (the
-        configuration of ``bench locomo``). ``changes``: other fields, as the constructor's."""
-        return cls(**{"chat": CHAT_SCORERS, **changes})
+        configuration of ``bench locomo``), recency off. ``changes``: other fields."""
+        return cls(**{"chat": CHAT_SCORERS, "recency_similarity": 0.0, **changes})
 
 
 TOPIC_WEIGHT = 1.0  # the topic match's weight when "auto" turns it on

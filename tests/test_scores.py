@@ -15,7 +15,7 @@ import pytest
 
 from helpers import WordEmbeddings
 from langchain_membrain import MembrainMemory, MembrainRetriever, MembrainStore
-from langchain_membrain.retrieval import FactIndex, relevance
+from langchain_membrain.retrieval import FactIndex, RetrievalConfig, relevance
 
 NS_A, NS_B = ("u", "a"), ("u", "b")
 FACTS = {
@@ -30,7 +30,9 @@ QUERIES = ["dog", "where does my sister live", "red van", "what food do I like"]
 
 @pytest.fixture(scope="module")
 def mem():
-    with MembrainMemory(embeddings=WordEmbeddings(), background=False, prior=False, relabel=False) as memory:
+    # recency off: it reorders near facts by age (recency.py, tests/test_corrections.py)
+    with MembrainMemory(embeddings=WordEmbeddings(), background=False, prior=False, relabel=False,
+                        retrieval=RetrievalConfig(recency_similarity=0.0)) as memory:
         for ns, facts in FACTS.items():
             for key, text in facts.items():
                 memory.put(ns, key, {"content": text})

@@ -21,6 +21,9 @@ Metrics (per configuration):
 - ``current@1``: share of current-state questions whose first hit is the current version
   and whose top 5 holds no superseded or deleted version (all, then the tuning and the
   held-out personas apart);
+- ``current first``: share of those questions whose first hit is the current version, and
+  ``superseded not first``: share whose first hit is no superseded or deleted version (the
+  goals of issue 47), by set;
 - ``history@5``: share of questions about the past whose old version is in the top 5 of
   ``search(..., include_history=True)``;
 - ``kept``: share of superseded versions that are reachable (through ``history`` or a
@@ -108,7 +111,8 @@ def run_config(config: str, sets: list[tuple[str, dict]], embeddings: Any) -> di
                          background=False, relabel=False, operations=operations)
     decisions: list[dict[str, Any]] = []  # one per item: set, gt op, decided op, by whom
     current = past = current_hits = past_hits = 0
-    by_set: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # set -> [current@1 hits, questions]
+    # set -> [current@1 hits, questions, current first, no superseded first]
+    by_set: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     superseded = kept = 0
     with mem:
         for set_name, personas in sets:
@@ -149,13 +153,17 @@ def run_config(config: str, sets: list[tuple[str, dict]], embeddings: Any) -> di
                         tally = by_set["heldout" if set_name == "heldout" else "tune"]
                         tally[0] += hit
                         tally[1] += 1
+                        tally[2] += bool(ids) and ids[0] == q["answer"]
+                        tally[3] += not (ids and ids[0] in gone)
                     else:
                         hits = mem.search(q["question"], namespace=ns, limit=5, include_history=True)
                         past += 1
                         past_hits += q["answer"] in {h.value.get("gt_id") for h in hits}
         stats = mem.stats()["operations"]
     return {"config": config, "current_at_1": current_hits / max(current, 1),
-            "current_at_1_by_set": {s: hits / n for s, (hits, n) in by_set.items()},
+            "current_at_1_by_set": {s: t[0] / t[1] for s, t in by_set.items()},
+            "current_first_by_set": {s: t[2] / t[1] for s, t in by_set.items()},
+            "superseded_not_first_by_set": {s: t[3] / t[1] for s, t in by_set.items()},
             "history_at_5": past_hits / max(past, 1), "kept": kept / max(superseded, 1),
             **decision_metrics(decisions), "operations": stats}
 
@@ -226,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"bench updates: {len(tune)} tuning personas x {args.passes} pass(es) + {len(held)} held-out, "
           f"{n_items} items; {machine_description()}")
     head = ("config", "current@1 (tune / held-out)", "history@5", "kept", "IGNORE P", "IGNORE R", "UPDATE P (n)", "old shown (n)",
-            "student 2nd half", "student held-out", "student P upd/ign held-out")
+            "student 2nd half", "student held-out", "student P upd/ign held-out",
+            "current first (tune / held-out)", "superseded not first (tune / held-out)")
     print(" | ".join(head))
     for r in results:
         print(" | ".join([
@@ -237,7 +246,9 @@ def run(args: argparse.Namespace) -> int:
             f"{_fmt(r['update_precision'])} ({r['updates']})", f"{_fmt(r['old_shown'])} ({r['old_shown_n']})",
             _fmt(r["student_share_second_half"]), _fmt(r["student_share_heldout"]),
             f"{_fmt(r['student_update_precision_heldout'])} ({r['student_updates_heldout']}) / "
-            f"{_fmt(r['student_ignore_precision_heldout'])} ({r['student_ignores_heldout']})"]))
+            f"{_fmt(r['student_ignore_precision_heldout'])} ({r['student_ignores_heldout']})",
+            *(f"{_fmt(r[col].get('tune'))} / {_fmt(r[col].get('heldout'))}"
+              for col in ("current_first_by_set", "superseded_not_first_by_set"))]))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"machine": machine_description(), "passes": args.passes, "results": results}, fh, indent=2)
