@@ -458,7 +458,7 @@ class MembrainMemory:
     def search(self, query: str | None = None, *, namespace: str | Sequence[str] | None = None,
                limit: int = 5, offset: int = 0, filter: dict[str, Any] | None = None,
                exact_namespace: bool = False, include_history: bool = False,
-               kinds: str | Sequence[str] | None = None) -> list[MemoryRecord]:
+               kinds: str | Sequence[str] | None = None, min_score: float | None = None) -> list[MemoryRecord]:
         """Memories in ``namespace`` and every namespace below it (unless
         ``exact_namespace``), matching ``filter``: best first for a query, newest first
         without one. No ``namespace`` (None, or ``()``) searches every namespace of the
@@ -467,13 +467,18 @@ class MembrainMemory:
         (their ``status`` says which); with it, every hit is ranked by its plain cosine with
         the query, so current and past versions rank on one scale.
 
-        A hit's ``score`` is its relevance in ``[0, 1]``: ``retrieval.relevance`` of the
-        fused ranking score its namespace's index ranks it by (every boost included), so
-        hits are best first by it, and the same fact scores the same for the same query
-        whether one namespace or many are searched, here, in :class:`~.store.MembrainStore`
-        and in the retriever. Across namespaces hits are merged by that same score. With
-        ``include_history`` it is instead the cosine with the query, clipped to ``[0, 1]``
-        (archived versions are in no index). Unembedded facts come last, with None.
+        A hit's ``score`` is the estimated probability that it is relevant to the query
+        (scores.py: calibrated on a labelled set, comparable across namespaces, their sizes
+        and kinds); the same fact scores the same for the same query whether one namespace
+        or many are searched, here, in :class:`~.store.MembrainStore` and in the retriever.
+        A namespace's hits come in the order its index ranks them (the fused score, every
+        boost included; a hit may score higher than one above it), namespaces merged by
+        score. ``min_score``: drop hits scoring below it (and unscored ones);
+        :data:`~.scores.DEFAULT_MIN_SCORE` (0.5) is the documented threshold, which the
+        agent tools use. With ``include_history`` the score is instead the cosine with the
+        query, clipped to ``[0, 1]`` (archived versions are in no index). Unembedded facts
+        come last, with None. A hit that a newer near memory probably corrects (offline
+        rule, recency.py) ranks after it, with ``probably_superseded_by`` set.
 
         ``kinds``: the memory kinds searched, one or several of "fact", "experience", "raw"
         and "working" (default: the first three, fused). A fact and the raw item it was
@@ -496,9 +501,12 @@ class MembrainMemory:
         searched = check_kinds(kinds)
         if "working" in searched:
             raise InvalidOperationError("the working memory is read with memory.working(namespace, session)")
-        return reads.search(self._forest, spaces, query, filter=filter, limit=limit, offset=offset,
+        hits = reads.search(self._forest, spaces, query, filter=filter, limit=limit, offset=offset,
                             include_history=include_history, embed=self._embed, mode=self.search_mode,
                             kinds=searched)
+        if min_score is None:
+            return hits
+        return [h for h in hits if h.score is not None and h.score >= min_score]
 
     def working(self, namespace: str | Sequence[str] | None = None,
                 session: str | None = None) -> MemoryRecord | None:

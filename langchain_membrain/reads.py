@@ -3,7 +3,7 @@
 (``MembrainMemory.search``).
 
 Each namespace's :class:`~.retrieval.FactIndex` ranks its own facts; this module merges the
-namespaces' hits onto one scale, ``retrieval.relevance`` of the fused score, so the same fact
+namespaces' hits onto one scale, the calibrated relevance of scores.py, so the same fact
 scores the same for the same query however many namespaces are searched.
 """
 
@@ -18,9 +18,10 @@ from .filters import matches
 from .forest import Forest
 from .inputs import Namespace
 from .pipeline import cosine
-from .recency import prefer_newer
+from .recency import RECENCY_WINDOW, prefer_newer
 from .records import MemoryRecord
-from .retrieval import Mode, relevance
+from .retrieval import Mode
+from .scores import calibrated
 from .formation import KIND_KEY, SEARCHED_KINDS, SOURCES_KEY, VALID_TIME_KEY, MemoryKind
 from .tree import HISTORY_KEY, MembrainTree, Node
 
@@ -173,6 +174,11 @@ def ignored(forest: Forest, ns: Namespace, limit: int) -> list[MemoryRecord]:
         return [archived_record(ns, e) for e in tree.archived("ignored")[::-1][:limit]]
 
 
+def entry_of(tree: MembrainTree, key: str) -> Node:
+    """A current fact's node, or the entry beside the tree (raw item, working) ``key``."""
+    return tree.node(key) if key in tree else tree.archive[key]
+
+
 def kind_of(tree: MembrainTree, key: str) -> str:
     """The memory kind of a current fact or an entry beside the tree."""
     if key in tree:
@@ -221,15 +227,17 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
     if index is not None and len(index):
         origins: set[str] = set()
         formed = forest.formed(ns) if "raw" in kinds else []
-        for f, s in _ranked(index, tree, query, ids, k, embedded, formed, embed=embed, mode=cast(Mode, mode)):
+        near = index.config.recency_similarity
+        wanted = max(k, RECENCY_WINDOW) if near else k  # recency reorders the first RECENCY_WINDOW alike for any k
+        for f, s in _ranked(index, tree, query, ids, wanted, embedded, formed, embed=embed, mode=cast(Mode, mode)):
             origin = origin_of(tree, f)
-            if origin not in origins and len(scored) < k:
+            if origin not in origins and len(scored) < wanted:
                 origins.add(origin)
                 scored.append((f, s))
-    scored, moved = prefer_newer(scored, lambda f: tree.node(f) if f in tree else tree.archive[f],
-                                 index.config.recency_similarity if index is not None else 0.0)
-    if marks is not None:
-        marks.update(moved)
+        scored, moved = prefer_newer(scored, lambda f: entry_of(tree, f), near)
+        scored = scored[:k]
+        if marks is not None:
+            marks.update({old: new for old, new in moved.items() if old in dict(scored)})
     unscored: list[tuple[str, float | None]] = [(f, None) for f in sorted(forest.unindexed(ns)) if passes(f)
                                                and kind_of(tree, f) in kinds]
     return scored + unscored
@@ -296,18 +304,29 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
     embedded: dict[str, np.ndarray] = {}  # one embedding per distinct dense query text
     hits: list[MemoryRecord] = []
     vectors: dict[tuple[Namespace, str], Any] = {}  # embeddings, for cosines (history, merge ties)
+    # calibrated score, what merges it (the least score down to it in its namespace), its rank there
+    probs: dict[tuple[Namespace, str], tuple[float, float, int]] = {}
     for ns in spaces:
         with forest.lock(ns):
             tree = forest.tree(ns, create=False)
             if tree is None:
                 continue
             marks: dict[str, str] = {}
-            for key, score in rank(forest, ns, tree, query, filter, offset + limit, embedded, embed=embed, mode=mode,
-                                   kinds=kinds, marks=marks):
+            ranked = rank(forest, ns, tree, query, filter, offset + limit, embedded, embed=embed, mode=mode,
+                          kinds=kinds, marks=marks)
+            found_hits = [(key, score, entry_of(tree, key)) for key, score in ranked if score is not None]
+            if found_hits and query is not None:
+                index = forest.index(ns)
+                assert index is not None  # scored hits come from the index
+                qvec = embedded.get(index.dense_query_text(query))
+                found = calibrated(query, qvec, [(k, s, e.embedding, e.text) for k, s, e in found_hits], len(index))
+                merge_by = np.minimum.accumulate(found)  # non-increasing down the namespace's order
+                probs.update({(ns, k): (p, float(m), i) for i, ((k, _, _), p, m) in enumerate(zip(found_hits, found, merge_by))})
+            for key, score in ranked:
                 hits.append(record_of(ns, tree, key, score))
                 hits[-1].probably_superseded_by = marks.get(key)
                 if score is not None:
-                    vectors[ns, key] = (tree.node(key) if key in tree else tree.archive[key]).embedding
+                    vectors[ns, key] = entry_of(tree, key).embedding
             if include_history:
                 for entry in tree.archived("history"):
                     if filter and not matches(entry.metadata.get("value", {}), filter):
@@ -319,35 +338,37 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
     if query is None:
         hits.sort(key=lambda r: (-r.updated_at, r.key))
         return hits[offset: offset + limit]
-    return _merged(hits, vectors, embedded, query, include_history, embed)[offset: offset + limit]
+    return _merged(hits, vectors, probs, embedded, query, include_history, embed)[offset: offset + limit]
 
 
 def _merged(hits: list[MemoryRecord], vectors: dict[tuple[Namespace, str], Any],
-            embedded: dict[str, np.ndarray], query: str, include_history: bool, embed: Embed) -> list[MemoryRecord]:
+            probs: dict[tuple[Namespace, str], tuple[float, float, int]], embedded: dict[str, np.ndarray], query: str,
+            include_history: bool, embed: Embed) -> list[MemoryRecord]:
     """The hits of a query, best first, each ``score`` set on its reported scale.
 
-    The plain cosine with the query ranks current and archived versions together
-    (include_history), and breaks exact ties between namespaces (each namespace's only
-    fact holding a query word scores the same: BM25 over its namespace's best)."""
+    Without history, a hit's score is its calibrated relevance (scores.calibrated: the
+    probability that it is relevant, comparable across namespaces); each namespace's hits
+    keep their ranking order and the namespaces merge by the least score down to each hit
+    in its list, exact ties broken by the plain cosine. With include_history the plain cosine with the
+    query ranks current and archived versions together, clipped to [0, 1]."""
     merging = len({h.namespace for h in hits if h.score is not None}) > 1
     q = None
     if vectors and (include_history or merging):
         q = next(iter(embedded.values())) if len(embedded) == 1 else embed([query])[0]
     ranked: list[tuple[tuple, MemoryRecord]] = []  # (what ranks it, the hit)
     for h in hits:
-        rank_by = h.score
+        rank_by: float | None = h.score
+        position = 0
         tie = 0.0
         if rank_by is not None:
             if include_history:  # on one scale: the cosine, clipped to [0, 1]
                 assert q is not None  # a scored hit has a vector, so q was embedded
                 rank_by = cosine(vectors[h.namespace, h.key], q)
                 h.score = min(max(rank_by, 0.0), 1.0)
-            else:  # one scale for every namespace and entry point (retrieval.relevance)
+            else:
                 tie = cosine(vectors[h.namespace, h.key], q) if merging and q is not None else 0.0
-                h.score = relevance(rank_by)
-        # Ranked by what the score is a monotone function of (ties in the reported score
-        # never reorder hits); as LangGraph's stores do, items stored without an embedding
-        # come last, unscored.
-        ranked.append(((rank_by is None, -(rank_by or 0.0), -tie, -h.updated_at), h))
+                h.score, rank_by, position = probs[h.namespace, h.key]
+        # As LangGraph's stores do, items stored without an embedding come last, unscored.
+        ranked.append(((rank_by is None, -(rank_by or 0.0), position, -tie, -h.updated_at), h))
     ranked.sort(key=lambda p: p[0])
     return [h for _, h in ranked]

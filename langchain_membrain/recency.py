@@ -25,6 +25,9 @@ from .retrieval import RetrievalConfig, relevance
 from .tree import Node
 #: ``RetrievalConfig.recency_similarity`` where "auto" turns recency on.
 RECENCY_SIMILARITY = 0.45
+#: Recency reorders only a query's first this many hits (search fetches them whatever its
+#: ``limit``), so a hit's place does not depend on how many are asked for.
+RECENCY_WINDOW = 5
 
 
 #: A newer hit that states a change needs this much less cosine with the older one.
@@ -37,31 +40,34 @@ RELEVANCE_GAP = 0.8
 
 def prefer_newer(scored: list[tuple[str, float | None]], entry: Callable[[str], Node],
                  near: float | None) -> tuple[list[tuple[str, float | None]], dict[str, str]]:
-    """``scored`` (key, ranking score), best first, with each newer near-duplicate moved to
-    the rank of the best older hit it is near (the two trade places, the scores stay in
-    order), and {older key: newer key} of the pairs moved. Near: cosine >= ``near``, or >=
-    ``near - CUE_EASING`` when the newer one states a change. ``entry``: a key's node (its
-    embedding, text and time). Unscored hits (None) stay last, as they were. ``near`` 0 or None: off."""
+    """``scored`` (key, ranking score), best first, with each newer hit among the first
+    :data:`RECENCY_WINDOW` moved to the rank of the older hit above it that it is nearest to
+    of all the older hits there (the two trade places; the scores stay in order), and {older
+    key: newer key} of the pairs moved. Near: cosine >= ``near``, or >= ``near -
+    CUE_EASING`` when the newer one states a change; and the newer one's relevance to the
+    query at most :data:`RELEVANCE_GAP` below the older one's. ``entry``: a key's node (its
+    embedding, text and time). Unscored hits (None) stay last. ``near`` 0 or None: off."""
     if not near or near <= 0:
         return scored, {}
     keys = [k for k, s in scored if s is not None]
     scores = [s for _, s in scored if s is not None]
     marks: dict[str, str] = {}
-    for j in range(1, len(keys)):
+    window = min(len(keys), RECENCY_WINDOW)
+    for j in range(1, window):
         newer = entry(keys[j])
         if newer.embedding is None:
             continue
+        older = [(cosine(entry(keys[i]).embedding, newer.embedding), i) for i in range(window)
+                 if i != j and entry(keys[i]).embedding is not None
+                 and (entry(keys[i]).created_at, entry(keys[i]).seq) < (newer.created_at, newer.seq)]
+        if not older:
+            continue
+        cos, i = max(older)  # the older hit it is nearest to: the same subject, if any
         bar = near - CUE_EASING if has_change_cue(newer.text) else near
-        for i in range(j):
-            older = entry(keys[i])
-            if (keys[i] in marks or older.embedding is None
-                    or (older.created_at, older.seq) >= (newer.created_at, newer.seq)
-                    or relevance(scores[j]) < relevance(scores[i]) - RELEVANCE_GAP
-                    or cosine(older.embedding, newer.embedding) < bar):
-                continue
+        if (i < j and keys[i] not in marks and cos >= bar
+                and relevance(scores[j]) >= relevance(scores[i]) - RELEVANCE_GAP):
             marks[keys[i]] = keys[j]
-            keys[i], keys[j] = keys[j], keys[i]  # the scores stay in order
-            break
+            keys[i], keys[j] = keys[j], keys[i]
     return list(zip(keys, scores)) + [(k, s) for k, s in scored if s is None], marks
 
 

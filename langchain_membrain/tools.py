@@ -24,10 +24,11 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, SearchItem
 from pydantic import BaseModel, Field
 
 from .memory import MembrainMemory
+from .scores import DEFAULT_MIN_SCORE
 from .store import MembrainStore
 
 __all__ = ["memory_tools"]
@@ -106,7 +107,9 @@ TOOL_DESCRIPTIONS = {
     "update_memory": "Replace the text of an existing memory when it has become wrong or outdated.",
     "delete_memory": "Delete a memory that is wrong or that the user asked you to forget.",
     "search_memory": ("Search long-term memories relevant to a question, best match first. Returns a "
-                      "JSON list of {id, content, score, path}; use an id to update or delete a memory."),
+                      "JSON list of {id, content, score, path} (score: the chance it is relevant); an "
+                      "empty list [] means nothing relevant is remembered. Use an id to update or "
+                      "delete a memory."),
 }
 
 
@@ -130,6 +133,14 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
                                          description=TOOL_DESCRIPTIONS[func.__name__],
                                          handle_tool_error=True)
             for func, afunc, schema in zip(_tool_functions(target), _async_tool_functions(target), schemas)]
+
+
+def relevant(store: BaseStore, items: list[SearchItem]) -> list[SearchItem]:
+    """The hits scoring at least scores.DEFAULT_MIN_SCORE, for a MembrainStore (its scores
+    are calibrated probabilities of relevance); another store's hits unchanged."""
+    if not isinstance(store, MembrainStore):
+        return items
+    return [i for i in items if i.score is not None and i.score >= DEFAULT_MIN_SCORE]
 
 
 def _missing(memory_id: str) -> ToolException:
@@ -164,7 +175,7 @@ def _tool_functions(target: _Target) -> tuple[Callable[..., str], ...]:
 
     def search_memory(query: str, config: RunnableConfig, limit: int = 5) -> str:
         store, ns = target.store(), target.namespace(config)
-        return json.dumps([_hit(store, item) for item in store.search(ns, query=query, limit=limit)])
+        return json.dumps([_hit(store, item) for item in relevant(store, store.search(ns, query=query, limit=limit))])
 
     return save_memory, update_memory, delete_memory, search_memory
 
@@ -199,6 +210,6 @@ def _async_tool_functions(target: _Target) -> tuple[Callable[..., Awaitable[str]
     async def asearch_memory(query: str, config: RunnableConfig, limit: int = 5) -> str:
         store, ns = target.store(), target.namespace(config)
         items = await store.asearch(ns, query=query, limit=limit)
-        return json.dumps([_hit(store, item) for item in items])
+        return json.dumps([_hit(store, item) for item in relevant(store, items)])
 
     return asave_memory, aupdate_memory, adelete_memory, asearch_memory

@@ -243,13 +243,20 @@ def test_the_second_step_searches_again_with_the_best_facts():
     fillers = [f"the {w} needs fixing" for w in ("sink", "roof", "bike", "door", "lamp", "fence")]
 
     def score_of_rome(second_step: int) -> float:
-        """Rome's raw item shares no word with the query, only with the fact found first."""
+        """Rome's raw item shares no word with the query, only with the fact found first
+        (its ranking score, reads.rank's: the hit's score is a calibrated probability)."""
+        from langchain_membrain import reads
+
         with MembrainMemory(embeddings=WordEmbeddings(), teacher=ScriptedFormer(said), background=False,
                             retrieval=RetrievalConfig(second_step=second_step, second_step_weight=1.0)) as m:
             for text in ["Gina: my trip is booked!", "Rome was so hot in June", *fillers]:
                 m.add(text, namespace="u")
             hits = m.search("where does Gina's trip go?", namespace="u", limit=8)
-            return next(h.score for h in hits if h.text == "Rome was so hot in June")
+            ns = ("u",)
+            rome = next(h.key for h in hits if h.text == "Rome was so hot in June")
+            ranked = reads.rank(m._forest, ns, m.tree(ns), "where does Gina's trip go?", None, 8, {},
+                                embed=m._embed, mode=m.search_mode)
+            return dict(ranked)[rome]
 
     assert score_of_rome(5) > score_of_rome(0)
 

@@ -1,6 +1,6 @@
-"""One score scale: a hit's score is its relevance in [0, 1] (``retrieval.relevance`` of the
-fused ranking score), the same from ``MembrainMemory.search``, ``MembrainStore.search`` and
-the retriever, whether one namespace or several are searched.
+"""One score scale: a hit's score is its calibrated relevance in [0, 1] (scores.py: the
+probability that it is relevant), the same from ``MembrainMemory.search``,
+``MembrainStore.search`` and the retriever, whether one namespace or several are searched.
 
 It used to differ: the same fact scored 1.636 for "dog" inside its namespace and 0.438 across
 namespaces (a plain cosine then), and the store gave values down to -0.2. The embeddings are
@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from helpers import WordEmbeddings
 from langchain_membrain import MembrainMemory, MembrainRetriever, MembrainStore
 from langchain_membrain.retrieval import FactIndex, RetrievalConfig, relevance
+from langchain_membrain.scores import calibrated
 
 NS_A, NS_B = ("u", "a"), ("u", "b")
 FACTS = {
@@ -43,6 +45,10 @@ def best_first(scores: list[float]) -> bool:
     return all(0.0 <= s <= 1.0 for s in scores) and scores == sorted(scores, reverse=True)
 
 
+def in_range(scores: list[float]) -> bool:
+    return all(0.0 <= s <= 1.0 for s in scores)
+
+
 @pytest.mark.parametrize("query", QUERIES)
 def test_one_fact_one_score_from_every_entry_point_and_across_namespaces(mem, query):
     store = MembrainStore(mem)
@@ -62,29 +68,32 @@ def test_one_fact_one_score_from_every_entry_point_and_across_namespaces(mem, qu
     for entry, scores in per_entry.items():
         assert all(0.0 <= s <= 1.0 for s in scores.values()), entry
         assert scores == pytest.approx(reference, abs=1e-12), entry
-    # best first by that score, across namespaces too
-    assert best_first([r.score for r in mem.search(query, limit=20)])
-    assert best_first([h.score for h in store.search(("u",), query=query, limit=20)])
+    # each namespace's hits keep their order when namespaces are merged
+    for ns in FACTS:
+        alone = [r.key for r in mem.search(query, namespace=ns, exact_namespace=True, limit=10)]
+        assert [r.key for r in mem.search(query, limit=20) if r.namespace == ns] == alone
     if query == "dog":  # the fact that answers it stands out on the scale, in each namespace
-        assert reference[NS_A, "rex"] > 0.5 and reference[NS_B, "rex"] > 0.5
-        assert max(s for (ns, k), s in reference.items() if k not in ("rex", "stand")) < 0.5
+        assert reference[NS_A, "rex"] == max(s for (ns, k), s in reference.items() if ns == NS_A)
+        assert reference[NS_B, "rex"] > max(s for (ns, k), s in reference.items() if k not in ("rex", "stand"))
 
 
-def test_the_score_is_relevance_of_the_ranking_score_and_keeps_its_order(mem):
+def test_hits_keep_the_index_order_and_score_their_calibrated_relevance(mem):
     """Within a namespace the hits come in the order the namespace's index ranks them, each
-    scored ``relevance(s)`` of the score ``s`` it ranks by (a FactIndex over the same facts)."""
+    scored by scores.calibrated over that ranking (a FactIndex over the same facts)."""
     emb = WordEmbeddings()
     for ns, facts in FACTS.items():
         index = FactIndex(mem.retrieval)
         for key, text in facts.items():
             index.add(key, text, emb.embed_query(text), metadata={"content": text})
         for query in QUERIES:
-            ranked = index.search(query, emb.embed_query(index.dense_query_text(query)), 10, tree=mem.tree(ns),
-                                  mode=mem.search_mode)
+            qvec = np.asarray(emb.embed_query(index.dense_query_text(query)), np.float32)
+            ranked = index.search(query, qvec, 10, tree=mem.tree(ns), mode=mem.search_mode)
             hits = mem.search(query, namespace=ns, exact_namespace=True, limit=10)
+            want = calibrated(query, qvec, [(k, s, np.asarray(emb.embed_query(facts[k]), np.float32), facts[k])
+                                            for k, s in ranked], len(index))
             # the same order (facts tied on the index's score may come in either order)
-            assert [r.score for r in hits] == pytest.approx([relevance(s) for _, s in ranked], abs=1e-9)
-            assert {r.key: r.score for r in hits} == pytest.approx({k: relevance(s) for k, s in ranked}, abs=1e-9)
+            assert {r.key: r.score for r in hits} == pytest.approx(dict(zip([k for k, _ in ranked], want)), abs=1e-6)
+            assert in_range([r.score for r in hits])
 
 
 def test_relevance_is_a_bounded_increasing_function():

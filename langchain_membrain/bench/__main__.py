@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "tenants": "resident memory of many small namespaces in one process, in memory and on SQLite",
     "workers": "add/search right after another process's write: refresh by change against reload",
     "updates": "memory operations (ADD/UPDATE/DELETE/IGNORE) on persona chains of changes",
+    "scores": "calibrated relevance: fit hit.score on data/relevance.json, AUROC, threshold, reliability",
     "labels": "how well aspect labels name their topics, on the bundled personas",
     "topics": "many users through one memory against a teacher that knows topics: economy, purity, topic search",
     "personas": "topic trees of small memories against what clustering their embeddings reaches",
