@@ -29,6 +29,15 @@ PG_URL = os.environ.get("MEMBRAIN_TEST_POSTGRES_URL")
 NS = ("u", "maya")
 
 
+def ranking_scores(mem: MembrainMemory, query: str) -> dict[str, float | None]:
+    """The scores ``query``'s hits are ranked by (reads.rank's: a hit's reported score is a
+    calibrated probability, which the other hits move too)."""
+    from langchain_membrain import reads
+
+    return dict(reads.rank(mem._forest, NS, mem.tree(NS), query, None, 5, {}, embed=mem._embed,
+                           mode=mem.search_mode))
+
+
 class Place:
     """Where one test's memories live: how to open a memory on it, and raw SQL on it."""
 
@@ -120,14 +129,14 @@ def test_purge_forgets_archived_entries_and_never_a_current_fact(place) -> None:
         if place.kind != "memory":
             reader = place.open(refresh_interval=0)
             assert reader.search("Leeds flat nurse", namespace=NS, limit=5)  # loaded before the purges
-        leeds = {r.key: r.score for r in mem.search("Leeds flat", namespace=NS, limit=5)}
+        leeds = ranking_scores(mem, "Leeds flat")
         assert [v.status for v in mem.history(keys["home"], namespace=NS)] == ["superseded", "current"]
         assert mem.purge_history(NS, before=datetime.fromtimestamp(between), kind="history") == 1
         assert [v.status for v in mem.history(keys["home"], namespace=NS)] == ["current"]
         assert [v.status for v in mem.history(keys["job"], namespace=NS)] == ["superseded", "current"]
         assert len(mem.ignored(namespace=NS)) == 2  # the log is another kind
         # the purged version no longer lends its words ("Leeds") to the fact that replaced it
-        after = {r.key: r.score for r in mem.search("Leeds flat", namespace=NS, limit=5)}
+        after = ranking_scores(mem, "Leeds flat")
         assert after[keys["home"]] < leeds[keys["home"]]
         assert mem.purge_history(NS, kind="ignored") == 2
         assert mem.ignored(namespace=NS) == []
