@@ -37,6 +37,7 @@ import numpy as np
 
 from .errors import InvalidOperationError
 from .lexical import shared_stemmer
+from .slot_state import set_slot_state, slot_state
 
 __all__ = ["CHAT_SCORERS", "ChatScorer", "ChatSignals", "DateTerms", "SessionContext", "SpeakerBoost",
            "check_chat", "date_tokens", "group_max"]
@@ -169,6 +170,14 @@ class ChatSignals:
         self._sess_num: dict[str, int] = {}  # session key -> small int
         self._sess_arr = np.zeros(0, dtype=np.int64)  # slot -> session number, -1 none
         self._dates: list[tuple[str, ...]] = []  # slot -> date terms
+
+    def state(self) -> dict[str, Any]:
+        """The signals by slot, for a saved index (index_cache.py); the scorers are the config's."""
+        return slot_state(self, ("speaker", "session", "dates"))
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Back from :meth:`state` (ValueError for another version's)."""
+        set_slot_state(self, state, ("speaker", "session", "dates"))
 
     # ----------------------------------------------------------------- writes
     def grow(self, capacity: int) -> None:

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .slot_state import set_slot_state, slot_state
+
 try:  # optional: HNSW for the fast mode; without it the dense part is exact
     import hnswlib as _hnswlib
 except ImportError:  # pragma: no cover
@@ -58,6 +60,10 @@ ANN_BUILD_STEP = 64
 
 #: Rows of a bulk load that one write folds into the moment sums (see ANN_BUILD_STEP).
 SUMS_BUILD_STEP = 1024
+
+
+#: What a saved index leaves out of a dense index: the graph and the slots waiting for it.
+_NOT_SAVED = ("_hnsw", "_pending", "_backlog")
 
 
 class DenseIndex:
@@ -156,6 +162,17 @@ class DenseIndex:
         return vec / norm if norm > 0 else None
 
     # ----------------------------------------------------------------- writes
+    def state(self) -> dict[str, Any]:
+        """Everything but the graph and its queues, for a saved index (index_cache.py); the
+        rows (``_emb``) are the index's own matrix, not a copy."""
+        return slot_state(self, _NOT_SAVED)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Back from :meth:`state` (ValueError for another version's), without a graph: the
+        writes that follow build it, as after a bulk load."""
+        set_slot_state(self, state, _NOT_SAVED)
+        self._hnsw, self._pending, self._backlog = None, {}, {}
+
     def grow(self, capacity: int) -> None:
         """Rows for at least ``capacity`` slots."""
         cap = self._has_emb.size

@@ -34,7 +34,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, TypeVar
 
+from . import index_cache
 from .errors import InvariantError
+from .index_cache import IndexCache
 from .inputs import Namespace
 from .nodes import Node
 from .retrieval import FactIndex
@@ -72,6 +74,9 @@ class Loaded:
     # its facts' words and embeddings too (as a fact with its former versions).
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
     formed: dict[str, set[str]] = field(default_factory=dict)
+    # The stored version the saved index on disk reflects (index_cache.py): restored from
+    # it or written to it; -1 when this process's index is not known to be saved.
+    saved: int = -1
 
 
 @dataclass
@@ -95,6 +100,8 @@ class Forest:
         max_loaded: with storage, namespaces kept loaded at once; the least recently used
             past it are unloaded, and reloaded from storage when next used.
         max_height: the height bound of every namespace's tree (``MembrainTree.max_height``).
+        index_cache: where namespaces' search indexes are saved and read back
+            (:class:`~.index_cache.IndexCache`), or None.
     """
 
     #: Whether a namespace read from storage is indexed in one pass (``FactIndex.add_many``);
@@ -104,8 +111,9 @@ class Forest:
 
     def __init__(self, storage: Storage | None, *, new_index: Callable[[], FactIndex],
                  refresh_interval: float = 1.0, max_loaded: int = 1000, max_height: int | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, index_cache: IndexCache | None = None):
         self.storage = storage
+        self.index_cache = index_cache  # saved indexes (index_cache.py), None: every load indexes the rows
         self.clock = clock  # every tree's (MembrainTree.clock)
         self.max_height = check_max_height(max_height)
         self.new_index = new_index
@@ -300,23 +308,21 @@ class Forest:
             tree, version = found
             tree.max_height, tree.clock = self.max_height, self.clock
             state = self._loaded[ns] = Loaded(tree, synced=version)
-            # Facts, raw and ignored items in the order they came, so that sessions read as they were said.
-            entries = [tree.node(f) for f in tree.facts()] + tree.archived("raw") + tree.archived("ignored")
-            entries.sort(key=lambda n: (n.created_at, n.seq))
+            entries = _entries(tree)
             if self.bulk_load:
-                self._index_loaded(state, entries)
+                self._index_loaded(ns, state, entries)
             else:
                 self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
         self._touch(ns)
         return state
 
-    def _index_loaded(self, state: Loaded, entries: list[Node]) -> None:
+    def _index_loaded(self, ns: Namespace, state: Loaded, entries: list[Node]) -> None:
         """Index a namespace just loaded: ``entries`` (its facts, raw and ignored items,
         oldest first) in one :meth:`FactIndex.add_many`, then the former versions of its
-        facts and the formed facts of its raw items.
+        facts and the formed facts of its raw items; or restore its saved index instead
+        when one matches it (index_cache.py).
         The index, ``indexed``, ``unindexed`` and ``versioned`` are what :meth:`_sync_index`
         of each entry's row in turn gives them."""
-        index = self.new_index()
         seen: dict[str, tuple[str, Any]] = {}
         unindexed: set[str] = set()
         items: list[tuple[str, str, Any, dict[str, Any], bool]] = []
@@ -334,20 +340,45 @@ class Forest:
                 value = {k: v for k, v in value.items() if k != "session"}  # as _sync_index indexes it
             items.append((n.id, n.text, n.embedding, value, False))
             seen[n.id] = (n.text, value)
+        versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
+                     for e in state.tree.archive.values() if e.kind == "history"}
+        state.indexed, state.unindexed, state.versioned = seen, unindexed or NO_IDS, versioned or NO_IDS
+        cache = self.index_cache
+        if cache is not None and len(entries) >= index_cache.MIN_ENTRIES:
+            state.index = cache.load(ns, index_cache.fingerprint(state.synced, entries), self.new_index)
+            if state.index is not None:
+                state.saved = state.synced
+                return
+        index = state.index = self.new_index()
         index.add_many(items)
         for raw, facts in state.formed.items():
             if raw in index:
                 nodes = sorted((state.tree.node(f) for f in facts if f in state.tree), key=lambda n: n.seq)
                 index.set_former(raw, [(n.text, n.embedding) for n in nodes])
-        versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
-                     for e in state.tree.archive.values() if e.kind == "history"}
-        state.index, state.indexed = index, seen
-        state.unindexed, state.versioned = unindexed or NO_IDS, versioned or NO_IDS
         changed = {k for k in versioned if k in index}
         if changed:
             former = state.tree.former_versions(changed)
             for key in changed:
                 index.set_former(key, [(v.text, v.embedding) for v in former.get(key, [])])
+
+    def save_indexes(self) -> int:
+        """Save the search index of each loaded namespace of at least ``MIN_ENTRIES``
+        indexed entries whose index changed since it was loaded or saved (index_cache.py);
+        how many were written. Nothing without an ``index_cache``."""
+        cache, written = self.index_cache, 0
+        if cache is None or not cache.writable:
+            return 0
+        for ns in list(self._loaded):
+            with self.lock(ns):
+                state = self._loaded.get(ns)
+                if state is None or state.index is None or not state.synced or state.saved == state.synced:
+                    continue
+                entries = _entries(state.tree)
+                if len(entries) >= index_cache.MIN_ENTRIES and \
+                        cache.save(ns, state.index, index_cache.fingerprint(state.synced, entries)):
+                    state.saved = state.synced
+                    written += 1
+        return written
 
     def _new_tree(self, ns: Namespace) -> MembrainTree:
         return MembrainTree("/".join(ns), max_height=self.max_height, clock=self.clock)
@@ -497,6 +528,14 @@ def same_indexed(indexed: tuple[str, Any] | None, text: str, value: Any) -> bool
     if indexed is None or indexed[0] != text:
         return False
     return indexed[1] is value or json.dumps(indexed[1], sort_keys=True) == json.dumps(value, sort_keys=True)
+
+
+def _entries(tree: MembrainTree) -> list[Node]:
+    """What a namespace's index holds, in the order it indexes them at load: its facts, raw
+    and ignored items in the order they came, so that sessions read as they were said."""
+    entries = [tree.node(f) for f in tree.facts()] + tree.archived("raw") + tree.archived("ignored")
+    entries.sort(key=lambda n: (n.created_at, n.seq))
+    return entries
 
 
 def _is_empty(tree: MembrainTree) -> bool:

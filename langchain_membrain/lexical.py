@@ -22,6 +22,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .slot_state import set_slot_state, slot_state
+
 try:  # optional: Snowball stemmer (extra "bench"); without it terms are not stemmed
     import Stemmer as _PyStemmer
 except ImportError:  # pragma: no cover - exercised only where PyStemmer is missing
@@ -103,6 +105,15 @@ class LexicalIndex:
     def new_slot(self) -> None:
         """Room for one more slot (an empty field); :meth:`grow` first."""
         self.fields.append({})
+
+    def state(self) -> dict[str, Any]:
+        """Everything but the posting arrays (a cache), for a saved index (index_cache.py)."""
+        return slot_state(self, ("_arrays",))
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Back from :meth:`state` (ValueError for another version's)."""
+        set_slot_state(self, state, ("_arrays",))
+        self._arrays = {}
 
     def grow(self, capacity: int) -> None:
         """Per-slot arrays of at least ``capacity`` rows."""

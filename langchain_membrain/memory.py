@@ -22,11 +22,10 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
-from langgraph.store.base import get_text_at_path, tokenize_path
 
 from . import reads, shutdown
 from .background import CHECKPOINT_NAME, Background, own_config  # noqa: F401 - CHECKPOINT_NAME importable as before
@@ -35,9 +34,9 @@ from .embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
 from .errors import InvalidOperationError, ReadOnlyError
 from .filters import check_filter
 from .forest import Forest, RefreshCounts
+from .index_cache import IndexCache
 from .formation import Candidate, check_kinds, extractive_summary
 from .graph import InsertPipeline
-from .multistep import Retrieved, retrieve
 from .inputs import Namespace, as_namespace, as_timestamp, check_text
 from .inputs import json_copy as _json_copy
 from .operations import OperationDecider, OperationDecision, OperationStudent
@@ -53,6 +52,9 @@ from .teachers.seat import TeacherSeat
 from .tree import MembrainTree, working_id
 from .formation_writer import FormationWriter, Input, mark_formed
 from .writes import Writer, prepare, progress as progress_bar
+
+if TYPE_CHECKING:  # multistep imports LangChain's chat models: 0.5 s of every start (issue 48)
+    from .multistep import Retrieved
 
 
 class _Setting:
@@ -131,8 +133,7 @@ class MembrainMemory:
         self.dedupe = cfg.dedupe
         self.operations = bool(operations)
         learner_config = own_config(learner, device)  # a copy: the caller's is never changed
-        # The one place the teacher is held, read at each question (memory.teacher sets it).
-        seat = TeacherSeat(resolved)
+        seat = TeacherSeat(resolved)  # the one place the teacher is held, read at each question
         self._embed_label = embed_label
         student = None
         if operations is True:
@@ -150,7 +151,8 @@ class MembrainMemory:
         self._embed_one = self._embed_query  # every namespace's index embeds queries through this one
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
         self._forest = Forest(self._storage, new_index=self._new_index, refresh_interval=cfg.refresh_interval,
-                              max_loaded=cfg.max_loaded_namespaces, max_height=cfg.max_height, clock=cfg.clock)
+                              max_loaded=cfg.max_loaded_namespaces, max_height=cfg.max_height, clock=cfg.clock,
+                              index_cache=IndexCache.for_storage(self._storage))
         self._closed = False
         # The learner, its trainer thread, its checkpoints and this process's counters; the
         # insert graph reaches the forest, the embedder and the learner through it.
@@ -379,6 +381,8 @@ class MembrainMemory:
     def text_of(self, value: dict[str, Any], fields: list[str] | None = None) -> str:
         """The text embedded for ``value``: the first present of ``fields`` (default
         ``content``, then ``text``), else the value's JSON; several fields are joined."""
+        from langgraph.store.base import get_text_at_path, tokenize_path  # on first use: 0.2 s of a start
+
         explicit = fields is not None
         found: list[str] = []
         for path in fields or self.index_fields:
@@ -545,6 +549,8 @@ class MembrainMemory:
         steps) and the trace of every tool call. ``multistep.retrieval_graph`` is the same
         as a LangGraph subgraph."""
         query = check_text(query, "the query")
+        from .multistep import retrieve
+
         return retrieve(self, query, as_namespace(namespace), llm, max_steps=max_steps)
 
     # ------------------------------------------------------------------ reports
@@ -620,6 +626,7 @@ class MembrainMemory:
         shutdown.forget(self)
         self._bg.stop(timeout=max(1.0, timeout - (time.monotonic() - started)))
         if self._storage is not None:
+            self._forest.save_indexes()  # a restart then reads them instead of indexing (issue 48)
             self._storage.close()
 
     def __enter__(self) -> MembrainMemory:

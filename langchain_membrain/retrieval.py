@@ -1,64 +1,54 @@
 """Fact retrieval for one namespace: an incrementally maintained hybrid index.
 
-:class:`FactIndex` holds the facts of one namespace (one tree) and answers
-``search(query, query_embedding, k)`` with ``[(fact_id, score), ...]``, best first: the
-"strong flat pipeline" (README, LoCoMo), each part switchable in :class:`RetrievalConfig`.
+:class:`FactIndex` holds the facts of one namespace (one tree) and answers ``search(query, query_embedding, k)`` with
+``[(fact_id, score), ...]``, best first: the "strong flat pipeline" (README, LoCoMo), each part in :class:`RetrievalConfig`.
 
 Definitions (``s`` is a fact, ``q`` the query):
 
-- **Lexical field** and **BM25**: lexical.py. A fact's field holds its own terms, the terms
-  of its former versions (below) and what the chat scorers that are on add to it.
-- **Dense score**: the z-scored cosine of the fact's embedding with the query's, over
-  every embedded fact of the index (dense.py).
+- **Lexical field** and **BM25**: lexical.py. A fact's field holds its own terms, the terms of its former versions
+  (below) and what the chat scorers that are on add to it.
+- **Dense score**: the z-scored cosine of the fact's embedding with the query's, over every embedded fact (dense.py).
 - **Fused score**: ``bm25 / max(bm25) + dense_weight * z`` (``max`` over the scored set).
-- **Chat scorers** (opt-in, ``RetrievalConfig.chat``; chat.py): the speaker boost, the
-  session's context (neighbours' terms, session prior) and date terms, for facts that are
-  turns of a conversation with ``speaker``/``session``/``date`` metadata. Off by default.
-- **Relevance** (the score a search reports, :func:`relevance`): the final score ``s`` that
-  :meth:`FactIndex.search` ranks by, every boost included, mapped to ``[0, 1]`` by
-  ``1 / (1 + exp(-4 (s - 0.5)))``. Monotone, so ranking by it is ranking by ``s``; 0.5 for
-  ``s = 0.5`` (half the best lexical match, or a cosine 2.5 deviations above the mean).
-- **Former versions**: a fact that superseded others (an UPDATE keeps the key and archives
-  the old text) still answers what they answered ("I moved into a house in Headingley" is
-  where the person *lives*). Each term of the former versions joins its field with weight
-  ``former_weight`` (its count in the version that says it most), and its cosine is the
-  best over its own embedding and theirs. A raw item gets the facts formed from it the same way.
-- The dense query text is :meth:`FactIndex.dense_query_text`: the query itself, without
-  the speakers' names when :class:`~.chat.SpeakerBoost` strips them. With ``embed_query``
-  configured the index embeds it itself, otherwise the caller passes its embedding.
+- **Chat scorers** (opt-in, ``RetrievalConfig.chat``; chat.py): the speaker boost, the session's context (neighbours'
+  terms, session prior) and date terms, for facts that are turns of a conversation with
+  ``speaker``/``session``/``date`` metadata. Off by default.
+- **Relevance** (the score a search reports, :func:`relevance`): the final score ``s`` that :meth:`FactIndex.search`
+  ranks by, every boost included, mapped to ``[0, 1]`` by ``1 / (1 + exp(-4 (s - 0.5)))``. Monotone, so ranking by it
+  is ranking by ``s``; 0.5 for ``s = 0.5`` (half the best lexical match, or a cosine 2.5 deviations above the mean).
+- **Former versions**: a fact that superseded others (an UPDATE keeps the key and archives the old text) still answers
+  what they answered ("I moved into a house in Headingley" is where the person *lives*). Each term of the former
+  versions joins its field with weight ``former_weight`` (its count in the version that says it most), and its cosine
+  is the best over its own embedding and theirs. A raw item gets the facts formed from it the same way.
+- The dense query text is :meth:`FactIndex.dense_query_text`: the query itself, without the speakers' names when
+  :class:`~.chat.SpeakerBoost` strips them. With ``embed_query`` configured the index embeds it itself, otherwise the
+  caller passes its embedding.
 
 Plain facts with no metadata get BM25 over their own terms fused with the dense score.
 
-Modes: ``mode="exact"`` scores every fact. ``mode="fast"`` scores only candidates, once the
-index holds at least ``ann_min_facts`` embedded facts (below that a matrix-vector product
-is cheap and exact, and fast equals exact): the ``ann_candidates`` nearest neighbours from
-an HNSW index (hnswlib) united with the best ``ann_candidates`` facts by BM25 over the
-*selective* query terms, those whose posting list holds at most ``common_df * N`` facts.
-The common terms' weights are then read from each candidate's own field, so every
-candidate's score is exactly its exact-mode score; only the candidate set is approximate.
-A fast search touches the selective posting lists, an O(log N) graph search and a few
-hundred candidates, never all facts (recall@10 against exact: ``bench scale``). An index filled by :meth:`FactIndex.add_many`
-(a namespace read from storage) has no graph until the writes that follow build it, a
-slice each (dense.py, "Bulk load"); until the graph holds half of the embeddings, fast
-equals exact.
+Modes: ``mode="exact"`` scores every fact. ``mode="fast"`` scores only candidates, once the index holds at least
+``ann_min_facts`` embedded facts (below that a matrix-vector product is cheap and exact, and fast equals exact): the
+``ann_candidates`` nearest neighbours from an HNSW index (hnswlib) united with the best ``ann_candidates`` facts by
+BM25 over the *selective* query terms, those whose posting list holds at most ``common_df * N`` facts. The common
+terms' weights are then read from each candidate's own field, so every candidate's score is exactly its exact-mode
+score; only the candidate set is approximate. A fast search touches the selective posting lists, an O(log N) graph
+search and a few hundred candidates, never all facts (recall@10 against exact: ``bench scale``). An index filled by
+:meth:`FactIndex.add_many` (a namespace read from storage) has no graph until the writes that follow build it, a slice
+each (dense.py, "Bulk load"); until the graph holds half of the embeddings, fast equals exact.
 
 Tree (``search(..., tree=MembrainTree)``): see :class:`RetrievalConfig` fields prefixed
 ``tree_``; fact ids must be the tree's fact node ids.
 
-- **Topic match**: an aspect's cosine with the query is ``c(a) = max(cos(q, label(a)),
-  cos(q, m(a)))`` (its label's embedding, the mean embedding of its facts), over the aspects
-  holding at least ``tree_topic_min_facts`` facts; ``z(a)`` is ``c(a)`` z-scored with the
-  mean and deviation of the query's cosines to the facts. When the best aspect has
-  ``z >= tree_topic_min_z`` (the query is about a topic the tree holds, not about one
-  fact), the aspects within ``tree_topic_margin`` of the best one match, and each fact
-  below a matching aspect gets ``+ tree_topic_weight * dense_weight * z(a)`` for the best
-  such ancestor: the fact's dense score and its topic's, on one scale. Otherwise nothing
-  changes. In fast mode the matching aspects' facts join the candidates.
+- **Topic match**: an aspect's cosine with the query is ``c(a) = max(cos(q, label(a)), cos(q, m(a)))`` (its label's
+  embedding, the mean embedding of its facts), over the aspects holding at least ``tree_topic_min_facts`` facts;
+  ``z(a)`` is ``c(a)`` z-scored with the mean and deviation of the query's cosines to the facts. When the best aspect
+  has ``z >= tree_topic_min_z`` (the query is about a topic the tree holds, not about one fact), the aspects within
+  ``tree_topic_margin`` of the best one match, and each fact below a matching aspect gets ``+ tree_topic_weight *
+  dense_weight * z(a)`` for the best such ancestor: the fact's dense score and its topic's, on one scale. Otherwise
+  nothing changes. In fast mode the matching aspects' facts join the candidates.
 
-Thread-safety: a ``FactIndex`` is **not** thread-safe. Every method that reads or writes
-must be called with the owner's lock held (``MembrainMemory`` already serialises writes to a
-namespace's tree; it must take the same lock around ``search``). Distinct indexes share
-nothing and can be used from distinct threads.
+Thread-safety: a ``FactIndex`` is **not** thread-safe. Every method that reads or writes must be called with the
+owner's lock held (``MembrainMemory`` already serialises writes to a namespace's tree; it must take the same lock
+around ``search``). Distinct indexes share nothing and can be used from distinct threads.
 """
 
 from __future__ import annotations
@@ -74,11 +64,13 @@ from .chat import (CHAT_SCORERS, ChatScorer, ChatSignals, DateTerms, SessionCont
                    date_tokens, group_max)
 from .dense import DenseIndex
 from .lexical import STOPWORDS, LexicalIndex, can_stem, shared_stemmer, tokenize, tokenize_many
+from .slot_state import set_slot_state, slot_state
 
-#: Rows an index allocates one at a time before it doubles its capacity: a namespace of a
-#: few facts holds no spare rows (an empty 384-d row is 1.5 KB), and from here on the
-#: capacities are the powers of two they always were.
+#: Rows an index allocates one at a time before it doubles its capacity: a namespace of a few facts holds no spare
+#: rows (an empty 384-d row is 1.5 KB), and from here on the capacities are the powers of two they always were.
 GROW_EXACT_BELOW = 8
+#: What a saved index (index_cache.py) leaves out, and the parts saved by their own ``state()``.
+_UNSAVED, _PARTS = ("config", "embed_query", "_former_stack", "_lex", "_dense", "_chat"), ("_lex", "_dense", "_chat")
 
 __all__ = ["FactIndex", "RetrievalConfig", "SpeakerBoost", "SessionContext", "DateTerms", "tokenize",
            "date_tokens", "relevance", "STOPWORDS"]
@@ -92,14 +84,12 @@ RELEVANCE_SLOPE = 4.0
 
 
 def relevance(score: float) -> float:
-    """The score a search reports for a hit: ``1 / (1 + exp(-4 (s - 0.5)))`` of the ranking
-    score ``s`` that :meth:`FactIndex.search` returns (fused lexical and dense score plus
-    every boost and prior; see the module docstring). A relevance in ``[0, 1]``, strictly
-    increasing in ``s`` wherever floats can tell (so it never reorders hits), the same
-    function for every namespace, entry point and ranking extension: an unrelated fact
-    scores about 0.1 (``s`` near 0), a fact as near the query in meaning as 2.5 standard
-    deviations above the namespace's mean 0.5, a fact that also holds the query's rarest
-    words above 0.9."""
+    """The score a search reports for a hit: ``1 / (1 + exp(-4 (s - 0.5)))`` of the ranking score ``s`` that
+    :meth:`FactIndex.search` returns (fused lexical and dense score plus every boost and prior; see the module
+    docstring). A relevance in ``[0, 1]``, strictly increasing in ``s`` wherever floats can tell (so it never
+    reorders hits), the same function for every namespace, entry point and ranking extension: an unrelated fact
+    scores about 0.1 (``s`` near 0), a fact as near the query in meaning as 2.5 standard deviations above the
+    namespace's mean 0.5, a fact that also holds the query's rarest words above 0.9."""
     x = -RELEVANCE_SLOPE * (float(score) - RELEVANCE_MIDPOINT)
     if x > 700.0:  # exp would overflow: the relevance is 0 to double precision
         return 0.0
@@ -275,6 +265,16 @@ class FactIndex:
     def field_of(self, fact_id: Hashable) -> dict[str, float]:
         """The lexical field of a fact (term -> weight), see the module docstring."""
         return dict(self._lex.fields[self._slot[fact_id]])
+
+    def state(self) -> dict[str, Any]:
+        """All the index holds but what ``_UNSAVED`` names, for a saved index (index_cache.py)."""
+        return {**slot_state(self, _UNSAVED), **{k: getattr(self, k).state() for k in _PARTS}}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Back from :meth:`state` (consumed) into a new index of its configuration; ValueError if not."""
+        for k in _PARTS:
+            getattr(self, k).set_state(state.pop(k))
+        set_slot_state(self, state, _UNSAVED)
 
     # ----------------------------------------------------------------- writes
     def add(self, fact_id: Hashable, text: str, embedding: Any = None,
