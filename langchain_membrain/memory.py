@@ -510,6 +510,8 @@ class MembrainMemory:
                             kinds=searched)
         if min_score is None:
             return hits
+        if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not 0.0 <= min_score <= 1.0:
+            raise InvalidOperationError(f"min_score is a probability in [0, 1] or None, got {min_score!r}")
         return [h for h in hits if h.score is not None and h.score >= min_score]
 
     def working(self, namespace: str | Sequence[str] | None = None,

@@ -210,8 +210,7 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
     the cost is the index's (sub-linear in fast mode). ``marks`` receives {older key: newer
     key} of the near-duplicates that recency reordered (recency.prefer_newer)."""
     def passes(f: str) -> bool:
-        node = tree.node(f) if f in tree else tree.archive[f]
-        return not filter or matches(node.metadata.get("value", {}), filter)
+        return not filter or matches(entry_of(tree, f).metadata.get("value", {}), filter)
 
     every_kind = set(SEARCHED_KINDS) <= set(kinds)
     ids = None
@@ -237,7 +236,8 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
         scored, moved = prefer_newer(scored, lambda f: entry_of(tree, f), near)
         scored = scored[:k]
         if marks is not None:
-            marks.update({old: new for old, new in moved.items() if old in dict(scored)})
+            kept = {f for f, _ in scored}
+            marks.update({old: new for old, new in moved.items() if old in kept})
     unscored: list[tuple[str, float | None]] = [(f, None) for f in sorted(forest.unindexed(ns)) if passes(f)
                                                and kind_of(tree, f) in kinds]
     return scored + unscored

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from langchain_membrain import MembrainMemory, MembrainStore
+from langchain_membrain import InvalidOperationError, MembrainMemory, MembrainStore
 from langchain_membrain.scores import DEFAULT_MIN_SCORE, auroc, fit
 from langchain_membrain.tools import memory_tools
 
@@ -49,6 +49,12 @@ def test_min_score_drops_hits_below_it(mem):
     cut = sorted(h.score for h in hits)[1]
     assert [h.key for h in mem.search("food", namespace="u", limit=4, min_score=cut)] == \
         [h.key for h in hits if h.score >= cut]
+
+
+@pytest.mark.parametrize("bad", ["0.5", 1.5, -0.1, True])
+def test_min_score_outside_a_probability_is_refused(mem, bad):
+    with pytest.raises(InvalidOperationError, match="min_score"):
+        mem.search("food", namespace="u", min_score=bad)
 
 
 def test_the_store_keeps_langgraphs_conventions(mem):
