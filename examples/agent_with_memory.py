@@ -20,8 +20,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
-from langchain_membrain.store import MembrainStore
-from langchain_membrain.tools import memory_tools
+from langchain_membrain.integrations.store import MembrainStore
+from langchain_membrain.integrations.tools import memory_tools
 
 USER_MESSAGE = (
     "Please remember two things about me: I am vegetarian, and my favourite colour is teal. "

@@ -9,10 +9,14 @@ torch, nor the embedder, nor an LLM SDK.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+import types
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time see __getattr__ below
-    from .actions import Demote, Group, Promote
     from .errors import (
         CheckpointError,
         DimensionError,
@@ -25,24 +29,27 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time see __getattr_
         StorageError,
         TeacherError,
     )
+    from .index.facts import RetrievalConfig
+    from .insert.config import LearnerConfig
+    from .insert.pipeline import Learner
+    from .integrations.store import MembrainStore
+    from .integrations.tools import memory_tools
     from .memory import MembrainMemory
-    from .pipeline import Learner, LearnerConfig
-    from .records import MemoryRecord
-    from .retrieval import RetrievalConfig
-    from .retriever import MembrainRetriever
-    from .store import MembrainStore
+    from .retrieval.retriever import MembrainRetriever
+    from .students.training_config import Policy
     from .teachers import HeuristicTeacher, LLMTeacher, OpenAITeacher
-    from .tools import memory_tools
-    from .training import Policy
-    from .tree import Closure, ClosureMember, MembrainTree, Node
+    from .tree.actions import Demote, Group, Promote
+    from .tree.nodes import Node
+    from .tree.records import MemoryRecord
+    from .tree.tree import Closure, ClosureMember, MembrainTree
 
 __version__ = "0.1.0"
 
 # public name -> the submodule that defines it
 _LAZY: dict[str, str] = {
-    "Demote": ".actions",
-    "Group": ".actions",
-    "Promote": ".actions",
+    "Demote": ".tree.actions",
+    "Group": ".tree.actions",
+    "Promote": ".tree.actions",
     "CheckpointError": ".errors",
     "DimensionError": ".errors",
     "InvalidOperationError": ".errors",
@@ -54,21 +61,21 @@ _LAZY: dict[str, str] = {
     "StorageError": ".errors",
     "TeacherError": ".errors",
     "MembrainMemory": ".memory",
-    "MemoryRecord": ".records",
-    "Learner": ".pipeline",
-    "LearnerConfig": ".pipeline",
-    "RetrievalConfig": ".retrieval",
-    "MembrainRetriever": ".retriever",
-    "MembrainStore": ".store",
+    "MemoryRecord": ".tree.records",
+    "Learner": ".insert.pipeline",
+    "LearnerConfig": ".insert.config",
+    "RetrievalConfig": ".index.facts",
+    "MembrainRetriever": ".retrieval.retriever",
+    "MembrainStore": ".integrations.store",
     "HeuristicTeacher": ".teachers",
     "LLMTeacher": ".teachers",
     "OpenAITeacher": ".teachers",
-    "memory_tools": ".tools",
-    "Policy": ".training",
-    "Closure": ".tree",
-    "ClosureMember": ".tree",
-    "MembrainTree": ".tree",
-    "Node": ".tree",
+    "memory_tools": ".integrations.tools",
+    "Policy": ".students.training_config",
+    "Closure": ".tree.tree",
+    "ClosureMember": ".tree.tree",
+    "MembrainTree": ".tree.tree",
+    "Node": ".tree.nodes",
 }
 
 __all__ = [
@@ -103,6 +110,78 @@ __all__ = [
     "TeacherError",
     "__version__",
 ]
+
+
+#: Module paths of 0.1 -> where they live now (one release of DeprecationWarning).
+_MOVED: dict[str, str] = {
+    "actions": "tree.actions", "background": "insert.background", "batches": "insert.batches",
+    "calibration": "students.calibration", "chat": "index.chat", "config": "insert.config",
+    "decoding": "students.decoding", "dense": "index.dense", "embeddings": "index.embeddings",
+    "evaluation": "tree.evaluation", "export": "tree.export", "features": "students.features",
+    "filters": "tree.filters", "forest": "storage.forest", "formation": "insert.formation",
+    "formation_student": "students.formation", "formation_writer": "insert.formation_writer",
+    "graph": "insert.graph", "index_cache": "storage.index_cache", "inputs": "tree.inputs",
+    "insert_records": "insert.records", "labels": "tree.labels", "ledger": "insert.ledger",
+    "lexical": "index.lexical", "losses": "students.losses", "minilm": "index.minilm",
+    "models": "students.models", "multistep": "retrieval.multistep", "nets": "students.nets",
+    "nodes": "tree.nodes", "operation_rule": "teachers.operation_rule",
+    "operation_student": "students.operation", "operation_types": "tree.operation_types",
+    "operations": "insert.operations", "pipeline": "insert.pipeline", "placement": "tree.placement",
+    "prior": "students.prior", "reads": "retrieval.reads", "recency": "retrieval.recency",
+    "records": "tree.records", "replay": "students.replay", "retriever": "retrieval.retriever",
+    "scores": "retrieval.scores", "shadow": "students.shadow", "shutdown": "insert.shutdown",
+    "slot_state": "index.slot_state", "stats": "insert.stats", "store": "integrations.store",
+    "tools": "integrations.tools", "torchfile": "students.torchfile",
+    "training": "students.training", "training_config": "students.training_config",
+    "tree_archive": "tree.archive", "tree_rows": "tree.rows", "writes": "insert.writes",
+}
+#: Where the names that a 0.1 module re-exported (without defining them) are defined.
+_REEXPORTED_FROM: dict[str, tuple[str, ...]] = {
+    "formation": ("tree.kinds",),
+    "models": ("students.nets",),
+    "operations": ("students.operation", "teachers.operation_rule", "tree.operation_types"),
+    "pipeline": ("insert.config", "insert.records", "insert.ledger", "tree.placement", "tree.labels", "teachers.base"),
+    "training": ("students.training_config",),
+}
+
+
+class _MovedModule(types.ModuleType):
+    """An old module path: every name is looked up where the module lives now."""
+
+    __targets__: list[str]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for target in self.__targets__:
+            module = importlib.import_module(target)
+            if hasattr(module, name):
+                return getattr(module, name)
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``langchain_membrain.<old>`` for the modules of :data:`_MOVED`."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        old = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + ".") else None
+        if old not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        old = spec.name[len(__name__) + 1:]
+        module = _MovedModule(spec.name)
+        module.__targets__ = [f"{__name__}.{m}" for m in (_MOVED[old], *_REEXPORTED_FROM.get(old, ()))]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        warnings.warn(f"{module.__name__} moved to {module.__targets__[0]}; the old path goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+
+
+if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+    sys.meta_path.append(_MovedFinder())
 
 
 def __getattr__(name: str) -> Any:

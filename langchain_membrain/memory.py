@@ -27,34 +27,40 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from . import reads, shutdown
-from .background import CHECKPOINT_NAME, Background, own_config  # noqa: F401 - CHECKPOINT_NAME importable as before
-from .config import MemoryConfig, check_max_loaded
-from .embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
 from .errors import InvalidOperationError, ReadOnlyError
-from .filters import check_filter
-from .forest import Forest, RefreshCounts
-from .index_cache import IndexCache
-from .formation import Candidate, check_kinds, extractive_summary
-from .graph import InsertPipeline
-from .inputs import Namespace, as_namespace, as_timestamp, check_text
-from .inputs import json_copy as _json_copy
-from .operations import OperationDecider, OperationDecision, OperationStudent
-from .pipeline import Learner, LearnerConfig
-from .prior import load_operation_prior
-from .records import MemoryRecord
-from .recency import resolve_recency
-from .retrieval import FactIndex, RetrievalConfig, resolve_topic_weight
-from .stats import ForestStats, MemoryStats
-from .storage import Storage, open_storage
+from .index.embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
+from .index.facts import FactIndex, RetrievalConfig, resolve_topic_weight
+from .insert import shutdown
+from .insert.background import CHECKPOINT_NAME, Background, own_config  # noqa: F401 - CHECKPOINT_NAME importable as before
+from .insert.config import LearnerConfig, MemoryConfig, check_max_loaded
+from .insert.formation import Candidate, extractive_summary
+from .insert.formation_writer import FormationWriter, Input, mark_formed
+from .insert.graph import InsertPipeline
+from .insert.operations import OperationDecider, OperationDecision
+from .insert.pipeline import Learner
+from .insert.stats import ForestStats, MemoryStats
+from .insert.writes import Writer, prepare
+from .insert.writes import progress as progress_bar
+from .retrieval import reads
+from .retrieval.recency import resolve_recency
+from .storage import open_storage
+from .storage.base import Storage
+from .storage.forest import Forest, RefreshCounts
+from .storage.index_cache import IndexCache
+from .students.operation import OperationStudent
+from .students.prior import load_operation_prior
 from .teachers.resolve import resolve_teacher
 from .teachers.seat import TeacherSeat
-from .tree import MembrainTree, working_id
-from .formation_writer import FormationWriter, Input, mark_formed
-from .writes import Writer, prepare, progress as progress_bar
+from .tree.archive import working_id
+from .tree.filters import check_filter
+from .tree.inputs import Namespace, as_namespace, as_timestamp, check_text
+from .tree.inputs import json_copy as _json_copy
+from .tree.kinds import check_kinds
+from .tree.records import MemoryRecord
+from .tree.tree import MembrainTree
 
 if TYPE_CHECKING:  # multistep imports LangChain's chat models: 0.5 s of every start (issue 48)
-    from .multistep import Retrieved
+    from .retrieval.multistep import Retrieved
 
 
 class _Setting:
@@ -551,7 +557,7 @@ class MembrainMemory:
         steps) and the trace of every tool call. ``multistep.retrieval_graph`` is the same
         as a LangGraph subgraph."""
         query = check_text(query, "the query")
-        from .multistep import retrieve
+        from .retrieval.multistep import retrieve
 
         return retrieve(self, query, as_namespace(namespace), llm, max_steps=max_steps)
 
@@ -582,7 +588,7 @@ class MembrainMemory:
     def as_retriever(self, namespace: str | Sequence[str] | None = None, *, k: int = 4,
                      filter: dict[str, Any] | None = None):
         """A LangChain retriever over one namespace (and the namespaces below it)."""
-        from .retriever import MembrainRetriever
+        from .retrieval.retriever import MembrainRetriever
 
         return MembrainRetriever(memory=self, namespace=as_namespace(namespace), k=k, filter=filter)
 

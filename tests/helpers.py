@@ -48,8 +48,8 @@ _FORCED: dict[int, tuple[object, object]] = {}  # id(teacher) -> (teacher, its t
 def insert_by_teacher(tree, new_fact, teacher, **kw) -> str:
     """Insert ``new_fact`` decided by ``teacher`` alone, through the insert graph
     (``pipeline.teacher_forcing``, one learner per teacher); the new fact's id."""
-    from langchain_membrain.graph import insert_fact
-    from langchain_membrain.pipeline import teacher_forcing
+    from langchain_membrain.insert.graph import insert_fact
+    from langchain_membrain.insert.pipeline import teacher_forcing
 
     entry = _FORCED.get(id(teacher))
     if entry is None or entry[0] is not teacher:
@@ -60,22 +60,25 @@ def insert_by_teacher(tree, new_fact, teacher, **kw) -> str:
 
 def small_model(dim: int):
     """Networks small enough for unit tests: one layer of width 32 over ``dim``-wide embeddings."""
-    from langchain_membrain.models import ModelConfig
+    from langchain_membrain.students.linear.nets import ModelConfig
 
     return ModelConfig(dim=dim, d_model=32, heads=4, layers=1)
 
 
 def small_learner(dim: int):
     """A learner of the offline teacher with :func:`small_model` networks, trained on the CPU."""
-    from langchain_membrain.pipeline import Learner, LearnerConfig
+    from langchain_membrain.students.linear.training_config import TrainingConfig
+
+    from langchain_membrain.insert.config import LearnerConfig
+    from langchain_membrain.insert.pipeline import Learner
     from langchain_membrain.teachers.heuristic import HeuristicTeacher
-    from langchain_membrain.training import TrainingConfig
 
     return Learner(HeuristicTeacher(), LearnerConfig(model=small_model(dim), training=TrainingConfig(device="cpu")))
 
 
 def small_trainer(dim: int):
     """An online trainer of :func:`small_model` networks on the CPU."""
-    from langchain_membrain.training import OnlineTrainer, TrainingConfig
+    from langchain_membrain.students.linear.training import OnlineTrainer
+    from langchain_membrain.students.linear.training_config import TrainingConfig
 
     return OnlineTrainer(small_model(dim), TrainingConfig(device="cpu"))

@@ -1,5 +1,7 @@
 """The package's layering, read from its source with ``ast`` (nothing is imported):
 
+- each part of the package (a subpackage, or ``memory`` and ``errors`` at the top) imports
+  only the parts below it (:data:`ALLOWED`);
 - no import cycle between the package's modules, counting every import: at module level,
   inside functions (lazy) and under ``TYPE_CHECKING``;
 - no module (the benchmarks included: they measure what a user can call) touches a private
@@ -121,9 +123,64 @@ def foreign_private_uses(name: str, tree: ast.Module, others: dict[str, set[str]
 def test_the_package_imports_no_module_in_a_cycle():
     trees, inits = modules(), packages()
     graph = {name: imported(name, tree, set(trees), is_package=name in inits) for name, tree in trees.items()}
-    assert graph[f"{PACKAGE}.memory"] >= {f"{PACKAGE}.forest", f"{PACKAGE}.graph"}  # the reader works
+    assert graph[f"{PACKAGE}.memory"] >= {f"{PACKAGE}.storage.forest", f"{PACKAGE}.insert.graph"}  # the reader works
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+#: The layers: each part of the package and the parts it may import (README, Code layout).
+#: A part is a subpackage or a top-level module; the root ``__init__`` may import them all.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "tree": {"errors"},
+    "index": {"errors"},
+    "teachers": {"errors", "tree"},
+    "storage": {"errors", "tree", "index"},
+    "students": {"errors", "tree", "index", "teachers"},
+    "retrieval": {"errors", "tree", "index", "storage", "teachers"},
+    "insert": {"errors", "tree", "index", "storage", "teachers", "students"},
+    "memory": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert"},
+    "integrations": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert", "memory"},
+    "bench": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert", "memory",
+              "integrations"},
+    "cli": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert", "memory",
+            "integrations", "bench"},
+}
+
+
+def part(module: str) -> str:
+    """The layer a module belongs to: its subpackage, or itself at the top level."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports_across_layers(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from one part to another that ALLOWED does not name."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        here = part(name)
+        for target in sorted(targets):
+            there = part(target)
+            if here != "__init__" and there != here and there not in ALLOWED.get(here, set()):
+                found.append(f"{name} -> {target}")
+    return found
+
+
+def test_every_part_of_the_package_has_its_allowed_imports():
+    top = {p.stem for p in ROOT.glob("*.py") if p.stem != "__init__"} | {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert top == set(ALLOWED), "a new part: say what it may import"
+
+
+def test_imports_go_only_down_the_layers():
+    trees, inits = modules(), packages()
+    graph = {name: imported(name, tree, set(trees), is_package=name in inits) for name, tree in trees.items()}
+    assert imports_across_layers(graph) == []
+
+
+def test_the_layer_check_sees_an_import_upward():
+    graph = {"langchain_membrain.tree.nodes": {"langchain_membrain.insert.config"},
+             "langchain_membrain.insert.config": {"langchain_membrain.tree.nodes"}}
+    assert imports_across_layers(graph) == ["langchain_membrain.tree.nodes -> langchain_membrain.insert.config"]
 
 
 def test_the_cycle_finder_sees_a_lazy_and_a_type_checking_import():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import WordEmbeddings
+
 from langchain_membrain import MembrainMemory
 from langchain_membrain.bench.labels import offline_labeller, score_label, summarize, topic_labels, tree_labels
 
@@ -37,8 +37,8 @@ def test_each_topic_is_labelled_from_its_own_facts():
 
 
 def test_the_product_trees_aspects_are_scored_against_their_majority_topic():
-    from langchain_membrain.embeddings import MiniLMEmbeddings
-    from langchain_membrain.personas import load_personas
+    from langchain_membrain.bench.persona_sets import load_personas
+    from langchain_membrain.index.embeddings import MiniLMEmbeddings
 
     minilm = MiniLMEmbeddings()
     persona = {"hannah_goldberg": load_personas("heldout")["hannah_goldberg"]}

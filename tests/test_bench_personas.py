@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import WordEmbeddings
+
 from langchain_membrain import MembrainMemory
 from langchain_membrain.bench.personas import kmeans_tree, measure, memory_builder, score_tree, summarize
 

@@ -14,16 +14,16 @@ import uuid
 
 import numpy as np
 import pytest
+from helpers import WordEmbeddings
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import invariant
+from test_tree_properties import DIM, TreeMachine
 
-from helpers import WordEmbeddings
 from langchain_membrain import MembrainTree
 from langchain_membrain.errors import InvariantError
 from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.storage import open_storage
 from langchain_membrain.storage.base import merge_changes
-from test_tree_properties import DIM, TreeMachine
 
 
 class FollowerMachine(TreeMachine):

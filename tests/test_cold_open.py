@@ -17,8 +17,8 @@ from helpers import WordEmbeddings  # noqa: E402
 
 from langchain_membrain import MembrainMemory, RetrievalConfig, dense  # noqa: E402
 from langchain_membrain.bench.updates import GroundTruthTeacher, gt_value  # noqa: E402
-from langchain_membrain.forest import Forest  # noqa: E402
-from langchain_membrain.retrieval import FactIndex  # noqa: E402
+from langchain_membrain.index.facts import FactIndex  # noqa: E402
+from langchain_membrain.storage.forest import Forest  # noqa: E402
 
 DIM = 16
 CHAT = RetrievalConfig.for_chat()

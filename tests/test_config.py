@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from langchain_membrain.config import MemoryConfig
 from langchain_membrain.errors import InvalidOperationError
+from langchain_membrain.insert.config import MemoryConfig
 from langchain_membrain.memory import MembrainMemory
 
 

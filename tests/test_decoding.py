@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from langchain_membrain.actions import Demote, Group, Promote, apply_actions
-from langchain_membrain.decoding import DecodeConfig, action_key, agglomerate, decode, encode_actions
-from langchain_membrain.features import stage2_features
-from langchain_membrain.tree import MembrainTree
+from langchain_membrain.students.linear.decoding import DecodeConfig, action_key, agglomerate, decode, encode_actions
+from langchain_membrain.students.linear.features import stage2_features
+from langchain_membrain.tree.tree.actions import Demote, Group, Promote, apply_actions
+from langchain_membrain.tree.tree.tree import MembrainTree
 
 DIM = 8
 

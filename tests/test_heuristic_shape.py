@@ -19,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from langchain_membrain.tree.tree.actions import Demote, Promote, validate_action
+from langchain_membrain.tree.tree.placement import stage1_candidates
+from langchain_membrain.tree.tree.tree import MembrainTree
 
-from langchain_membrain.actions import Demote, Promote, validate_action
-from langchain_membrain.pipeline import attach, rewrite, stage1_candidates
 from langchain_membrain.teachers.base import NewFact, Subtree
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
-from langchain_membrain.tree import MembrainTree
+from langchain_membrain.tree.actions import apply_actions as rewrite
+from langchain_membrain.tree.placement import attach
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo_dev.json"
 
@@ -200,7 +202,7 @@ def _locomo_turns(limit: int) -> list[str]:
 def test_locomo_conversation_consistency_and_shape():
     pytest.importorskip("sentence_transformers")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from langchain_membrain.embeddings import MiniLMEmbeddings
+    from langchain_membrain.index.embeddings import MiniLMEmbeddings
 
     texts = _locomo_turns(419)
     emb = MiniLMEmbeddings().embed_array(texts)

@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_cold_open import CHAT, DIM, QUERIES, chat_events, fields, hits, items, memory, same_hits  # noqa: E402
 
 from langchain_membrain import RetrievalConfig, index_cache  # noqa: E402
-from langchain_membrain.index_cache import IndexCache, fingerprint  # noqa: E402
-from langchain_membrain.retrieval import FactIndex  # noqa: E402
+from langchain_membrain.index.facts import FactIndex  # noqa: E402
+from langchain_membrain.storage.index_cache import IndexCache, fingerprint  # noqa: E402
 
 NS = ("chat",)
 
@@ -167,7 +167,7 @@ def test_the_unpickler_refuses_any_other_global():
 
 
 def test_fingerprint_covers_version_ids_texts_and_times():
-    from langchain_membrain.nodes import Node
+    from langchain_membrain.tree.tree.nodes import Node
 
     nodes = [Node("a", "fact", "apple", updated_at=1.0), Node("b", "fact", "pear", updated_at=2.0)]
     base = fingerprint(3, nodes)

@@ -7,10 +7,9 @@ import unicodedata
 
 import numpy as np
 import pytest
-
 from helpers import WordEmbeddings
-from langchain_membrain.labels import label_candidates, offline_label, typical_facts
-from langchain_membrain.tree import MembrainTree
+from langchain_membrain.tree.tree.labels import label_candidates, offline_label, typical_facts
+from langchain_membrain.tree.tree.tree import MembrainTree
 
 RUNNING = [
     "I ran 12 km along the river this morning.",
@@ -68,7 +67,7 @@ GROUPS = [RUNNING, CAFE, POTTERY_CHAT, ABOUT_MELANIE, FOOTBALL, JAPAN, DIET]
 
 @pytest.fixture(scope="module")
 def embed(one_torch_thread):
-    from langchain_membrain.embeddings import MiniLMEmbeddings
+    from langchain_membrain.index.embeddings import MiniLMEmbeddings
 
     return MiniLMEmbeddings().embed_documents
 
@@ -265,7 +264,7 @@ def test_a_label_for_an_aspect_of_a_tree():
 
 
 def test_the_label_cache_embeds_each_phrase_once_and_keeps_order(embed):
-    from langchain_membrain.embeddings import EmbeddingCache
+    from langchain_membrain.index.embeddings import EmbeddingCache
 
     seen: list[str] = []
 
@@ -291,9 +290,9 @@ def test_a_memory_embeds_each_label_phrase_once(one_torch_thread):
     long chat's CPU time went there): through the memory, each phrase is embedded once."""
     from collections import Counter
 
-    from langchain_membrain.embeddings import MiniLMEmbeddings
+    from langchain_membrain.bench.persona_sets import load_personas
+    from langchain_membrain.index.embeddings import MiniLMEmbeddings
     from langchain_membrain.memory import MembrainMemory
-    from langchain_membrain.personas import load_personas
 
     class Counting(MiniLMEmbeddings):
         texts: Counter[str] = Counter()

@@ -10,10 +10,15 @@ import warnings
 from typing import Any
 
 import pytest
-
 from helpers import WordEmbeddings
+
 from langchain_membrain.errors import InvalidOperationError
-from langchain_membrain.formation import MAX_CANDIDATES, MAX_WORKING_CHARS, FormationWarning, extractive_summary
+from langchain_membrain.insert.formation import (
+    MAX_CANDIDATES,
+    MAX_WORKING_CHARS,
+    FormationWarning,
+    extractive_summary,
+)
 from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 
@@ -167,7 +172,7 @@ def test_the_extractive_summary_keeps_the_sentences_that_say_most():
 
 
 def test_a_store_user_chooses_the_kind_through_the_value_or_the_index_configuration():
-    from langchain_membrain.store import MembrainStore
+    from langchain_membrain.integrations.store import MembrainStore
 
     with MembrainStore(memory(), index={"kind": "experience"}) as store:
         store.put(("u",), "k1", {"content": "always check both calendars first"})
@@ -183,7 +188,7 @@ def test_a_store_user_chooses_the_kind_through_the_value_or_the_index_configurat
 
 
 def test_the_html_view_shows_kinds_sources_raw_items_and_summaries():
-    from langchain_membrain.export import tree_to_html
+    from langchain_membrain.tree.tree.export import tree_to_html
 
     teacher = ScriptedFormer({CELLO: {"facts": ["Maya plays the cello"], "experiences": ["rosin the bow first"],
                                       "working": "music talk"}})
@@ -236,7 +241,7 @@ def test_a_raw_item_is_found_by_its_facts_words():
 
 
 def test_the_second_step_searches_again_with_the_best_facts():
-    from langchain_membrain.retrieval import RetrievalConfig
+    from langchain_membrain.index.facts import RetrievalConfig
 
     said = {"Gina: my trip is booked!": {"facts": ["Gina booked a trip to Rome"]},
             "Rome was so hot in June": {"facts": []}}
@@ -308,7 +313,7 @@ def test_a_batch_never_mixes_sessions():
 
 
 def test_a_reopened_formed_memory_searches_as_the_live_one(tmp_path):
-    from langchain_membrain.retrieval import RetrievalConfig
+    from langchain_membrain.index.facts import RetrievalConfig
 
     topics = ["cellos and music", "a trip to Rome", "baking bread", "moving to Porto", "green tea", "the dog Rex",
               "a new bike", "the garden", "jazz records", "a broken phone"]

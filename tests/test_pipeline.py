@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import insert_by_teacher
-from langchain_membrain.graph import insert_fact, place_fact
-from langchain_membrain.actions import Demote, Group, Promote
+from langchain_membrain.students.linear.nets import ModelConfig
+from langchain_membrain.students.linear.training_config import Policy, StageTraining, TrainingConfig
+from langchain_membrain.tree.tree.actions import Demote, Group, Promote
+from langchain_membrain.tree.tree.tree import MembrainTree
+
 from langchain_membrain.errors import DimensionError
-from langchain_membrain.models import ModelConfig
-from langchain_membrain.pipeline import Learner, LearnerConfig, teacher_forcing
+from langchain_membrain.insert.config import LearnerConfig
+from langchain_membrain.insert.graph import insert_fact, place_fact
+from langchain_membrain.insert.pipeline import Learner, teacher_forcing
 from langchain_membrain.teachers.base import BaseTeacher, NewFact
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
-from langchain_membrain.training import Policy, StageTraining, TrainingConfig
-from langchain_membrain.tree import MembrainTree
 
 DIM = 16
 

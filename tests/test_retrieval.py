@@ -10,15 +10,9 @@ import pytest
 
 from langchain_membrain.bench.locomo import normalize_evidence
 from langchain_membrain.errors import InvalidOperationError
-from langchain_membrain.retrieval import (
-    DateTerms,
-    FactIndex,
-    RetrievalConfig,
-    SessionContext,
-    SpeakerBoost,
-    date_tokens,
-    tokenize,
-)
+from langchain_membrain.index.chat import DateTerms, SessionContext, SpeakerBoost, date_tokens
+from langchain_membrain.index.facts import FactIndex, RetrievalConfig
+from langchain_membrain.index.lexical import tokenize
 
 DIM = 16
 CHAT = RetrievalConfig.for_chat()  # every chat scorer on: the facts of make_facts are chat turns
@@ -354,7 +348,7 @@ def test_locomo_bench_end_to_end_on_a_tiny_conversation(tmp_path):
 def test_small_and_large_indexes_score_alike(monkeypatch):
     """A small index computes the dense z-score's moments from its rows; past MOMENTS_MIN
     it keeps running sums instead. Both give the same scores, across adds and removals."""
-    import langchain_membrain.dense as dense
+    import langchain_membrain.index.dense as dense
 
     facts = make_facts(300, seed=7)
     q = unit(np.random.default_rng(8), 1)[0]

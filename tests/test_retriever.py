@@ -10,7 +10,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from langchain_membrain.memory import MembrainMemory
-from langchain_membrain.retriever import MembrainRetriever
+from langchain_membrain.retrieval.retriever import MembrainRetriever
 
 FACTS = [
     ("tea", "Alice drinks green tea every morning", {"kind": "habit"}),

@@ -67,8 +67,8 @@ def test_import_loads_no_torch_no_embedder_no_llm_sdk(tmp_path):
 
 
 def test_light_modules_load_no_torch(tmp_path):
-    code = ("import langchain_membrain.tree, langchain_membrain.features, langchain_membrain.teachers.base, "
-            f"langchain_membrain.export, langchain_membrain.storage, langchain_membrain.cli\n{REPORT}")
+    code = ("import langchain_membrain.tree, langchain_membrain.students.features, langchain_membrain.teachers.base, "
+            f"langchain_membrain.tree.export, langchain_membrain.storage, langchain_membrain.cli\n{REPORT}")
     proc = python(code, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert loaded_heavy(proc) == []
@@ -245,10 +245,10 @@ def test_exit_hook_holds_no_memory_alive():
     import gc
     import weakref
 
+    from helpers import WordEmbeddings
+
     from langchain_membrain import shutdown
     from langchain_membrain.memory import MembrainMemory
-
-    from helpers import WordEmbeddings
 
     m = MembrainMemory(embeddings=WordEmbeddings())
     assert m in shutdown._LIVE
@@ -263,9 +263,9 @@ def test_exit_hook_holds_no_memory_alive():
 
 # ------------------------------------------------------------------ lock files
 def test_no_trainer_lock_file_after_close(tmp_path):
-    from langchain_membrain.memory import MembrainMemory
-
     from helpers import WordEmbeddings
+
+    from langchain_membrain.memory import MembrainMemory
 
     db = tmp_path / "m.db"
     with MembrainMemory(str(db), embeddings=WordEmbeddings(), background=False) as m:

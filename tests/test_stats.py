@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 
 from helpers import WordEmbeddings
+
 from langchain_membrain.cli import stats_rows
+from langchain_membrain.insert.stats import Counters, ForestStats, LearningStats, MemoryStats, StageStats
 from langchain_membrain.memory import MembrainMemory
-from langchain_membrain.stats import Counters, ForestStats, LearningStats, MemoryStats, StageStats
 
 FACTS = ["Maya is allergic to peanuts", "Maya plays the piano", "Tom plays football",
          "Tom climbs on Mondays", "Maya is learning Japanese", "Tom has a dog"]

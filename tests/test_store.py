@@ -9,6 +9,7 @@ from datetime import timezone
 from types import MappingProxyType
 
 import pytest
+from helpers import StrictClock, WordEmbeddings
 from langgraph.store.base import (
     GetOp,
     InvalidNamespaceError,
@@ -20,10 +21,9 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from helpers import StrictClock, WordEmbeddings
-from langchain_membrain.embeddings import MiniLMEmbeddings
+from langchain_membrain.index.embeddings import MiniLMEmbeddings
+from langchain_membrain.integrations.store import MembrainStore
 from langchain_membrain.memory import MembrainMemory
-from langchain_membrain.store import MembrainStore
 
 
 @pytest.fixture

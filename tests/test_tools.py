@@ -12,9 +12,9 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langmem import create_manage_memory_tool, create_search_memory_tool
 
+from langchain_membrain.integrations.store import MembrainStore
+from langchain_membrain.integrations.tools import memory_tools
 from langchain_membrain.memory import MembrainMemory
-from langchain_membrain.store import MembrainStore
-from langchain_membrain.tools import memory_tools
 
 ALICE = {"configurable": {"user_id": "alice"}}
 
@@ -204,7 +204,7 @@ def test_tools_keep_their_descriptions_under_python_oo():
     import subprocess
     import sys
 
-    code = ("from langchain_membrain.tools import memory_tools; from langgraph.store.memory import InMemoryStore; "
+    code = ("from langchain_membrain.integrations.tools import memory_tools; from langgraph.store.memory import InMemoryStore; "
             "print([len(t.description) for t in memory_tools(InMemoryStore())])")
     out = subprocess.run([sys.executable, "-OO", "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -6,15 +6,15 @@ import json
 
 import numpy as np
 import pytest
-
 from helpers import WordEmbeddings
+from langchain_membrain.students.linear.training_config import Policy
+from langchain_membrain.tree.tree.evaluation import dendrogram_purity
+from langchain_membrain.tree.tree.tree import MembrainTree
+
 from langchain_membrain import MembrainMemory
 from langchain_membrain.bench import TopicTeacher
 from langchain_membrain.bench.topics import headline, load_topics, r_precision, run_topics
-from langchain_membrain.evaluation import dendrogram_purity
-from langchain_membrain.pipeline import LearnerConfig
-from langchain_membrain.training import Policy
-from langchain_membrain.tree import MembrainTree
+from langchain_membrain.insert.config import LearnerConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -144,7 +144,7 @@ def test_the_tree_joins_search_when_the_teacher_names_topics():
     """"health" is no word of the health facts: flat cosine finds the dentist's facts and
     not the sleep ones; the aspect the topic teacher named "health" holds both
     (RetrievalConfig.tree_topic_weight "auto")."""
-    from langchain_membrain.retrieval import RetrievalConfig
+    from langchain_membrain.index.facts import RetrievalConfig
 
     health = {text for topic, _, text in FACTS if topic == "health"}
 

@@ -49,7 +49,7 @@ def embed_cached(texts: list[str], cache: str | None):
         arr = np.load(cache)
         if arr.shape[0] == len(texts):
             return arr.astype(np.float32)
-    from ..embeddings import MiniLMEmbeddings
+    from ..index.embeddings import MiniLMEmbeddings
 
     arr = MiniLMEmbeddings().embed_array(texts)
     if cache:

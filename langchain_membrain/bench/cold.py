@@ -48,7 +48,7 @@ WORDS = ("maya tom ines ravi piano tea coffee dog cat lisbon chess bread garden 
 _CHILD = r"""
 import contextlib, sys, time
 from langchain_membrain import forest
-from langchain_membrain.forest import Forest
+from langchain_membrain.storage.forest import Forest
 from langchain_membrain.memory import MembrainMemory
 Forest.bulk_load = sys.argv[2] != "per-fact"
 if not Forest.bulk_load:  # the path before issue 48: the collector on throughout

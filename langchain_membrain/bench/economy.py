@@ -373,7 +373,7 @@ class _Memories:
 
     def teacher(self) -> Any:
         """None: the memory's default teacher (the offline rule, naming with its embedder)."""
-        from ..embeddings import embed_texts
+        from ..index.embeddings import embed_texts
         from ..teachers.heuristic import HeuristicConfig, HeuristicTeacher
 
         if self.args.teacher != "new":
@@ -387,17 +387,17 @@ class _Memories:
         return (self.teacher() or HeuristicTeacher()) if self.args.shadow else None
 
     def product(self, seed: int) -> Callable[[], Any]:
+        from ..insert.config import LearnerConfig
         from ..memory import MembrainMemory
-        from ..pipeline import LearnerConfig
 
         return lambda: MembrainMemory(embeddings=PrecomputedEmbeddings(self.base, self.known),
                                       operations=self.args.operations, teacher=self.teacher(),
                                       shadow_teacher=self.shadow(), learner=LearnerConfig(seed=seed))
 
     def teacher_alone(self) -> Any:
+        from ..insert.config import LearnerConfig
         from ..memory import MembrainMemory
-        from ..pipeline import LearnerConfig
-        from ..training import Policy
+        from ..students.training_config import Policy
 
         cfg = LearnerConfig(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"), seed=self.args.seed[0])
         return MembrainMemory(embeddings=PrecomputedEmbeddings(self.base, self.known), learner=cfg,
@@ -419,7 +419,7 @@ def per_namespace(res: StreamResult, kinds: Sequence[str]) -> dict[str, dict]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..embeddings import MiniLMEmbeddings, embed_texts
+    from ..index.embeddings import MiniLMEmbeddings, embed_texts
     from ..memory import MembrainMemory
 
     if args.window < 1:

@@ -70,7 +70,7 @@ class PrecomputedEmbeddings(Embeddings):
         self.base, self.known, self.misses = base, dict(known), 0
 
     def embed_array(self, texts: list[str]) -> np.ndarray:
-        from ..embeddings import embed_texts
+        from ..index.embeddings import embed_texts
 
         if not texts:
             dim = len(next(iter(self.known.values()))) if self.known else 0

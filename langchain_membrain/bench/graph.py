@@ -28,7 +28,7 @@ class _Precomputed(Embeddings):
     """An embedder that returns vectors computed once up front (a LangChain Embeddings)."""
 
     def __init__(self, texts: list[str]):
-        from ..embeddings import MiniLMEmbeddings
+        from ..index.embeddings import MiniLMEmbeddings
 
         self.vectors = dict(zip(texts, MiniLMEmbeddings().embed_array(texts)))
         self.fallback = MiniLMEmbeddings()

@@ -66,10 +66,10 @@ from typing import Any
 
 import numpy as np
 
-from ..actions import Action, Group
 from ..errors import MembrainError
 from ..teachers.heuristic import HeuristicConfig, HeuristicTeacher
-from ..tree import Closure, MembrainTree, check_max_height
+from ..tree.actions import Action, Group
+from ..tree.tree import Closure, MembrainTree, check_max_height
 from . import embed_cached
 
 __all__ = ["MemTreeRuleTeacher", "build_online", "configure", "run"]
@@ -157,9 +157,9 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
 def build_online(rows: list, emb: np.ndarray, teacher: Any, *, allow_aspects: bool = False,
                  subject: str = "") -> tuple[MembrainTree, list[str], float]:
     """Insert every row in order with ``teacher`` alone; returns (tree, fact ids, seconds)."""
-    from ..graph import insert_fact
-    from ..pipeline import teacher_forcing
-    from ..teachers.base import NewFact
+    from ..insert.graph import insert_fact
+    from ..insert.pipeline import teacher_forcing
+    from ..tree.placement import NewFact
     from .oracle import oracle_metadata
 
     tree = MembrainTree(subject, dim=int(emb.shape[1]))
@@ -189,10 +189,10 @@ def build_product(rows: list, emb: np.ndarray, *, subject: str = "", teacher: An
     fact, with the ground truth as the fact's metadata (read only by an OracleTeacher);
     returns (tree, fact ids, seconds, teacher questions per insert). Embeddings are
     precomputed (the same vectors; new aspect labels are embedded by MiniLM)."""
-    from .oracle import oracle_metadata
-    from ..embeddings import MiniLMEmbeddings
+    from ..index.embeddings import MiniLMEmbeddings
     from ..memory import MembrainMemory
-    from .economy import PrecomputedEmbeddings
+    from .economy_stream import PrecomputedEmbeddings
+    from .oracle import oracle_metadata
 
     texts = [r.text for r in rows]
     known = dict(zip(texts, emb))
@@ -210,7 +210,7 @@ def build_product(rows: list, emb: np.ndarray, *, subject: str = "", teacher: An
 
 def _rows(args: argparse.Namespace) -> tuple[list, str]:
     """The labelled facts (``--data``, or sampled from WordNet) and where they came from."""
-    from ..evaluation import load_labelled_facts, wordnet_subtree_facts, write_labelled_facts
+    from ..tree.evaluation import load_labelled_facts, wordnet_subtree_facts, write_labelled_facts
 
     if args.wordnet:
         rows = wordnet_subtree_facts(args.wordnet, size=args.size, seed=args.seed, wordnet_dir=args.wordnet_dir)
@@ -241,7 +241,7 @@ def _print_table(results: dict[str, dict[str, Any]], title: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation import average_linkage_tree, dendrogram_purity, flat_tree, path_class, tree_shape
+    from ..tree.evaluation import average_linkage_tree, dendrogram_purity, flat_tree, path_class, tree_shape
     from .oracle import OracleTeacher
 
     rows, source = _rows(args)

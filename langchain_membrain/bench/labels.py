@@ -64,7 +64,7 @@ class LabelScore:
 
 def score_label(label: str, topic: str, topics: Sequence[str], embed: Embed) -> tuple[float, bool]:
     """(``cos(label, topic)``, whether ``topic`` is the one of ``topics`` nearest ``label``)."""
-    from ..placement import cosine
+    from ..tree.placement import cosine
 
     vecs = np.asarray(embed([label, *topics]))
     sims = [cosine(vecs[0], v) for v in vecs[1:]]
@@ -74,7 +74,7 @@ def score_label(label: str, topic: str, topics: Sequence[str], embed: Embed) -> 
 
 def offline_labeller(embed: Embed) -> Labeller:
     """The product's offline labeller, as ``MembrainMemory`` calls it."""
-    from ..labels import offline_label
+    from ..tree.labels import offline_label
 
     return lambda texts, mean, avoid: offline_label(texts, embed, mean=mean, avoid=avoid, max_candidates=32)
 
@@ -96,8 +96,7 @@ def tree_labels(personas: dict[str, list[dict]], embed: Embed, make_memory: Call
     """Every aspect of each persona's product tree against its majority topic: ``current``
     (the label it has) and, with ``labeller``, ``offline`` (relabelled as a relabel does:
     from its typical facts and its mean embedding, avoiding its neighbours' labels)."""
-    from ..labels import typical_facts
-    from ..pipeline import relabel_avoid
+    from ..tree.labels import relabel_avoid, typical_facts
 
     out: dict[str, list[LabelScore]] = {"current": [], "offline": []}
     with make_memory() as mem:
@@ -142,10 +141,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
+    from ..index.embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
     from ..memory import MembrainMemory
-    from ..personas import load_personas
     from . import machine_description
+    from .persona_sets import load_personas
 
     embedder = MiniLMEmbeddings()
     embed = EmbeddingCache(lambda texts: embed_texts(embedder, texts))  # topic names and labels recur

@@ -1,7 +1,7 @@
 """Online imitation learning curve of the stage-1/stage-2 networks.
 
 Ingests the facts of a JSON-lines file in order (``text``, optional ``path`` for purity)
-with a :class:`~langchain_membrain.pipeline.Learner`: teacher forcing for the first half
+with a :class:`~langchain_membrain.insert.pipeline.Learner`: teacher forcing for the first half
 (``execute="teacher", query="always"``), then ``execute="auto", query="uncertain"``.
 Every decision is also put to an evaluation copy of the teacher (the *shadow*: never
 counted as a teacher call, never trained on), so agreement is measured on all decisions,
@@ -104,9 +104,9 @@ def _acts_probability(type_logits: np.ndarray, mask: np.ndarray) -> float:
 def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
     """The agreement metrics over the last ``window`` decisions/inserts of ``results``
     (InsertResults of a Learner that had a shadow teacher)."""
-    from ..actions import IDLE
-    from ..decoding import action_key, encode_actions
-    from ..evaluation import ranking_auc
+    from ..students.decoding import action_key, encode_actions
+    from ..tree.actions import IDLE
+    from ..tree.evaluation import ranking_auc
 
     s1 = [s for r in results for s in r.record.steps if s.shadow_choice is not None][-window:]
     stops = [s for s in s1 if s.shadow_choice == 0]
@@ -168,7 +168,7 @@ def metrics_of(results: list, window: int = WINDOW) -> dict[str, float | None]:
 
 
 def _purity(tree, fact_ids: list[str], rows) -> float | None:
-    from ..evaluation import dendrogram_purity, path_class
+    from ..tree.evaluation import dendrogram_purity, path_class
 
     classes = {fid: path_class(r.path) for fid, r in zip(fact_ids, rows) if r.path is not None}
     if sum(c is not None for c in classes.values()) < 2:
@@ -181,11 +181,12 @@ def _purity(tree, fact_ids: list[str], rows) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     import torch
-    from ..evaluation import load_labelled_facts
-    from ..graph import insert_fact
-    from ..pipeline import teacher_forcing
-    from ..teachers.base import NewFact
-    from ..tree import MembrainTree
+
+    from ..insert.graph import insert_fact
+    from ..insert.pipeline import teacher_forcing
+    from ..tree.evaluation import load_labelled_facts
+    from ..tree.placement import NewFact
+    from ..tree.tree import MembrainTree
 
     torch.set_num_threads(max(1, args.threads))
     rows = load_labelled_facts(args.data, limit=args.limit)
@@ -256,8 +257,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _learner(args: argparse.Namespace, dim: int) -> Any:
     """The learner under test, with a shadow of the same teacher; teacher forcing at first."""
-    from ..pipeline import Learner, LearnerConfig
-    from ..training import Policy
+    from ..insert.config import LearnerConfig
+    from ..insert.pipeline import Learner
+    from ..students.training_config import Policy
 
     cfg = LearnerConfig(seed=args.seed)
     cfg.decode.idle_margin = args.idle_margin
@@ -288,8 +290,8 @@ def _stream(tree: Any, learner: Any, facts: list, half: int, args: argparse.Name
     """Insert ``facts`` in order through the insert graph: teacher forcing for the first
     ``half``, the gated policies after; the inserts' results and the learning curve (every
     10 inserts, over the last 50)."""
-    from ..graph import insert_fact
-    from ..training import Policy
+    from ..insert.graph import insert_fact
+    from ..students.training_config import Policy
 
     results: list = []
     curve: list[dict] = []

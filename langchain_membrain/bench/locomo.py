@@ -42,9 +42,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from ..embeddings import embed_texts
-from ..formation import FormationInput
-from ..retrieval import FactIndex, Mode, RetrievalConfig
+from ..index.embeddings import embed_texts
+from ..index.facts import FactIndex, Mode, RetrievalConfig
+from ..insert.formation import FormationInput
 from ..teachers.forming import formation_batch_messages, formation_messages
 from ..teachers.heuristic import HeuristicTeacher
 from ..teachers.prompts import prompt_tokens
@@ -391,7 +391,7 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
     product default)."""
     convs = load_locomo(data, conversations)
     if embedder is None:
-        from ..embeddings import MiniLMEmbeddings
+        from ..index.embeddings import MiniLMEmbeddings
 
         embedder = MiniLMEmbeddings()
     cache = DiskEmbeddingCache(embedder, cache_dir or Path(tempfile.gettempdir()) / "membrain-locomo-cache")
@@ -510,7 +510,7 @@ def _tree_shape(tree: Any) -> dict[str, Any]:
     if tree is None:
         return {}
     try:
-        from ..evaluation import tree_shape
+        from ..tree.evaluation import tree_shape
 
         return tree_shape(tree)
     except ImportError:

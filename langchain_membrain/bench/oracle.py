@@ -33,10 +33,10 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
-from ..actions import Action, Demote, Group, Promote
-from ..placement import Placement
-from ..teachers.base import BaseTeacher, NewFact, Subtree, sequential_placements
-from ..tree import Closure, MembrainTree
+from ..teachers.base import BaseTeacher, sequential_placements
+from ..tree.actions import Action, Demote, Group, Promote
+from ..tree.placement import NewFact, Placement, Subtree
+from ..tree.tree import Closure, MembrainTree
 
 __all__ = ["GT_NODE", "META_ID", "META_PATH", "META_PATH_IDS", "OracleTeacher", "oracle_metadata"]
 

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..tree import MembrainTree
+from ..tree.tree import MembrainTree
 
 #: A tree built through a memory: texts -> (tree, the ids of the facts it stored).
 Builder = Callable[[list[str]], tuple[MembrainTree, list[str]]]
@@ -77,7 +77,7 @@ def kmeans_tree(embeddings: np.ndarray, k: int, *, restarts: int = 10) -> tuple[
 
 def score_tree(persona: str, builder: str, tree: MembrainTree, ids: Sequence[str],
                topics: Sequence[str]) -> PersonaTree:
-    from ..evaluation import dendrogram_purity
+    from ..tree.evaluation import dendrogram_purity
 
     loose = len(tree.child_facts(tree.root_id))
     return PersonaTree(persona, builder, len(ids), dendrogram_purity(tree, dict(zip(ids, topics))),
@@ -98,7 +98,7 @@ def memory_builder(make_memory: Callable[[], Any]) -> Builder:
 
 def offline_builders() -> dict[str, Callable[[np.ndarray, int], tuple[MembrainTree, list[str]]]]:
     """The references built from all embeddings at once and the number of topics ``k``."""
-    from ..evaluation import average_linkage_tree, flat_tree
+    from ..tree.evaluation import average_linkage_tree, flat_tree
 
     return {
         "flat": lambda emb, k: flat_tree(emb),
@@ -143,13 +143,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..embeddings import MiniLMEmbeddings, embed_texts
+    from ..index.embeddings import MiniLMEmbeddings, embed_texts
+    from ..insert.config import LearnerConfig
     from ..memory import MembrainMemory
-    from ..personas import PERSONA_FILES, load_personas
-    from ..pipeline import LearnerConfig
-    from ..training import Policy
+    from ..students.training_config import Policy
     from . import machine_description
-    from .economy import PrecomputedEmbeddings
+    from .economy_stream import PrecomputedEmbeddings
+    from .persona_sets import PERSONA_FILES, load_personas
 
     sets = [s.strip() for s in args.set.split(",") if s.strip()]
     unknown = [s for s in sets if s not in PERSONA_FILES]

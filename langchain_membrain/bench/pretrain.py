@@ -2,7 +2,7 @@
 
 ``python -m langchain_membrain.bench pretrain [--out DIR]`` writes ``prior.pt`` and its
 manifest ``prior.json`` (by default into the package's own data folder, where
-:mod:`langchain_membrain.prior` reads them).
+:mod:`langchain_membrain.students.prior` reads them).
 
 Data: only what the package ships under its own licence: the personas written for the
 project (``data/personas.jsonl``, the tune set), the bundled sample conversation and the
@@ -71,7 +71,7 @@ def _chats(path: str = CHATS) -> list[tuple[str, list[str]]]:
 
 
 def _streams() -> list[tuple[str, list[str]]]:
-    from ..personas import load_personas
+    from .persona_sets import load_personas
 
     sample = _sample_conversation()
     personas = load_personas("tune")
@@ -87,9 +87,9 @@ def _sha256(path: str) -> str:
 
 
 def _run_streams(learner, streams, vectors) -> None:
-    from ..graph import insert_fact
-    from ..placement import NewFact
-    from ..tree import MembrainTree
+    from ..insert.graph import insert_fact
+    from ..tree.placement import NewFact
+    from ..tree.tree import MembrainTree
 
     for name, texts in streams:
         tree = MembrainTree(name)
@@ -101,8 +101,9 @@ def heldout_report(state, teacher_id: str, vectors, streams) -> dict:
     """A fresh learner with the default policies, started from ``state``, over held-out
     ``streams`` (the held-out personas, the held-out chat): the share of inserts that asked
     the teacher and the agreement."""
-    from ..pipeline import Learner, LearnerConfig
-    from ..prior import teacher_identity
+    from ..insert.config import LearnerConfig
+    from ..insert.pipeline import Learner
+    from ..students.prior import teacher_identity
     from ..teachers.heuristic import HeuristicTeacher
 
     teacher = HeuristicTeacher()
@@ -120,13 +121,14 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
     """Train the prior and write it to ``out``; returns the manifest."""
     import torch
 
-    from ..embeddings import MiniLMEmbeddings, embed_texts
-    from ..labels import offline_label
-    from ..personas import load_personas
-    from ..pipeline import Learner, LearnerConfig
-    from ..prior import teacher_identity
+    from ..index.embeddings import MiniLMEmbeddings, embed_texts
+    from ..insert.config import LearnerConfig
+    from ..insert.pipeline import Learner
+    from ..students.prior import teacher_identity
+    from ..students.training_config import Policy
     from ..teachers.heuristic import HeuristicTeacher
-    from ..training import Policy
+    from ..tree.labels import offline_label
+    from .persona_sets import load_personas
 
     say = console.print if console is not None else print
     torch.manual_seed(seed)
@@ -187,7 +189,7 @@ def _operation_streams(which: str) -> list[tuple[str, list[str]]]:
     """The item streams the operation prior learns from (``"tune"``: the personas, the
     sample conversation and the tune set of chains of changes, each a namespace of its own)
     or is reported on (``"heldout"``: the held-out personas and chains of changes)."""
-    from ..personas import load_personas
+    from .persona_sets import load_personas
     from .updates import HELDOUT, TUNE, load
 
     personas = load_personas(which)
@@ -204,8 +206,8 @@ def operation_questions(streams, embedder) -> list[tuple[Any, Any]]:
     answer: the items go through ``MembrainMemory.add`` (one namespace per stream) and the
     rule decides every operation, so the candidates are those of the trees the rule built."""
     from ..memory import MembrainMemory
-    from ..operations import conservative_operation
     from ..teachers.heuristic import HeuristicTeacher
+    from ..teachers.operation_rule import conservative_operation
 
     asked: list[tuple[Any, Any]] = []
 
@@ -226,7 +228,8 @@ def operation_report(student_state: bytes, questions) -> dict:
     """A student started from the prior (trusted, as a memory with the offline teacher
     starts), deciding items it never saw with the product's gate: the share it decided
     alone, and how often those decisions were the rule's."""
-    from ..operations import OperationDecider, OperationStudent
+    from ..insert.operations import OperationDecider
+    from ..students.operation import OperationStudent
     from ..teachers.heuristic import HeuristicTeacher
 
     student = OperationStudent(prior=lambda: (student_state, True))
@@ -249,8 +252,9 @@ def build_operations(out: Path, *, epochs: int = 4, seed: int = 0, console=None)
     over the tune streams in order, through the student's own online loop (``learn``)."""
     import torch
 
-    from ..embeddings import MiniLMEmbeddings
-    from ..operations import OperationStudent, rule_identity
+    from ..index.embeddings import MiniLMEmbeddings
+    from ..students.operation import OperationStudent
+    from ..teachers.operation_rule import rule_identity
 
     say = console.print if console is not None else print
     torch.manual_seed(seed)

@@ -5,7 +5,7 @@ centres (``normalize(centre + 0.6 * noise / sqrt(d))``), so that nearest neighbo
 meaningful as in real text embeddings; each fact's text is a few words of its cluster's
 topic vocabulary plus Zipf-distributed common words; every 20 consecutive facts form one
 session (so neighbour terms are exercised: the index runs with
-:class:`~langchain_membrain.chat.SessionContext` on). A query is a stored fact's embedding plus
+:class:`~langchain_membrain.index.chat.SessionContext` on). A query is a stored fact's embedding plus
 noise, with three of that fact's words.
 
 Methods: membrain ``FactIndex`` in ``fast`` mode (posting lists + HNSW candidates) and in
@@ -27,7 +27,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..retrieval import FactIndex, RetrievalConfig, SessionContext
+from ..index.chat import SessionContext
+from ..index.facts import FactIndex, RetrievalConfig
 
 
 def _rss_mb() -> float:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import reads, scores
+from ..retrieval import reads, scores
 
 SIZES = (1, 2, 5, 10, 30, 100, 300, 500)
 
@@ -90,7 +90,7 @@ def build(mem: Any, data: dict[str, Any], pool: list[str], seed: int, per_size: 
 
 def search(mem: Any, cases: list[Case]) -> None:
     """Search every case through the product, keeping what scores.calibrated saw."""
-    from ..retrieval import relevance
+    from ..index.facts import relevance
 
     seen: list[tuple[list[np.ndarray], list[float]]] = []
     real = reads.calibrated
@@ -190,10 +190,10 @@ def report(cases: list[Case], threshold: float) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..embeddings import MiniLMEmbeddings
+    from ..index.embeddings import MiniLMEmbeddings
     from ..memory import MembrainMemory
     from . import machine_description
-    from .economy import PrecomputedEmbeddings
+    from .economy_stream import PrecomputedEmbeddings
 
     data, pool = _data()
     texts = sorted(set(pool) | {f for g in data["groups"] for f in g["facts"]}

@@ -37,10 +37,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..actions import Action, Demote, Group, Promote
-from ..placement import Placement
-from ..teachers.base import BaseTeacher, NewFact, Subtree, sequential_placements
-from ..tree import Closure, MembrainTree
+from ..teachers.base import BaseTeacher, sequential_placements
+from ..tree.actions import Action, Demote, Group, Promote
+from ..tree.placement import NewFact, Placement, Subtree
+from ..tree.tree import Closure, MembrainTree
 
 __all__ = ["TopicTeacher"]
 

@@ -145,7 +145,7 @@ class Third:
 
 
 def _snapshot(stats: Mapping[str, Any]) -> tuple[dict[str, int], int, int, tuple[int, int]]:
-    from .economy import read_counts
+    from .economy_stream import read_counts
 
     _, _, kinds = read_counts(stats)
     decisions = sum(int((stats.get(s) or {}).get("decisions") or 0) for s in ("stage1", "stage2"))
@@ -159,7 +159,7 @@ def _snapshot(stats: Mapping[str, Any]) -> tuple[dict[str, int], int, int, tuple
 def score_persona(mem: Any, ns: Sequence[str], topic_of: Mapping[str, str], embed: Any,
                   questions: Mapping[str, str]) -> tuple[float, dict[str, list[float]]]:
     """Purity of the persona's tree and the R-precision of its topic queries."""
-    from ..evaluation import dendrogram_purity
+    from ..tree.evaluation import dendrogram_purity
 
     tree = mem.tree(ns).copy()
     facts = [f for f in tree.facts() if tree.node(f).text in topic_of]
@@ -260,11 +260,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..embeddings import MiniLMEmbeddings, embed_texts
+    from ..index.embeddings import MiniLMEmbeddings, embed_texts
+    from ..insert.config import DEFAULT_BATCH
     from ..memory import MembrainMemory
     from . import machine_description
-    from .economy import PrecomputedEmbeddings
-    from ..pipeline import DEFAULT_BATCH
+    from .economy_stream import PrecomputedEmbeddings
     from .topic_teacher import TopicTeacher
 
     data = load_topics(args.data)

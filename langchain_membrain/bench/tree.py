@@ -16,7 +16,7 @@ from typing import cast
 
 import numpy as np
 
-from ..tree import MembrainTree
+from ..tree.tree import MembrainTree
 from . import machine_description
 
 

@@ -47,8 +47,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..operations import ADD, IGNORE, Operation, OperationQuestion
 from ..teachers.heuristic import HeuristicTeacher
+from ..tree.operation_types import ADD, IGNORE, Operation, OperationQuestion
 
 TUNE = "updates.jsonl"
 HELDOUT = "updates_heldout.jsonl"
@@ -219,9 +219,9 @@ def _fmt(x: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..embeddings import MiniLMEmbeddings
+    from ..index.embeddings import MiniLMEmbeddings
     from . import machine_description
-    from .economy import PrecomputedEmbeddings
+    from .economy_stream import PrecomputedEmbeddings
 
     tune, held = load(TUNE), load(HELDOUT)
     sets = [(f"tune{i}" if args.passes > 1 else "tune", tune) for i in range(args.passes)] + [("heldout", held)]

@@ -57,7 +57,7 @@ def _unit(text: str) -> np.ndarray:
 def namespace_rows(n_facts: int, seed: int = 0) -> list[dict[str, Any]]:
     """Rows of a valid tree of ``n_facts`` facts: root, top aspects of LEAF leaf aspects,
     leaf aspects of LEAF facts; facts near their leaf's centroid, aspects labelled by it."""
-    from ..storage import STORE_VALUE_KEY
+    from ..storage.base import STORE_VALUE_KEY
 
     rng = np.random.default_rng(seed)
     now = time.time() - 3600

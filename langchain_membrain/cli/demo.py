@@ -37,7 +37,7 @@ DEMO_QUERIES = (
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """``membrain demo``: ingest the sample conversation session by session, show the tree
     growing and the teacher being asked less, then search it."""
-    from ..export import tree_to_rich
+    from ..tree.export import tree_to_rich
 
     ns = parse_namespace(args.ns) or parse_namespace(DEMO_NAMESPACE)
     assert ns is not None  # DEMO_NAMESPACE is a namespace
@@ -47,7 +47,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.print(f"Maya told her assistant {len(turns)} things over {len(sessions)} sessions. "
                   f"membrain files each one into a tree for [bold]{escape(namespace_str(ns))}[/].")
     args.offline = True  # the demo never calls an LLM: it shows the offline models learning
-    from ..retrieval import RetrievalConfig
+    from ..index.facts import RetrievalConfig
 
     # The sample is a chat: its turns' speaker, session and date are for the chat scorers.
     with open_memory(args, default_db=None, retrieval=RetrievalConfig.for_chat()) as memory:

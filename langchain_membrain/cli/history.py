@@ -17,7 +17,8 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
     """``membrain history [KEY]``: the versions of a memory (superseded, deleted, current),
     or every superseded and deleted memory of the namespace(s); ``--ignored``: the log of
     items that were not memories."""
-    from ..tree import HISTORY_KEY, VALID_FROM_KEY
+    from ..tree.archive import HISTORY_KEY
+    from ..tree.tree import VALID_FROM_KEY
 
     ns = parse_namespace(args.ns)
     if args.purge or args.before is not None:
@@ -38,7 +39,7 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
             for col, style in (("status", "bold"), ("memory", None), ("valid from", "dim"), ("valid to", "dim"),
                                ("superseded by", "cyan"), ("key", "dim")):
                 table.add_column(col, style=style)
-            from ..export import format_time
+            from ..tree.export import format_time
 
             for status, node in rows:
                 h = node.metadata.get(HISTORY_KEY, {})
@@ -61,7 +62,7 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
 def _versions(tree: Any, key: str | None) -> list[tuple[str, Any]]:
     """(status, node) of the archived versions of ``key`` (every archived fact when None),
     oldest first, then the current fact ``key`` when it is in the tree."""
-    from ..tree import HISTORY_KEY
+    from ..tree.archive import HISTORY_KEY
 
     if key is not None and key in tree.archive:  # an archived entry's own id: its fact's key
         key = tree.archive[key].metadata.get(HISTORY_KEY, {}).get("key", key)

@@ -29,7 +29,7 @@ def parse_namespace(ns: str | None) -> tuple[str, ...] | None:
     """Validate ``--ns`` early, so a bad one fails before any model is loaded."""
     if ns is None:
         return None
-    from ..inputs import as_namespace  # not via .memory, which imports torch
+    from ..tree.inputs import as_namespace  # not via .memory, which imports torch
 
     return as_namespace(ns)
 

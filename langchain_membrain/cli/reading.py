@@ -11,8 +11,16 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
-from ..stats import MemoryStats
-from .opening import UserError, namespace_str, open_memory, open_stored, parse_namespace, pick_namespaces, stats_of
+from ..insert.stats import MemoryStats
+from .opening import (
+    UserError,
+    namespace_str,
+    open_memory,
+    open_stored,
+    parse_namespace,
+    pick_namespaces,
+    stats_of,
+)
 
 EXPORT_FORMATS = ("json", "mermaid", "html")
 
@@ -48,7 +56,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
     """``membrain show``: the tree of each namespace as a rich tree."""
-    from ..export import tree_to_rich  # the tree module (numpy, networkx): not for --help
+    from ..tree.export import tree_to_rich  # the tree module (numpy, networkx): not for --help
 
     ns = parse_namespace(args.ns)
     if args.depth is not None and args.depth < 0:
@@ -71,8 +79,14 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     JSON, Mermaid or HTML. One namespace: its tree (JSON: the tree's own format). Several:
     one document holding each (JSON ``{"namespaces": [{"namespace": [...], "tree": ...}]}``,
     one Mermaid flowchart, one HTML page)."""
-    from ..export import (forest_to_html, forest_to_json, forest_to_mermaid, tree_to_html, tree_to_json,
-                         tree_to_mermaid)
+    from ..tree.export import (
+        forest_to_html,
+        forest_to_json,
+        forest_to_mermaid,
+        tree_to_html,
+        tree_to_json,
+        tree_to_mermaid,
+    )
 
     ns = parse_namespace(args.ns)
     if args.output and Path(args.output).parent != Path("") and not Path(args.output).parent.is_dir():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidOperationError
-from ..stats import Counters, ForestStats, MemoryStats, read_stored
+from ..insert.stats import Counters, ForestStats, MemoryStats, read_stored
 
 # As in memory.py (a test checks both); not imported from there, which loads torch.
 CHECKPOINT_NAME = "models"
@@ -30,7 +30,7 @@ class StoredMemory:
         return sorted(tuple(ns) for ns in self._storage.list_namespaces()) if self._storage is not None else []
 
     def tree(self, namespace: Any = None) -> Any:
-        from ..inputs import as_namespace
+        from ..tree.inputs import as_namespace
 
         ns = as_namespace(namespace)
         if ns not in self._trees:

@@ -10,6 +10,11 @@
 - ``None`` or ``":memory:"``: a private in-process SQLite database (nothing persists).
 
 See :mod:`.base` for the interface and its concurrency model.
+
+Also owns :mod:`.forest` (the namespaces a process holds, each write committed as one
+transaction) and :mod:`.index_cache` (a namespace's search index saved beside the store).
+
+May import: ``errors``, ``tree``, ``index``.
 """
 
 from __future__ import annotations
@@ -18,10 +23,10 @@ import os
 from typing import Any
 
 from ..errors import ReadOnlyError, SchemaVersionError, StorageError
+from ..tree.inputs import Namespace
 from .base import (
     SCHEMA_VERSION,
     STORE_VALUE_KEY,
-    Namespace,
     NotADatabaseError,
     Storage,
     StorageClosedError,

@@ -1,6 +1,6 @@
 """The storage interface every membrain backend implements, and the helpers they share.
 
-A :class:`Storage` persists a forest of :class:`~langchain_membrain.tree.MembrainTree`
+A :class:`Storage` persists a forest of :class:`~langchain_membrain.tree.tree.MembrainTree`
 (one tree per namespace, a tuple of strings) plus named model checkpoints. It stores
 *rows* (:meth:`MembrainTree.node_row`), never trees: the memory drains a tree's changes
 after each write and hands them to :meth:`Storage.write`, which commits them in one
@@ -43,8 +43,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import StorageError
-from ..inputs import Namespace
-from ..tree import MembrainTree
+from ..tree.inputs import Namespace
+from ..tree.tree import MembrainTree
 
 #: Version of the database layout written by this code. A database whose recorded version
 #: is higher was written by a newer membrain and is refused (SchemaVersionError); a lower

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from . import STORE_VALUE_KEY, is_postgres_url, open_storage
+from . import is_postgres_url, open_storage
+from .base import STORE_VALUE_KEY
 
 ASPECTS_PER_TREE = 10
 

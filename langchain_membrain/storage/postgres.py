@@ -27,10 +27,10 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import SchemaVersionError, StorageError
+from ..tree.inputs import Namespace
 from .base import (
     LOG_RETENTION,
     SCHEMA_VERSION,
-    Namespace,
     Storage,
     StorageClosedError,
     StorageUnavailableError,

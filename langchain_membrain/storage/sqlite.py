@@ -31,10 +31,10 @@ from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import ReadOnlyError, SchemaVersionError, StorageError
+from ..tree.inputs import Namespace
 from .base import (
     LOG_RETENTION,
     SCHEMA_VERSION,
-    Namespace,
     NotADatabaseError,
     Storage,
     StorageClosedError,

@@ -6,6 +6,11 @@
 
 The names are imported on first use (PEP 562): importing a light submodule such as
 ``teachers.base`` does not load the LangChain or OpenAI SDKs.
+
+Also owns the offline rule of the memory operation (:mod:`.operation_rule`: ADD, UPDATE,
+DELETE, IGNORE from the text alone).
+
+May import: ``errors``, ``tree``.
 """
 
 from __future__ import annotations
@@ -14,16 +19,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import BaseTeacher, NewFact, Subtree, Teacher
-    from .budget import CircuitBreaker
+    from ..tree.placement import NewFact, Placement, Subtree
     from .answers import TeacherCallError, TeacherUnavailable
+    from .base import BaseTeacher, Teacher
+    from .budget import CircuitBreaker
     from .costs import TeacherStats
-    from .guard import GuardedTeacher, Placement
+    from .guard import GuardedTeacher
     from .heuristic import HeuristicConfig, HeuristicTeacher
     from .llm import LLMTeacher
-    from .resolve import as_teacher
     from .openai_teacher import OpenAITeacher
-    from .resolve import resolve_teacher
+    from .resolve import as_teacher, resolve_teacher
 
 # public name -> the submodule that defines it
 _LAZY: dict[str, str] = {

@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..actions import Action, Demote, Group, Promote, past_height, validate_action
 from ..errors import MembrainError, TeacherError
-from ..placement import NEW_FACT
-from ..tree import MembrainTree
+from ..tree.actions import Action, Demote, Group, Promote, past_height, validate_action
+from ..tree.placement import NEW_FACT
+from ..tree.tree import MembrainTree
 from . import prompts
 
 # Failure kinds, as counted in the stats.
@@ -73,7 +73,7 @@ class RawAnswer:
 
 class AttachedView:
     """A read-only view of ``tree`` as it will be once the new fact is attached under
-    ``parent``: just what :func:`~langchain_membrain.actions.validate_action` reads."""
+    ``parent``: just what :func:`~langchain_membrain.tree.actions.validate_action` reads."""
 
     @dataclass
     class _Fact:

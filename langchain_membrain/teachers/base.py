@@ -35,10 +35,10 @@ from typing import Any, Protocol, Sequence, TypeGuard, TypeVar, runtime_checkabl
 
 import numpy as np
 
-from ..actions import Action, Group, apply_action, past_height, validate_action
 from ..errors import MembrainError, TeacherError
-from ..placement import NEW_FACT, NewFact, Placement, Subtree, descend, destination
-from ..tree import Closure, MembrainTree
+from ..tree.actions import Action, Group, apply_action, past_height, validate_action
+from ..tree.placement import NEW_FACT, NewFact, Placement, Subtree, descend, destination
+from ..tree.tree import Closure, MembrainTree
 
 
 @runtime_checkable

@@ -57,18 +57,36 @@ from typing import Any, Callable, Literal, Sequence, TypeVar
 import numpy as np
 from pydantic import BaseModel
 
-from ..actions import Action, apply_action, validate_action
 from ..errors import MembrainError, TeacherError
-from ..tree import Closure, MembrainTree
+from ..tree.actions import Action, apply_action, validate_action
+from ..tree.placement import NEW_FACT, NewFact, Placement, Subtree, descend, destination
+from ..tree.tree import Closure, MembrainTree
 from . import budget, prompts
-from ..placement import NEW_FACT, Placement, descend, destination
-from .answers import (FEEDBACK_KINDS, AttachedView, RawAnswer, TeacherCallError, TeacherUnavailable,
-                      check_raw, classify_failure, clean_label, neighbourhood, resolve_actions, validate_stage1)
-from .forming import FormationQuestions
-from .base import (BaseTeacher, LastResortTeacher, NewFact, OperationTeacher, Subtree, Teacher, capable, safe_actions,
-                   safe_choice)
+from .answers import (
+    FEEDBACK_KINDS,
+    AttachedView,
+    RawAnswer,
+    TeacherCallError,
+    TeacherUnavailable,
+    check_raw,
+    classify_failure,
+    clean_label,
+    neighbourhood,
+    resolve_actions,
+    validate_stage1,
+)
+from .base import (
+    BaseTeacher,
+    LastResortTeacher,
+    OperationTeacher,
+    Teacher,
+    capable,
+    safe_actions,
+    safe_choice,
+)
 from .core import Core, Done, Send, Sleep, advance
 from .costs import TeacherStats
+from .forming import FormationQuestions
 from .workers import DaemonWorkers, acquire_within, wait_within
 
 T = TypeVar("T")
@@ -295,7 +313,7 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
         validated: a target that is not a shown number, or an UPDATE/DELETE without one,
         is rejected (and retried once with the error quoted). TeacherCallError when
         unusable."""
-        from ..operation_types import Operation
+        from ..tree.operation_types import Operation
 
         self._stats.add("operation", decisions=1)
         cands = list(question.candidates)
@@ -348,7 +366,7 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
                     return self.fallback.choose_operation(question)
                 except Exception:  # noqa: BLE001 - the fallback's failure: the offline rule
                     pass
-            from ..operation_rule import conservative_operation
+            from .operation_rule import conservative_operation
 
             return conservative_operation(question)
 

@@ -108,11 +108,11 @@ from typing import Any, Callable, Iterable, cast
 
 import numpy as np
 
-from ..actions import Action, Demote, Group, Promote
 from ..errors import InvalidOperationError
-from ..placement import stage1_candidates
-from ..tree import Closure, MembrainTree
-from .base import BaseTeacher, NewFact, Subtree
+from ..tree.actions import Action, Demote, Group, Promote
+from ..tree.placement import NewFact, Subtree, stage1_candidates
+from ..tree.tree import Closure, MembrainTree
+from .base import BaseTeacher
 
 __all__ = ["HeuristicConfig", "HeuristicTeacher", "STOPWORDS"]
 
@@ -538,7 +538,7 @@ class HeuristicTeacher(BaseTeacher):
         """
         texts = [t for t in fact_texts if isinstance(t, str)]
         if self.embed is not None and texts:
-            from ..labels import offline_label
+            from ..tree.labels import offline_label
 
             return offline_label(texts, self.embed, max_words=self.config.max_label_words, max_candidates=32)
         self._observe(texts)

@@ -51,7 +51,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..tree import Closure, MembrainTree
+from ..tree.tree import Closure, MembrainTree
 
 # The answer schemas (schemas.py): the teachers read them from this module too.
 from .schemas import SCHEMAS as SCHEMAS

@@ -9,12 +9,12 @@ import warnings
 
 import openai
 import pytest
+from helpers import WordEmbeddings
 from llm_helpers import ToolFakeChatModel, tool_answer
 from openai_server import answer, schema_name, text
 
-from helpers import WordEmbeddings
 from langchain_membrain import MembrainMemory
-from langchain_membrain.formation import FormationInput, FormationWarning
+from langchain_membrain.insert.formation import FormationInput, FormationWarning
 from langchain_membrain.teachers.forming import as_epoch
 from langchain_membrain.teachers.llm import LLMTeacher
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import openai
+from langchain_membrain.tree.tree.operation_types import ADD, Candidate, Operation, OperationQuestion
 from openai_server import answer, text
 
-from langchain_membrain.operations import ADD, Candidate, Operation, OperationQuestion, ask_teacher
+from langchain_membrain.insert.operations import ask_teacher
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
 from langchain_membrain.teachers.prompts import parse_data_block
 

@@ -19,8 +19,8 @@ from test_placement_e2e import FACTS, keyword_llm
 
 from langchain_membrain import MembrainMemory
 from langchain_membrain.errors import InvalidOperationError, TeacherError
-from langchain_membrain.teachers.budget import CircuitBreaker, deadline, requests_sent
 from langchain_membrain.teachers.answers import TeacherUnavailable
+from langchain_membrain.teachers.budget import CircuitBreaker, deadline, requests_sent
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
 from langchain_membrain.teachers.prompts import PROMPT_BUDGET_TOKENS

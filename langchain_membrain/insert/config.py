@@ -1,0 +1,221 @@
+"""The configurations, validated when they are made.
+
+- :class:`MemoryConfig`: what ``MembrainMemory(...)`` was asked for. ``MembrainMemory.__init__``
+  takes these as keyword arguments (its public signature) and builds one of these first,
+  so a bad setting is refused before anything is opened, embedded or asked: no database
+  file is created for a memory that cannot be made.
+- :class:`LearnerConfig`: the students' policies, gates, model sizes and training.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from ..errors import InvalidOperationError
+from ..students.decoding import DecodeConfig
+from ..students.nets import ModelConfig  # torch-free (models.py re-exports it)
+from ..students.training_config import Policy, TrainingConfig
+from ..tree.tree import check_max_height
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+
+    from ..index.facts import RetrievalConfig
+    from ..storage.base import Storage
+
+
+DEFAULT_BATCH = 4  # inserts one batch question is about, through a memory (LearnerConfig.batch)
+MAX_BATCH = 16  # the most: each new fact then still gets a fair share of the question's prompt budget
+
+
+@dataclass
+class LearnerConfig:
+    """Everything a :class:`~.pipeline.Learner` is configured by.
+
+    ``apply_corrections``: the insert's supervision moves a fact (and applies the teacher's
+    stage-2 actions) when a deferred audit disagrees with what the model executed.
+    ``allow_aspects``: accept teacher actions that move whole aspects (the networks do not
+    propose them; they are executed when the teacher decides, and never learned).
+    The audit rate of an insert is ``stage1.audit_rate``.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    # Both gates at 0.9: a decision the student takes alone should be one the teacher would
+    # have taken at least 9 times in 10 (the bar for agreement). Stage 2's confidence is
+    # that the *whole* action series matches the teacher (calibration.PlattCalibrator).
+    stage1: Policy = field(default_factory=Policy)
+    stage2: Policy = field(default_factory=lambda: Policy(confidence=0.9))
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    apply_corrections: bool = True
+    allow_aspects: bool = False
+    # Ask about stage 2 at most once per this many unsure decisions under the same parent:
+    # the others wait, executed as Idle (bench/RESULTS.md, learning: the oracle teacher). 1: ask at
+    # every unsure decision.
+    stage2_defer: int = 1
+    # Inserts the student is unsure of wait, placed by the student meanwhile, until this many
+    # have gathered in a namespace; then one question about all of them (the teacher's
+    # ``place_batch``) places and tidies them. 1: each asks on its own, during its insert.
+    # Only for a teacher that answers batches (an LLM's, the evaluation teachers that stand
+    # for one); the offline rule asks one by one whatever this says. None: DEFAULT_BATCH
+    # through a memory (whose insert graph asks the batches and whose flush() asks what
+    # still waits), 1 for a Learner driven directly.
+    batch: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("stage2_defer", "batch"):
+            value = getattr(self, name)
+            if value is None and name == "batch":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+        if self.batch is not None and self.batch > MAX_BATCH:
+            raise ValueError(f"batch is at most {MAX_BATCH}, not {self.batch!r}")
+
+
+def check_max_loaded(n: int) -> int:
+    """``max_loaded_namespaces`` as an int, or InvalidOperationError below 1."""
+    if n < 1:
+        raise InvalidOperationError("max_loaded_namespaces is at least 1")
+    return int(n)
+
+
+def check_teacher_budget(seconds: Any) -> float | None:
+    """``teacher_budget`` as a float, None kept; InvalidOperationError unless a number > 0."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise InvalidOperationError(f"teacher_budget is a number of seconds > 0 or None, not {seconds!r}")
+    return float(seconds)
+
+
+@dataclass
+class MemoryConfig:
+    """The settings of a :class:`~.memory.MembrainMemory`, one field per keyword argument
+    of its constructor (same names, same defaults). ``__post_init__`` validates them and
+    normalises the scalars (booleans, ints, floats).
+
+    Args:
+        storage: None keeps everything in this process; a path opens (or creates) a
+            SQLite database; a ``postgresql://`` URL a PostgreSQL one (extra
+            ``[postgres]``); or an open :class:`~.storage.Storage`.
+        teacher: who the models imitate: None (the offline :class:`HeuristicTeacher`),
+            a LangChain chat model, an ``openai.OpenAI`` client (with ``teacher_model``),
+            or any :class:`~.teachers.Teacher` (teachers.resolve.resolve_teacher). The
+            ``OPENAI_*`` environment is not read: a library makes no network call it
+            was not given; the CLI reads it (``resolve_teacher(env=os.environ)``).
+        embeddings: any LangChain ``Embeddings`` (default: the bundled MiniLM).
+        index_fields: value fields embedded by ``put`` (default ``content``, then
+            ``text``, else the value's JSON).
+        learner: policies and model sizes (:class:`~.pipeline.LearnerConfig`).
+        device: torch device for the models (default CUDA when available, else CPU).
+        background: train in a background thread (``add`` returns once the fact is
+            placed); False trains inside each ``add``.
+        refresh_interval: seconds between checks for other processes' writes.
+        checkpoint_every: inserts between model checkpoints (with storage).
+        retrieval: the search pipeline's switches and weights (:class:`RetrievalConfig`;
+            for chat turns with speaker, session and date metadata,
+            ``RetrievalConfig.for_chat()`` turns on the chat scorers of chat.py).
+        search_mode: ``"fast"`` (posting lists and an HNSW index: sub-linear) or
+            ``"exact"`` (every fact scored).
+        dedupe: ``add``/``add_many`` without a key do not store a memory twice: when
+            the namespace holds a fact with the same text (ignoring case, punctuation
+            and spacing) and the same other value fields, its ``updated_at`` is bumped
+            and its key returned (counted as ``stats()["merged"]``). ``put`` never
+            merges. Texts that differ are never merged, however similar their
+            embeddings: "X is allergic to peanuts" and "X is not allergic to peanuts"
+            have a cosine of 0.98 with MiniLM.
+        relabel: rename an aspect each time the facts below it have doubled
+            (from 4 facts on), from its most typical facts (counted as
+            ``stats()["relabelled"]`` when the label changes): by the offline labeller,
+            or by the teacher at most once per ``naming_interval`` inserts (a counted
+            naming question).
+        naming_interval: inserts between two naming questions to the teacher.
+        prior: start new models, and the operation student, from the pretrained
+            priors shipped with the package (prior.py) instead of from scratch, when
+            no checkpoint is stored.
+        max_loaded_namespaces: with storage, namespaces kept in this process at once;
+            the least recently used past it are unloaded and reloaded from storage when
+            next used (a small namespace costs about 50 KB loaded). Without storage
+            every namespace stays (memory is its only copy).
+        max_training_lag: inserts the background trainer may be behind before an
+            ``add`` waits for it (its labels are learned from within this many inserts),
+            with an in-process teacher (``fast``); with an LLM teacher adds never wait.
+        operations: ``add``/``add_many`` without a key decide, for each item, ADD,
+            UPDATE(old), DELETE(old) or IGNORE (operations.py; README, Memories that
+            change): superseded and deleted facts are kept as history, ignored items in
+            the namespace's log. ``True``: a student network learns the teacher's
+            operations and decides alone once its calibrated gate opens; ``"teacher"``:
+            the teacher decides every one; False: every item is stored as a new memory.
+        shadow_teacher: for evaluation: a second teacher (same forms as ``teacher``)
+            asked about every decision the student takes alone, never counted, trained
+            on or executed. ``stats()["shadow_agreement"]`` then says how often it
+            agreed (stage 1 per level, stage 2 per whole action series). It costs one
+            teacher call per decision: with an LLM, that is the price of the check.
+        max_height: how many levels below the subject a fact may lie: 4 (the default)
+            allows three levels of aspects, which keeps a long chat browsable; no
+            aspect is created or moved deeper, by the student or the teacher (its
+            action is dropped, the fact stays where it is). None: no bound, for
+            content that is deeply hierarchical (a taxonomy).
+        teacher_budget: seconds one ``add`` (each item of ``add_many``, each ``put``) may
+            wait for the teacher, its memory operation's and its placement's questions
+            together (default 2.0; None: as long as the teacher's own ``timeout``). A
+            question the teacher does not answer in time (slow, hanging, down) is decided
+            by the student, or by the offline rule while the student cannot decide yet
+            (before warm-up); the fact is stored and searchable at once, and the
+            placement question is asked again by the background trainer, with no
+            budget, like an audit: its answer corrects the placement as audits do.
+            Counted in ``stats()["without_teacher"]``; see also the teacher's circuit
+            breaker (``stats()["teacher"]["health"]``). Applies to LLM teachers (an
+            in-process teacher answers at once).
+        clock: what stamps ``created_at``, ``updated_at`` and archive times (seconds since
+            the epoch); default the wall clock (``time.time``). A test or a replay of dated
+            data passes its own.
+    """
+
+    storage: str | os.PathLike[str] | Storage | None = None
+    teacher: Any = None
+    teacher_model: str | None = None
+    embeddings: Embeddings | None = None
+    index_fields: Sequence[str] | None = None
+    learner: LearnerConfig | None = None
+    device: str | None = None
+    background: bool = True
+    refresh_interval: float = 1.0
+    checkpoint_every: int = 50
+    retrieval: RetrievalConfig | None = None
+    search_mode: str = "fast"
+    dedupe: bool = True
+    relabel: bool = True
+    naming_interval: int = 50
+    prior: bool = True
+    max_loaded_namespaces: int = 1000
+    max_training_lag: int = 4
+    operations: bool | str = True
+    shadow_teacher: Any = None
+    max_height: int | None = 4
+    teacher_budget: float | None = 2.0
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        if not callable(self.clock):
+            raise InvalidOperationError(f"clock is a callable returning seconds, not {self.clock!r}")
+        self.max_height = check_max_height(self.max_height)
+        self.teacher_budget = check_teacher_budget(self.teacher_budget)
+        if self.operations not in (True, False, "teacher"):
+            raise InvalidOperationError(f"operations is True, False or 'teacher', not {self.operations!r}")
+        self.max_loaded_namespaces = check_max_loaded(self.max_loaded_namespaces)
+        if self.search_mode not in ("fast", "exact"):
+            raise InvalidOperationError(f"search_mode is 'fast' or 'exact', not {self.search_mode!r}")
+        if self.max_training_lag < 1:
+            raise InvalidOperationError("max_training_lag is at least 1")
+        self.max_training_lag = int(self.max_training_lag)
+        self.index_fields = list(self.index_fields) if self.index_fields else ["content", "text"]
+        self.background, self.dedupe, self.relabel, self.prior = (
+            bool(self.background), bool(self.dedupe), bool(self.relabel), bool(self.prior))
+        self.refresh_interval = float(self.refresh_interval)
+        self.checkpoint_every, self.naming_interval = int(self.checkpoint_every), int(self.naming_interval)

@@ -1,0 +1,466 @@
+"""The insert pipeline as a LangGraph ``StateGraph``: the single definition of an insert.
+
+::
+
+    START -> embed -> stage1_descend -(unsure)-> stage1_teacher -> attach
+                          +---------(attach here)-------------------^
+    attach -> stage2_rewrite -(unsure, not asked yet)-> stage2_teacher -> apply_actions
+                   +------------------------------------------------------^
+    apply_actions -(its namespace's batch is full)-> batch_teacher -> train -> END
+          +-----------------------------------------------------------^
+
+The teacher is asked at most once per insert, one joint question (where the fact goes, the
+stage-2 actions, the names of new aspects): in ``stage1_teacher`` when the model is unsure
+during its descent, else in ``stage2_teacher`` when it is unsure of stage 2; a drawn audit
+is asked later, by the background trainer (``train``). With batch questions
+(``LearnerConfig.batch``, a teacher with ``place_batch``) those two nodes ask nothing: the
+insert waits where the student put it, and the insert that fills its namespace's batch asks
+one question about all of them in ``batch_teacher``.
+
+The nodes are plain functions (methods of :class:`InsertPipeline`) and the routing is three
+plain functions, so the same definition runs either compiled (``mem.graph``, composable
+into a user's graph as a subgraph) or walked directly by :meth:`InsertPipeline.run`,
+which ``MembrainMemory.add`` uses because a compiled graph costs about 0.2 ms per step.
+The descent loops inside ``stage1_descend`` (one graph step for many tree levels).
+
+State in: ``text``, and optionally ``namespace``, ``metadata``, ``key`` (and, from the memory
+operation that ran first, ``audit``: its audit draw, shared by the placement, and ``shared``:
+its question answered the placement too, so this insert's audit is not counted again). State out:
+``key``, ``parent_path`` (aspect labels from the root to the new fact's parent),
+``teacher_calls``. The record of an insert in flight lives in the pipeline, keyed by
+``token``, so the graph state stays JSON-serialisable for users' checkpointers.
+
+The nodes reach the memory through :class:`InsertHost` alone: its namespaces (the
+:class:`~.forest.Forest`, which owns each namespace's tree, index and locks), its embedder,
+its learner and its trainer. ``MembrainMemory`` provides one; this module imports nothing of
+memory.py. :class:`TreeHost` is the other host: one bare tree and a learner driven
+directly, for benchmarks and labs (:func:`insert_fact`), so that they measure the same
+insert a user's memory runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol, TypedDict, TypeVar, cast
+
+import numpy as np
+
+from ..errors import InvalidOperationError
+from ..tree.actions import Action
+from ..tree.inputs import Namespace, as_namespace, check_text, memory_value
+from ..tree.placement import NewFact
+from ..tree.tree import MembrainTree
+from .pipeline import Learner
+from .records import Correction, PlaceRecord, SupervisionResult
+
+T = TypeVar("T")
+
+
+class Namespaces(Protocol):
+    """The trees an insert reads and writes, one per namespace (a memory's
+    :class:`~.forest.Forest`, or :class:`OneTree`)."""
+
+    def lock(self, ns: Namespace) -> ContextManager[Any]:
+        """The namespace's lock: held around every read of its tree."""
+
+    def tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
+        """The namespace's tree (a new one when it has none and ``create``)."""
+
+    def mutate(self, ns: Namespace, write: Callable[[MembrainTree], T]) -> T:
+        """Run ``write`` on the namespace's tree as one committed write."""
+
+
+class InsertHost(Protocol):
+    """What the insert graph uses of the memory it inserts into."""
+
+    @property
+    def forest(self) -> Namespaces:
+        """The memory's namespaces: locks, trees and committed writes."""
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """The texts' embeddings, one row each, with the memory's embedder."""
+
+    def learner(self, dim: int | None = None) -> ContextManager[Learner]:
+        """The learner, held under its lock for the ``with`` block; ``dim`` creates it on
+        first use for embeddings of that size (from a checkpoint or the prior)."""
+
+    def placed(self, ns: Namespace, record: PlaceRecord) -> None:
+        """An insert was placed: count it and hand it to training."""
+
+    def settle_batch(self, ns: Namespace, carrier: PlaceRecord | None = None) -> None:
+        """Ask the batch question about the inserts waiting in ``ns`` and carry out its
+        answer (``Learner.settle_batch``): now, or in the background for a slow teacher."""
+
+
+class InsertState(TypedDict, total=False):
+    """The insert graph's state. Inputs: text, namespace, metadata, key."""
+
+    text: str
+    namespace: str | list[str] | tuple[str, ...]
+    metadata: dict[str, Any] | None
+    key: str | None
+    value: dict[str, Any] | None  # the stored value, when it is not {"content": text, **metadata}
+    embedding: list[float] | None  # the text's embedding, when the caller has it already
+    audit: bool | None  # the caller's audit draw for this insert (Learner.draw_audit); None: drawn here
+    shared: bool  # the teacher already answered this insert's placement with its memory operation
+    # ... and its answer (operations.Operation.placement), followed instead of asking again;
+    # an in-process object: a compiled graph's caller leaves it out
+    offered: Any
+    token: str
+    route: str
+    parent_path: list[str]
+    teacher_calls: int
+
+
+Node = Callable[[InsertState], dict[str, Any]]
+
+
+class InsertPipeline:
+    """The nodes and routes of the insert graph, bound to one memory (its :class:`InsertHost`)."""
+
+    NODES = ("embed", "stage1_descend", "stage1_teacher", "attach", "stage2_rewrite", "stage2_teacher",
+             "apply_actions", "batch_teacher", "train")
+
+    # A record left behind by a run that raised inside a compiled graph is kept this long, so
+    # that a run resumed from the user's checkpointer can still find it, then dropped.
+    ABANDONED_AFTER_S = 3600.0
+
+    def __init__(self, host: InsertHost):
+        self.host = host
+        self.forest = host.forest
+        # token -> (namespace, the NewFact then its PlaceRecord, key)
+        self._inflight: dict[str, tuple[tuple[str, ...], PlaceRecord | NewFact, str | None]] = {}
+        self._started: dict[str, float] = {}  # token -> time.monotonic() of its embed step
+        self._guard = threading.Lock()
+
+    # ------------------------------------------------------------------ in-flight records
+    def _get(self, state: InsertState):
+        with self._guard:
+            try:
+                return self._inflight[state["token"]]
+            except KeyError:
+                raise InvalidOperationError("unknown insert token (was the state copied between runs?)") from None
+
+    def _set(self, token: str, entry) -> None:
+        with self._guard:
+            self._inflight[token] = entry
+
+    def _start(self, token: str, entry) -> None:
+        """Register a new insert, dropping records abandoned longer than ABANDONED_AFTER_S."""
+        now = time.monotonic()
+        with self._guard:
+            for old in [t for t, t0 in self._started.items() if now - t0 > self.ABANDONED_AFTER_S]:
+                self._inflight.pop(old, None)
+                del self._started[old]
+            self._inflight[token], self._started[token] = entry, now
+
+    def _finish(self, token: str):
+        """Forget an insert's record; returns it (None if it was already gone)."""
+        with self._guard:
+            self._started.pop(token, None)
+            return self._inflight.pop(token, None)
+
+    def in_flight(self) -> int:
+        """Inserts started and not finished (including any abandoned by a failed run)."""
+        with self._guard:
+            return len(self._inflight)
+
+    @contextlib.contextmanager
+    def _session(self, ns: Namespace) -> Iterator[tuple[MembrainTree, Learner]]:
+        """The namespace's tree, locked, with the learner locked too (lock order: tree first)."""
+        with self.forest.lock(ns):
+            tree = self.forest.tree(ns, create=True)
+            assert tree is not None
+            with self.host.learner() as learner:
+                yield tree, learner
+
+    # ------------------------------------------------------------------ nodes
+    def embed(self, state: InsertState) -> dict[str, Any]:
+        """Validate the input and embed the text (unless ``embedding`` is given)."""
+        if state.get("value") is not None:  # a store value: its text was chosen by the caller
+            ns, text, value = as_namespace(state.get("namespace")), check_text(state.get("text")), state["value"]
+        else:
+            ns, value, text = memory_value(state.get("namespace"), state.get("text"), state.get("metadata"))
+        key = state.get("key") or uuid.uuid4().hex
+        given = state.get("embedding")
+        vec = self.host.embed([text])[0] if given is None else np.asarray(given, dtype=np.float32)
+        return self.start(ns, NewFact(text, vec, {"value": value, "indexed": True}), key)
+
+    def start(self, ns: Namespace, new_fact: NewFact, key: str | None) -> dict[str, Any]:
+        """Register an embedded fact as an insert in flight; the state for the next node.
+        ``key`` None: the tree names the fact."""
+        with self.host.learner(int(np.asarray(new_fact.embedding).size)):
+            pass  # created now, so that a wrong dimension fails before anything is stored
+        token = uuid.uuid4().hex
+        self._start(token, (ns, new_fact, key))
+        return {"token": token, "key": key, "teacher_calls": 0}
+
+    def stage1_descend(self, state: InsertState) -> dict[str, Any]:
+        """Descend by the model's decisions until it attaches or the policy asks the teacher."""
+        ns, rec, key = self._get(state)
+        with self._session(ns) as (tree, learner):
+            if isinstance(rec, NewFact):
+                rec = learner.begin(tree, rec, audit=state.get("audit"), shared=bool(state.get("shared")),
+                                    offered=state.get("offered"))
+                self._set(state["token"], (ns, rec, key))
+            asks = learner.descend_model(tree, rec)
+        return {"route": "teacher" if asks else "attach"}
+
+    def stage1_teacher(self, state: InsertState) -> dict[str, Any]:
+        """Ask the teacher the joint question and follow its placement."""
+        ns, rec, _ = self._get(state)
+        with self._session(ns) as (tree, learner):
+            learner.teacher_place(tree, rec)
+        return {}
+
+    def attach(self, state: InsertState) -> dict[str, Any]:
+        """Attach the fact (one committed write). A key that exists is replaced: its fact
+        is removed and placed anew, keeping its created_at."""
+        ns, rec, key = self._get(state)
+
+        def write(tree: MembrainTree) -> None:
+            created = None
+            if key is not None and key in tree:
+                node = tree.node(key)
+                if node.kind != "fact":
+                    raise InvalidOperationError(f"key {key!r} is used by an aspect")
+                created = node.created_at
+                tree.remove(key)
+            with self.host.learner() as learner:
+                learner.attach(tree, rec, node_id=key, created_at=created)
+
+        self.forest.mutate(ns, write)
+        return {}
+
+    def stage2_rewrite(self, state: InsertState) -> dict[str, Any]:
+        """The model's stage-2 actions on the new fact's closure."""
+        ns, rec, _ = self._get(state)
+        with self._session(ns) as (tree, learner):
+            asks = learner.propose_stage2(tree, rec)
+        return {"route": "teacher" if asks else "apply"}
+
+    def stage2_teacher(self, state: InsertState) -> dict[str, Any]:
+        """Ask the teacher the joint question (its actions, and its parent if it differs)."""
+        ns, rec, _ = self._get(state)
+        with self._session(ns) as (tree, learner):
+            learner.teacher_stage2(tree, rec)
+        return {}
+
+    def apply_actions(self, state: InsertState) -> dict[str, Any]:
+        """Apply the stage-2 actions (one committed write)."""
+        ns, rec, _ = self._get(state)
+
+        def write(tree: MembrainTree) -> None:
+            with self.host.learner() as learner:
+                learner.apply_stage2(tree, rec)
+
+        self.forest.mutate(ns, write)
+        with self.host.learner() as learner:
+            full = learner.wait_in_batch(ns, rec)
+        return {"route": "batch" if full else "train"}
+
+    def batch_teacher(self, state: InsertState) -> dict[str, Any]:
+        """Ask the batch question about the namespace's waiting inserts and carry out its
+        answer (one committed write)."""
+        ns, rec, _ = self._get(state)
+        self.host.settle_batch(ns, rec)
+        return {}
+
+    def train(self, state: InsertState) -> dict[str, Any]:
+        """Hand the record to training (a background worker by default) and report."""
+        entry = self._finish(state["token"])
+        if entry is None:
+            raise InvalidOperationError("unknown insert token (was the state copied between runs?)")
+        ns, rec, _ = entry
+        self.host.placed(ns, rec)
+        path = []
+        with self.forest.lock(ns):
+            tree = self.forest.tree(ns, create=False)
+            if tree is not None and rec.fact_id in tree:
+                path = [tree.node(a).text for a in tree.path(rec.fact_id)[1:-1]]
+        return {"key": rec.fact_id, "parent_path": path, "teacher_calls": rec.teacher_calls}
+
+    # ------------------------------------------------------------------ routes
+    @staticmethod
+    def after_descend(state: InsertState) -> Literal["stage1_teacher", "attach"]:
+        return "stage1_teacher" if state["route"] == "teacher" else "attach"
+
+    @staticmethod
+    def after_stage2(state: InsertState) -> Literal["stage2_teacher", "apply_actions"]:
+        return "stage2_teacher" if state["route"] == "teacher" else "apply_actions"
+
+    @staticmethod
+    def after_apply(state: InsertState) -> Literal["batch_teacher", "train"]:
+        return "batch_teacher" if state["route"] == "batch" else "train"
+
+    EDGES: dict[str, str] = {
+        "embed": "stage1_descend",
+        "stage1_teacher": "attach",
+        "attach": "stage2_rewrite",
+        "stage2_teacher": "apply_actions",
+        "batch_teacher": "train",
+    }
+
+    def routes(self) -> dict[str, Callable[[InsertState], str]]:
+        return {"stage1_descend": self.after_descend, "stage2_rewrite": self.after_stage2,
+                "apply_actions": self.after_apply}
+
+    # ------------------------------------------------------------------ running
+    def compile(self):
+        """The pipeline as a compiled LangGraph ``StateGraph``."""
+        from langgraph.graph import END, START, StateGraph
+
+        builder = StateGraph(InsertState)
+        for name in self.NODES:
+            builder.add_node(name, getattr(self, name))
+        builder.add_edge(START, "embed")
+        for src, dst in self.EDGES.items():
+            builder.add_edge(src, dst)
+        for src, route in self.routes().items():
+            builder.add_conditional_edges(src, route)
+        builder.add_edge("train", END)
+        return builder.compile(name="membrain_insert")
+
+    def run(self, state: InsertState, *, start: str = "embed") -> InsertState:
+        """Walk the same nodes and routes without LangGraph (no per-step overhead), from
+        ``start`` ("stage1_descend" for a state that :meth:`start` made)."""
+        state = InsertState(**state)  # a copy: the caller's dict is left as it was
+        routes, node = self.routes(), start
+        try:
+            while True:
+                state.update(getattr(self, node)(state))
+                if node == "train":
+                    return state
+                node = routes[node](state) if node in routes else self.EDGES[node]
+        except BaseException:
+            self._finish(state.get("token", ""))
+            raise
+
+
+# =============================================================================== a bare tree
+@dataclass
+class InsertResult:
+    """The outcome of :func:`insert_fact`.
+
+    ``stage1_by``/``stage2_by``: who decided ("model", "teacher", "forced" when there was
+    no choice; for stage 1, "offline rule" when the teacher gave no answer before the model
+    was warm: ``PlaceRecord.placed_by``). ``teacher_calls`` counts the teacher questions of
+    this insert (0 or 1; the requests sent, retries included, with an LLM teacher).
+    ``actions``: the stage-2 actions applied, corrections included.
+    """
+
+    fact_id: str
+    parent_id: str
+    placed_under: str
+    stage1_by: str
+    stage2_by: str
+    teacher_calls: int
+    teacher_failures: int
+    actions: list[Action]
+    corrections: list[Correction]
+    record: PlaceRecord
+    supervision: SupervisionResult
+    naming_calls: int = 0
+
+
+class OneTree:
+    """One bare tree standing for every namespace; a write is a plain call (nothing to
+    commit)."""
+
+    __slots__ = ("bare", "_lock")
+
+    def __init__(self, tree: MembrainTree):
+        self.bare = tree
+        self._lock = threading.RLock()
+
+    def lock(self, ns: Namespace) -> threading.RLock:
+        return self._lock
+
+    def tree(self, ns: Namespace, *, create: bool) -> MembrainTree:
+        return self.bare
+
+    def mutate(self, ns: Namespace, write: Callable[[MembrainTree], T]) -> T:
+        with self._lock:
+            return write(self.bare)
+
+
+class TreeHost:
+    """The insert graph's host for one bare tree and a :class:`~.pipeline.Learner` driven
+    directly (benchmarks, labs). Facts come embedded (:func:`insert_fact`). With
+    ``supervise`` each insert is supervised and trained on before it returns, and the
+    teacher's corrections applied (``LearnerConfig.apply_corrections``), as in a memory with
+    ``background=False``; without, its record is left for the caller to supervise."""
+
+    def __init__(self, tree: MembrainTree, learner: Learner, *, supervise: bool = True):
+        self.forest = OneTree(tree)
+        self.current = learner
+        self.supervises = supervise
+        self.record: PlaceRecord | None = None
+        self.last: InsertResult | None = None
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        raise InvalidOperationError("a bare tree has no embedder: insert embedded facts (insert_fact)")
+
+    @contextlib.contextmanager
+    def learner(self, dim: int | None = None) -> Iterator[Learner]:
+        yield self.current
+
+    def placed(self, ns: Namespace, record: PlaceRecord) -> None:
+        self.record = record
+        if not self.supervises:
+            return
+        learner, tree = self.current, self.forest.bare
+        sup = learner.supervise(record)
+        extra = learner.apply_corrections(tree, sup) if learner.config.apply_corrections else []
+        parent_id = tree.parent(record.fact_id)
+        assert parent_id is not None  # a fact is never the root
+        self.last = InsertResult(
+            fact_id=record.fact_id, parent_id=parent_id, placed_under=record.placed_under,
+            stage1_by=record.placed_by, stage2_by=record.stage2.by if record.stage2 is not None else "forced",
+            teacher_calls=record.teacher_calls + sup.teacher_calls,
+            teacher_failures=record.teacher_failures + sup.teacher_failures,
+            actions=list(record.applied) + list(extra), corrections=sup.corrections, record=record,
+            supervision=sup)
+
+    def settle_batch(self, ns: Namespace, carrier: PlaceRecord | None = None) -> None:
+        learner = self.current
+        learner.settle_batch(self.forest.bare, learner.waiting.take(ns), carrier)
+
+
+BARE_TREE: Namespace = ("tree",)  # the namespace key of a bare tree's inserts (waiting batches)
+
+
+def _run_on_tree(host: TreeHost, new_fact: NewFact, node_id: str | None) -> None:
+    pipeline = InsertPipeline(host)
+    pipeline.run(cast(InsertState, pipeline.start(BARE_TREE, new_fact, node_id)), start="stage1_descend")
+
+
+def insert_fact(tree: MembrainTree, learner: Learner, new_fact: NewFact, *,
+                node_id: str | None = None) -> InsertResult:
+    """Insert an embedded fact into a bare tree through the insert graph (the nodes a
+    memory's ``add`` runs, after its embed step), decided by ``learner``, and supervise it;
+    ``node_id`` None: the tree names the fact."""
+    host = TreeHost(tree, learner)
+    named = learner.ledger.naming_calls
+    _run_on_tree(host, new_fact, node_id)
+    assert host.last is not None
+    host.last.naming_calls = learner.ledger.naming_calls - named
+    return host.last
+
+
+def place_fact(tree: MembrainTree, learner: Learner, new_fact: NewFact, *,
+               node_id: str | None = None) -> PlaceRecord:
+    """The same insert, left unsupervised: its record, for the caller's
+    :meth:`~.pipeline.Learner.supervise` (what a memory's background worker does later)."""
+    host = TreeHost(tree, learner, supervise=False)
+    _run_on_tree(host, new_fact, node_id)
+    assert host.record is not None
+    return host.record
+
+
+__all__ = ["BARE_TREE", "InsertHost", "InsertPipeline", "InsertResult", "InsertState", "Namespaces", "OneTree",
+           "TreeHost", "insert_fact", "place_fact"]

@@ -1,0 +1,278 @@
+"""`Writer`: how one memory stores what ``add``, ``add_many`` and ``put`` are given.
+
+An embedded item goes through, in order: the duplicate check (``dedupe``), the memory
+operation (ADD, UPDATE, DELETE or IGNORE: operations.py), and the insert graph that places
+it (graph.py), all under the teacher's time budget for that one item. What the insert
+graph hands to training is the :class:`~.background.Background`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from typing import Any, Callable, Iterator, cast
+
+import numpy as np
+
+from ..errors import InvalidOperationError, MembrainError
+from ..storage.forest import Forest
+from ..teachers.base import RemoteTeacher, capable
+from ..teachers.budget import deadline as teacher_deadline
+from ..tree.inputs import Namespace, as_namespace, memory_value
+from ..tree.placement import Placement
+from ..tree.tree import MembrainTree
+from .background import Background
+from .graph import InsertPipeline
+from .operations import OperationDecider, OperationDecision
+from .operations import execute as execute_operation
+
+
+def normalised(text: str) -> str:
+    """``text`` as duplicates are compared: casefolded words, apostrophes, punctuation and
+    spacing dropped ("im ALLERGIC to peanuts!!" is "I'm allergic to peanuts")."""
+    return " ".join(re.findall(r"\w+", re.sub(r"['’]", "", text.casefold()))) or text.strip()
+
+
+@contextlib.contextmanager
+def progress(enabled: bool, total: int) -> Iterator[Callable[[], None]]:
+    """A rich progress bar (rate and ETA) when enabled; yields the function that advances it."""
+    if not enabled:
+        yield lambda: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = [TextColumn("adding memories"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]}"), TimeRemainingColumn()]
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("add", total=total, rate="")
+        start = time.perf_counter()
+
+        def advance() -> None:
+            done = bar.tasks[0].completed + 1
+            bar.update(task, advance=1, rate=f"{done / max(time.perf_counter() - start, 1e-9):.0f}/s")
+
+        yield advance
+
+
+def prepare(namespace: Any, texts: list[str], metadatas: list[Any],
+            keys: list[Any]) -> list[tuple[Namespace, dict[str, Any], str]]:
+    """(namespace, value, text) of each item of ``add_many``, every one validated before
+    anything is stored; the error for a bad item of several names it by its index ("item 3
+    of 10: memory text is empty")."""
+    if not (len(metadatas) == len(keys) == len(texts)):
+        raise InvalidOperationError("texts, metadatas and keys must have the same length")
+    as_namespace(namespace)  # one namespace for every item: its error names no item
+    prepared = []
+    for i, (t, m, k) in enumerate(zip(texts, metadatas, keys)):
+        try:
+            prepared.append(memory_value(namespace, t, m))
+            if k is not None and (not isinstance(k, str) or not k):
+                raise InvalidOperationError("a key is a non-empty str")
+        except MembrainError as exc:
+            if len(texts) == 1:  # add(), or a list of one: nothing to tell apart
+                raise
+            raise type(exc)(f"item {i} of {len(texts)}: {exc}") from None
+    return prepared
+
+
+def asked_teacher(decision: OperationDecision | None) -> bool:
+    """Whether an item's operation question reached the teacher: asked, and, for a teacher
+    that sends requests, sent at least one (a question the breaker or the budget stopped is
+    not one)."""
+    return decision is not None and decision.asked and decision.requests != 0
+
+
+class Writer:
+    """The write path of one memory over its forest, insert graph and memory operations."""
+
+    def __init__(self, forest: Forest, pipeline: InsertPipeline, operations: OperationDecider,
+                 background: Background):
+        self.forest = forest
+        self.pipeline = pipeline
+        self.operations = operations
+        self.background = background
+
+    def place(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
+              key: str | None = None, *, audit: bool | None = None, shared: bool = False,
+              offered: Placement | None = None) -> str:
+        """Place one embedded memory through the insert pipeline; returns its key. ``audit``,
+        ``shared`` and ``offered``: see ``InsertState``."""
+        return self.place_counted(ns, value, text, vec, key, audit=audit, shared=shared, offered=offered)[0]
+
+    def place_counted(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
+                      key: str | None = None, *, audit: bool | None = None, shared: bool = False,
+                      offered: Placement | None = None) -> tuple[str, int]:
+        """:meth:`place`, and the teacher questions the insert's own record counted."""
+        # The graph's state types an embedding as a list (JSON); its embed step takes an array too.
+        done = self.pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
+                                  "embedding": cast(Any, vec), "audit": audit, "shared": shared,
+                                  "offered": offered})
+        return cast(str, done["key"]), int(done.get("teacher_calls") or 0)
+
+    def insert(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str, vec: np.ndarray, *,
+               budget: float | None, merge: bool = False, operate: bool = False) -> str:
+        """Place one embedded memory through the insert pipeline; returns its key. With
+        ``merge``, a duplicate of a stored fact (see ``dedupe``) is not stored again: the
+        check and the insert hold the namespace's insert lock, so two threads adding the
+        same memory store it once. With ``operate``, the memory operation (operations.py)
+        decides first whether it is added, updates or deletes an old fact, or is ignored.
+        The teacher's questions wait ``budget`` seconds at most, together."""
+        bg = self.background
+        with bg.insert_scope():
+            with bg.lock:
+                bg.learner_for(int(vec.size))  # the models' first load is not the teacher's time
+            with teacher_deadline(budget):
+                return self._insert_now(ns, key, value, text, vec, merge=merge, operate=operate)
+
+    def _insert_now(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str,
+                    vec: np.ndarray, *, merge: bool, operate: bool) -> str:
+        if not merge and not operate:
+            return self.place(ns, value, text, vec, key)
+        with self.forest.insert_lock(ns):
+            dup = None
+            if merge:
+                with self.forest.lock(ns):
+                    dup = self.duplicate_of(ns, value, text, vec)
+            if dup is not None:
+                def touch(tree: MembrainTree) -> bool:
+                    if dup not in tree:  # removed by another process meanwhile
+                        return False
+                    tree.update_fact(dup)
+                    return True
+
+                if self.forest.mutate(ns, touch):
+                    self.background.counts["merged"] += 1
+                    return dup
+            if not operate:
+                return self.place(ns, value, text, vec)
+            return self._operate(ns, value, text, vec)
+
+    def _operate(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str:
+        """Run the memory operation for one item, then place it unless the operation did.
+        Call holding the namespace's insert lock.
+
+        One question per insert: an LLM in one-call mode answers the operation and the
+        placement in one request, so an operation question counts only when the placement
+        asked none (the offline rule, a stand-in for such an LLM, is counted the same way);
+        in "per_decision" mode they are two requests, counted apart. One audit draw for the
+        item's operation and its placement: an audited item is then one request (in
+        one-call mode, the operation's question answers the placement too, and its deferred
+        audit is not counted again).
+
+        Counted from this item's own decision and this insert's own record, never from
+        differences of the memory's counters, which other threads' inserts change meanwhile."""
+        bg, ops = self.background, self.operations
+        teacher = bg.teacher
+        joint = not (capable(teacher, RemoteTeacher) and teacher.mode == "per_decision")
+        with bg.lock:
+            audit = bg.learner_for(int(vec.size)).draw_audit()
+        placements: list[int] = []  # the questions each placement of this item counted
+
+        def place(ns_: Namespace, value_: dict[str, Any], text_: str, vec_: np.ndarray) -> str:
+            decided = ops.last_here()  # this item's decision (execute decided it on this thread)
+            shared = joint and asked_teacher(decided)
+            # the teacher's placement, when it answered it with the operation
+            offered = decided.operation.placement if decided is not None and decided.by == "teacher" else None
+            key, calls = self.place_counted(ns_, value_, text_, vec_, audit=audit, shared=shared, offered=offered)
+            placements.append(calls)
+            return key
+
+        done = execute_operation(self.forest, ops, ns, value, text, vec, place=place, audit=audit)
+        decision = ops.last_here()
+        op_asked = asked_teacher(decision)
+        if decision is not None and decision.asked and not decision.answered:
+            bg.went_untaught()
+        placed = len(placements)
+        if done is None:
+            done = place(ns, value, text, vec)
+        if decision is not None and decision.requests is not None:
+            # A teacher that sends requests: every request of the operation's question is
+            # counted, as an operation question (its one-call answer may place the fact
+            # too: the learner then counts no placement request).
+            with bg.lock:
+                bg.learner_for(int(vec.size)).ledger.count("operation", sent=decision.requests,
+                                                            failed=not decision.answered)
+        elif op_asked and (not joint or not sum(placements[placed:])):
+            with bg.lock:
+                bg.learner_for(int(vec.size)).ledger.count("operation")
+        return done
+
+    def duplicate_of(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str | None:
+        """The stored fact this memory duplicates: among the facts nearest by embedding (equal
+        texts embed alike), one whose normalised text and other value fields are the same.
+        Call under the lock."""
+        tree = self.forest.tree(ns, create=False)
+        index = self.forest.index(ns)
+        if tree is None or index is None:
+            return None
+        fields = {k: v for k, v in value.items() if k != "content"}
+        wanted = normalised(text)
+        for found, _ in index.nearest(vec, k=8):
+            fid = cast(str, found)
+            if fid in tree and normalised(tree.node(fid).text) == wanted:
+                old = tree.node(fid).metadata.get("value", {})
+                if {k: v for k, v in old.items() if k != "content"} == fields:
+                    return fid
+        return None
+
+    def update_in_place(self, ns: Namespace, key: str, value: dict[str, Any], text: str | None, *,
+                        placed: bool) -> bool:
+        """Store ``value`` without (re)placing the fact: an unindexed value (``placed`` False:
+        always done; the fact sits under the root with no embedding), or a placed fact whose
+        text is unchanged. Returns False when the fact must go through the pipeline."""
+        def write(tree: MembrainTree) -> bool:
+            exists = key in tree
+            if exists and tree.node(key).kind != "fact":
+                raise InvalidOperationError(f"key {key!r} is used by an aspect")
+            if placed:
+                if not exists or tree.node(key).text != text or tree.node(key).embedding is None:
+                    return False
+                tree.update_fact(key, metadata={"value": value, "indexed": True})
+                return True
+            meta = {"value": value, "indexed": False}
+            if exists:
+                created = tree.node(key).created_at
+                tree.remove(key)
+                tree.add_fact(tree.root_id, "", node_id=key, metadata=meta, created_at=created)
+            else:
+                tree.add_fact(tree.root_id, "", node_id=key, metadata=meta)
+            return True
+
+        if placed:  # cheap check first: most puts of new keys need no transaction here
+            with self.forest.lock(ns):
+                tree = self.forest.tree(ns, create=False)
+                if tree is None or key not in tree:
+                    return False
+        return self.forest.mutate(ns, write)
+
+    def delete(self, ns: Namespace, key: str) -> bool:
+        """Retire the fact ``key`` (archived as a tombstone in the same write); False if none."""
+        with self.forest.lock(ns):
+            tree = self.forest.tree(ns, create=False)
+            if tree is None or key not in tree or tree.node(key).kind != "fact":
+                return False
+
+        def write(tree: MembrainTree) -> bool:
+            if key not in tree or tree.node(key).kind != "fact":
+                return False
+            tree.retire(key)
+            return True
+
+        return self.forest.mutate(ns, write)
+
+    def purge(self, ns: Namespace, cutoff: float | None, kind: str | None) -> int:
+        """Remove the archived entries of ``kind`` (None: every kind) last changed before
+        ``cutoff`` (None: all), in one write; returns how many."""
+        with self.forest.lock(ns):
+            tree = self.forest.tree(ns, create=False)
+            if tree is None or not tree.archive:
+                return 0
+
+        def write(tree: MembrainTree) -> int:
+            doomed = [e.id for e in tree.archived(kind) if cutoff is None or e.updated_at < cutoff]
+            tree.purge_archived(doomed)
+            return len(doomed)
+
+        return self.forest.mutate(ns, write)
+

@@ -1,0 +1,149 @@
+"""Calibrated relevance: a hit's ``score`` is the estimated probability that it is relevant to
+the query (issue 47).
+
+A small logistic model reads features of a hit that mean the same in every namespace, whatever
+its size or the kinds it holds (:func:`hit_features`): the cosine of the hit's embedding with
+the query's, the share of the query's content words the hit holds (stemmed, stop words out),
+its rank in its namespace, the ranking score its namespace's index gave it
+(``retrieval.relevance`` of it, bounded) and the size of the namespace. Its coefficients
+(``data/relevance_model.json``) were fitted by ``python -m langchain_membrain.bench scores`` on
+``data/relevance.json``, a labelled set written for this project (queries with the facts that
+answer them, and queries nothing answers, in namespaces of 1 to 500 facts with the tuning
+personas' facts around them); the bench prints its AUROC, what the threshold keeps and a
+reliability table on a held-out split (RESULTS.md, scores).
+
+A search still ranks a namespace's hits by the ranking score (the order is unchanged: a hit
+below another may score higher, the score being a probability, not the ranking); across
+namespaces their lists are merged by score, each namespace's in its own order. A hit's score
+depends on the hits ranked above it only, not on ``limit``. :data:`DEFAULT_MIN_SCORE` is the
+threshold the agent tools use: below it, "nothing relevant".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from contextlib import contextmanager
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..index.lexical import shared_stemmer, tokenize
+
+#: The threshold the agent tools' search uses (``search(..., min_score=...)``): a hit scoring
+#: below it is probably not relevant to the query.
+DEFAULT_MIN_SCORE = 0.5
+MODEL_FILE = "relevance_model.json"
+FEATURES = ("cosine", "overlap", "log_rank", "rank_relevance", "log_size", "cosine_x_overlap", "below_first")
+
+
+def overlap(query: str, text: str) -> float:
+    """Share of the query's content words (stemmed, stop words out) that ``text`` holds; 0
+    for a query without one."""
+    stemmer = shared_stemmer()
+    words = set(tokenize(query, stemmer))
+    if not words:
+        return 0.0
+    return len(words & set(tokenize(text, stemmer))) / len(words)
+
+
+def hit_features(cosine: float, share: float, position: int, rank_score: float, size: int,
+                 first_cosine: float) -> np.ndarray:
+    """The model's inputs for one hit (:data:`FEATURES`): its cosine with the query, the
+    :func:`overlap` share, its 0-based rank in its namespace, its ranking score, the number
+    of facts its namespace's index holds, and how far its cosine is below the first hit's."""
+    from ..index.facts import relevance
+
+    return np.array([cosine, share, math.log1p(position), relevance(rank_score), math.log1p(size),
+                     cosine * share, max(first_cosine - cosine, 0.0)], np.float64)
+
+
+_USING: list[tuple[np.ndarray, float]] = []  # models put in place by use_model, innermost last
+
+
+@contextmanager
+def use_model(model: tuple[np.ndarray, float]) -> Iterator[None]:
+    """Score with ``model`` (weights, bias) instead of the shipped one inside the block (the
+    bench's fitting and held-out runs)."""
+    _USING.append(model)
+    try:
+        yield
+    finally:
+        _USING.pop()
+
+
+def _model() -> tuple[np.ndarray, float]:
+    return _USING[-1] if _USING else _shipped()
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> tuple[np.ndarray, float]:
+    data = json.loads(resources.files("langchain_membrain.data").joinpath(MODEL_FILE).read_text(encoding="utf-8"))
+    if tuple(data["features"]) != FEATURES:
+        raise ValueError(f"{MODEL_FILE} was fitted on other features: {data['features']}")
+    return np.asarray(data["weights"], np.float64), float(data["bias"])
+
+
+def probability(features: np.ndarray, model: tuple[np.ndarray, float] | None = None) -> float:
+    """The fitted model's probability that a hit with these :func:`hit_features` is relevant."""
+    weights, bias = _model() if model is None else model
+    z = float(features @ weights) + bias
+    return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+
+def features(query: str, qvec: Any, hits: Sequence[tuple[str, float, Any, str]], size: int) -> list[np.ndarray]:
+    """:func:`hit_features` of one namespace's ranked hits (key, ranking score, embedding,
+    text), best first; ``size``: the facts its index holds."""
+    from ..tree.placement import cosine
+
+    cos = [cosine(vec, qvec) if vec is not None and qvec is not None else 0.0 for _, _, vec, _ in hits]
+    return [hit_features(c, overlap(query, text), i, score, size, cos[0])
+            for i, (c, (_, score, _, text)) in enumerate(zip(cos, hits))]
+
+
+def calibrated(query: str, qvec: Any, hits: Sequence[tuple[str, float, Any, str]], size: int,
+               model: tuple[np.ndarray, float] | None = None) -> list[float]:
+    """The reported scores of one namespace's ranked hits (key, ranking score, embedding,
+    text), best first: each hit's :func:`probability`. A hit's score depends on the hits
+    ranked above it only (the first one's cosine), not on how many are asked for."""
+    return [probability(f, model) for f in features(query, qvec, hits, size)]
+
+
+def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1e-3, steps: int = 50) -> tuple[np.ndarray, float]:
+    """Logistic regression of ``y`` (0/1) on ``x`` by Newton's method with a small L2
+    penalty on the weights: (weights, bias)."""
+    a = np.hstack([x, np.ones((len(x), 1))])
+    w = np.zeros(a.shape[1])
+    reg = np.full(a.shape[1], l2 * len(x))
+    reg[-1] = 0.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(a @ w, -50, 50)))
+        grad = a.T @ (p - y) + reg * w
+        hess = (a * (p * (1 - p))[:, None]).T @ a + np.diag(reg) + 1e-9 * np.eye(a.shape[1])
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if float(np.abs(step).max()) < 1e-10:
+            break
+    return w[:-1], float(w[-1])
+
+
+def auroc(scores: Sequence[float], labels: Sequence[int]) -> float:
+    """Area under the ROC curve: the chance that a relevant hit outscores an irrelevant
+    one (ties count half)."""
+    s, y = np.asarray(scores, np.float64), np.asarray(labels, bool)
+    pos, neg = s[y], s[~y]
+    if not len(pos) or not len(neg):
+        return float("nan")
+    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
+    ranks = np.empty(len(order))
+    allv = np.concatenate([pos, neg])[order]
+    i = 0
+    while i < len(allv):  # average ranks over ties
+        j = i
+        while j + 1 < len(allv) and allv[j + 1] == allv[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))

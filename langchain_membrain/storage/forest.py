@@ -1,0 +1,544 @@
+"""`Forest`: the namespaces of one memory, each loaded namespace owned by one record.
+
+A memory is a forest: one :class:`~.tree.MembrainTree` per namespace. This module owns
+everything a process holds per namespace, and is the only code that touches it:
+
+- :class:`Loaded`, one record per namespace loaded in this process: the tree, the stored
+  version it reflects, its search index and what that index holds;
+- the namespace's locks (kept across unloads, so that a thread waiting on one never ends up
+  holding a lock nobody else uses);
+- the least-recently-used order that bounds how many namespaces stay loaded
+  (``max_loaded``), and when each was last checked against storage.
+
+Its public operations are what the rest of the package uses (the memory's reads, the insert
+graph's nodes in graph.py, the memory operations in operations.py): take a namespace's
+:meth:`Forest.lock`, read its :meth:`Forest.tree` and :meth:`Forest.index` under it, and
+change it with :meth:`Forest.mutate`, which persists the change atomically. Nothing here
+knows about models or teachers.
+
+With storage, a namespace another process wrote is brought up to date when read (at most
+once per ``refresh_interval``) or written: from the storage's change log when it reaches
+back far enough (``refreshed_by_change``), else by a reload (``refresh_reloads``). For a
+namespace it holds, one query (``Storage.changes_since`` after the version it reflects)
+both tells whether another process wrote it and brings what that process wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, TypeVar
+
+from ..errors import InvariantError
+from ..index.facts import FactIndex
+from ..tree.archive import HISTORY_KEY
+from ..tree.inputs import Namespace
+from ..tree.kinds import SOURCES_KEY
+from ..tree.nodes import Node
+from ..tree.tree import MembrainTree, check_max_height
+from . import index_cache
+from .base import Storage
+from .index_cache import IndexCache
+
+T = TypeVar("T")
+#: What ``Storage.changes_since`` answers: (rows to upsert, ids removed, current version).
+Changes = tuple[list[dict[str, Any]], list[str], int]
+#: What an empty set field of :class:`Loaded` holds: one shared empty set, not 216 bytes of
+#: an empty ``set()`` in each of thousands of namespaces (a write that adds to one makes it
+#: its own set).
+NO_IDS: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class Loaded:
+    """One namespace as this process holds it (read and written under its lock)."""
+
+    tree: MembrainTree
+    synced: int = 0  # the stored version the tree reflects (0: not stored yet)
+    index: FactIndex | None = None  # created by the first write that reaches the index
+    # For each indexed fact, the (text, value) it was indexed with: a write that only moved
+    # a fact in the tree does not touch the index (same_indexed). The value is the tree's
+    # own object, not a copy: a write replaces a node's metadata whole, never in place.
+    indexed: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    # Facts stored without an embedding: listed, unscored, after a query's hits.
+    unindexed: set[str] | frozenset[str] = NO_IDS
+    # The keys of facts with archived versions (a superset: the archive is scanned once per
+    # load, then kept up to date by each write), whose former versions the index credits.
+    # None until the first write reaches the index.
+    versioned: set[str] | frozenset[str] | None = None
+    # Formed facts -> the raw items they came from, and back: a raw item is searched with
+    # its facts' words and embeddings too (as a fact with its former versions).
+    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    formed: dict[str, set[str]] = field(default_factory=dict)
+    # The stored version the saved index on disk reflects (index_cache.py): restored from
+    # it or written to it; -1 when this process's index is not known to be saved.
+    saved: int = -1
+
+
+@dataclass
+class RefreshCounts:
+    """How often this process brought a namespace up to date after another's writes."""
+
+    refreshed_by_change: int = 0  # by applying the storage's change log
+    refresh_reloads: int = 0  # by reloading the namespace whole
+    refresh_seconds: float = 0.0  # spent on both (not saved: a measure of this process)
+
+
+class Forest:
+    """The loaded namespaces of one memory, their locks and their sync with storage.
+
+    Args:
+        storage: where namespaces persist, or None (this process holds the only copy, and
+            nothing is ever unloaded).
+        new_index: makes an empty search index for a namespace.
+        refresh_interval: seconds between two checks of a namespace for other processes'
+            writes, when it is read.
+        max_loaded: with storage, namespaces kept loaded at once; the least recently used
+            past it are unloaded, and reloaded from storage when next used.
+        max_height: the height bound of every namespace's tree (``MembrainTree.max_height``).
+        index_cache: where namespaces' search indexes are saved and read back
+            (:class:`~.index_cache.IndexCache`), or None.
+    """
+
+    #: Whether a namespace read from storage is indexed in one pass (``FactIndex.add_many``);
+    #: False indexes it fact by fact, as before issue 48 (``bench cold``'s baseline, and the
+    #: tests that compare the two).
+    bulk_load: bool = True
+
+    def __init__(self, storage: Storage | None, *, new_index: Callable[[], FactIndex],
+                 refresh_interval: float = 1.0, max_loaded: int = 1000, max_height: int | None = None,
+                 clock: Callable[[], float] = time.time, index_cache: IndexCache | None = None):
+        self.storage = storage
+        self.index_cache = index_cache  # saved indexes (index_cache.py), None: every load indexes the rows
+        self.clock = clock  # every tree's (MembrainTree.clock)
+        self.max_height = check_max_height(max_height)
+        self.new_index = new_index
+        self.refresh_interval = float(refresh_interval)
+        self.max_loaded = int(max_loaded)
+        self.counts = RefreshCounts()
+        # Least recently used first; without storage its order is not kept (never unloaded).
+        self._loaded: OrderedDict[Namespace, Loaded] = OrderedDict()
+        self._checked: dict[Namespace, float] = {}  # monotonic time of the last storage check
+        self._locks: dict[Namespace, threading.RLock] = {}
+        # One per namespace, held by an add() from its duplicate check to the end of its
+        # insert. Only adds take it, so the background worker, which needs the tree lock
+        # between the insert's steps, is never starved by a long add_many.
+        self._insert_locks: dict[Namespace, threading.Lock] = {}
+        self._guard = threading.Lock()  # guards the dicts above across namespaces
+
+    # ------------------------------------------------------------------ locks
+    def lock(self, ns: Namespace) -> threading.RLock:
+        """The namespace's lock: hold it around every read of its tree or index."""
+        with self._guard:
+            return self._locks.setdefault(ns, threading.RLock())
+
+    def insert_lock(self, ns: Namespace) -> threading.Lock:
+        """The namespace's insert lock (see ``MembrainMemory.add``): taken before :meth:`lock`."""
+        with self._guard:
+            return self._insert_locks.setdefault(ns, threading.Lock())
+
+    # ------------------------------------------------------------------ reads
+    def tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:
+        """The namespace's tree for reading: refreshed from storage when another process
+        wrote it (checked at most once per ``refresh_interval``); a new empty one when it
+        has none and ``create``, else None. Call under its :meth:`lock`."""
+        state = self._loaded.get(ns)
+        if self.storage is not None:
+            due = time.monotonic() - self._checked.get(ns, float("-inf")) >= self.refresh_interval
+            if state is None or due:
+                self._checked[ns] = time.monotonic()
+                asked = time.perf_counter()
+                stored, changes = self._stored_version(ns, state)
+                if stored != (state.synced if state else 0):
+                    state = self._catch_up(ns, changes, started=asked)
+        if state is None and create:
+            state = self._loaded[ns] = Loaded(self._new_tree(ns))
+        if state is None:
+            return None
+        self._touch(ns)
+        return state.tree
+
+    def index(self, ns: Namespace) -> FactIndex | None:
+        """The namespace's search index as of its last :meth:`tree` or write (None before
+        its first indexed write). Call under its :meth:`lock`, after :meth:`tree`."""
+        state = self._loaded.get(ns)
+        return None if state is None else state.index
+
+    def unindexed(self, ns: Namespace) -> frozenset[str]:
+        """The namespace's facts stored without an embedding. Call under its :meth:`lock`."""
+        state = self._loaded.get(ns)
+        return frozenset() if state is None else frozenset(state.unindexed)
+
+    def formed(self, ns: Namespace) -> list[str]:
+        """The namespace's facts formed from raw items (they have sources). Call under its :meth:`lock`."""
+        state = self._loaded.get(ns)
+        return [] if state is None else list(state.sources)
+
+    def loaded(self) -> int:
+        """How many namespaces this process holds now."""
+        return len(self._loaded)
+
+    def loaded_namespaces(self) -> list[Namespace]:
+        """The namespaces held now that have facts or history (without storage, the memory's
+        namespaces; as storage lists them, a namespace whose facts were all deleted is kept
+        for its history)."""
+        return [ns for ns, s in list(self._loaded.items()) if not _is_empty(s.tree)]
+
+    # ------------------------------------------------------------------ writes
+    def mutate(self, ns: Namespace, write: Callable[[MembrainTree], T]) -> T:
+        """Run ``write`` on the namespace's tree and persist what it changed, atomically;
+        returns what ``write`` returns.
+
+        With storage, the namespace's cross-process lock is held throughout: the tree is
+        brought up to date first if another process wrote it, and the changes are committed
+        in one transaction. If anything fails, the in-memory namespace is dropped (it is
+        reloaded from storage on next use), so memory never runs ahead of what is stored.
+        An emptied namespace is forgotten (and deleted from storage: it is not listed).
+        """
+        with self.lock(ns):
+            if self.storage is None:
+                tree = self.tree(ns, create=True)
+                assert tree is not None
+                try:
+                    result = write(tree)
+                finally:
+                    self._sync_index(ns, *tree.drain_changes())
+                if _is_empty(tree):
+                    self.drop(ns)
+                return result
+            try:
+                with self.storage.namespace_lock(ns):
+                    state = self._loaded.get(ns)
+                    asked = time.perf_counter()
+                    stored, changes = self._stored_version(ns, state)
+                    if state is None or stored != state.synced:
+                        if not stored:
+                            self.drop(ns)  # deleted by another process: start afresh, index too
+                        state = self._catch_up(ns, changes, started=asked) if stored else None
+                    if state is None:
+                        state = self._loaded[ns] = Loaded(self._new_tree(ns))
+                    tree = state.tree
+                    result = write(tree)
+                    rows, removed = tree.drain_changes()
+                    if _is_empty(tree):
+                        self.storage.delete_namespace(ns)
+                        self.drop(ns)
+                    elif rows or removed:
+                        state.synced = self.storage.write(ns, rows, removed, expected_version=stored)
+                        self._sync_index(ns, rows, removed)
+                        self._touch(ns)
+                    self._checked[ns] = time.monotonic()
+                return result
+            except BaseException:
+                self.drop(ns)
+                raise
+
+    def drop(self, ns: Namespace) -> None:
+        """Forget what this process holds of a namespace (it is reloaded from storage on
+        next use). Call under its :meth:`lock`."""
+        with self._guard:
+            self._loaded.pop(ns, None)
+
+    # ------------------------------------------------------------------ sync with storage
+    def catch_up(self, ns: Namespace) -> MembrainTree | None:
+        """Bring a namespace another process wrote up to date now (see :meth:`_catch_up`);
+        its tree, or None when it is not stored. Call under its :meth:`lock`."""
+        _, changes = self._stored_version(ns, self._loaded.get(ns))
+        state = self._catch_up(ns, changes)
+        return None if state is None else state.tree
+
+    def _stored_version(self, ns: Namespace, state: Loaded | None) -> tuple[int, Changes | None]:
+        """The namespace's stored version and, when this process holds it, what changed since
+        the version it reflects, from one query (``([], [], version)`` when nothing did).
+        The changes are None when the namespace is not held, or when the log cannot answer
+        (the version then costs a second query)."""
+        assert self.storage is not None
+        if state is not None and state.synced:
+            changes = self.storage.changes_since(ns, state.synced)
+            if changes is not None:
+                return changes[2], changes
+        return self.storage.namespace_version(ns), None
+
+    def _catch_up(self, ns: Namespace, changes: Changes | None, *, started: float | None = None) -> Loaded | None:
+        """Apply ``changes`` (:meth:`_stored_version`'s) to the tree and its search index
+        (O(changes), counted as ``refreshed_by_change``), or reload it whole when there are
+        none to apply (the log does not reach back) or a change does not apply
+        (``refresh_reloads``). ``started``: when the caller's query was sent, so that
+        ``refresh_seconds`` counts it too."""
+        start = time.perf_counter() if started is None else started
+        try:
+            return self._refresh(ns, changes)
+        finally:
+            self.counts.refresh_seconds += time.perf_counter() - start
+
+    def _refresh(self, ns: Namespace, changes: Changes | None) -> Loaded | None:
+        state = self._loaded.get(ns)
+        if state is None or not state.synced:
+            return self._load(ns)
+        if changes is not None:
+            rows, removed, version = changes
+            try:
+                state.tree.apply_rows(rows, removed)
+            except InvariantError:
+                self.drop(ns)  # half-applied: never used again, the reload below replaces it
+            else:
+                state.synced = version
+                self._sync_index(ns, rows, removed, defer_ann=True)  # inserted in HNSW at our next write
+                self._checked[ns] = time.monotonic()
+                self.counts.refreshed_by_change += 1
+                self._touch(ns)
+                return state
+        self.counts.refresh_reloads += 1
+        return self._load(ns)
+
+    def _load(self, ns: Namespace) -> Loaded | None:
+        """(Re)load a namespace from storage, indexing every fact and ignored item oldest
+        first (the order sessions read); None if it is not stored."""
+        assert self.storage is not None
+        with paused_gc():
+            found = self.storage.load_tree(ns)
+            self._checked[ns] = time.monotonic()
+            if found is None:
+                self.drop(ns)
+                return None
+            tree, version = found
+            tree.max_height, tree.clock = self.max_height, self.clock
+            state = self._loaded[ns] = Loaded(tree, synced=version)
+            entries = _entries(tree)
+            if self.bulk_load:
+                self._index_loaded(ns, state, entries)
+            else:
+                self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
+        self._touch(ns)
+        return state
+
+    def _index_loaded(self, ns: Namespace, state: Loaded, entries: list[Node]) -> None:
+        """Index a namespace just loaded: ``entries`` (its facts, raw and ignored items,
+        oldest first) in one :meth:`FactIndex.add_many`, then the former versions of its
+        facts and the formed facts of its raw items; or restore its saved index instead
+        when one matches it (index_cache.py).
+        The index, ``indexed``, ``unindexed`` and ``versioned`` are what :meth:`_sync_index`
+        of each entry's row in turn gives them."""
+        seen: dict[str, tuple[str, Any]] = {}
+        unindexed: set[str] = set()
+        items: list[tuple[str, str, Any, dict[str, Any], bool]] = []
+        for n in entries:
+            value = n.metadata.get("value") or {}
+            if n.kind == "ignored":  # its words join its session neighbours' fields
+                items.append((n.id, n.text, None, value, True))
+                continue
+            if n.kind == "raw" and n.embedding is None:
+                continue  # a raw item kept without an embedding is provenance only
+            if n.kind == "fact" and (not n.metadata.get("indexed") or n.embedding is None):
+                unindexed.add(n.id)
+                continue
+            if n.kind == "fact" and self._set_sources(state, n.id, tuple(n.metadata.get(SOURCES_KEY) or ())):
+                value = {k: v for k, v in value.items() if k != "session"}  # as _sync_index indexes it
+            items.append((n.id, n.text, n.embedding, value, False))
+            seen[n.id] = (n.text, value)
+        versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
+                     for e in state.tree.archive.values() if e.kind == "history"}
+        state.indexed, state.unindexed, state.versioned = seen, unindexed or NO_IDS, versioned or NO_IDS
+        cache = self.index_cache
+        if cache is not None and len(entries) >= index_cache.MIN_ENTRIES:
+            state.index = cache.load(ns, index_cache.fingerprint(state.synced, entries), self.new_index)
+            if state.index is not None:
+                state.saved = state.synced
+                return
+        index = state.index = self.new_index()
+        index.add_many(items)
+        for raw, facts in state.formed.items():
+            if raw in index:
+                nodes = sorted((state.tree.node(f) for f in facts if f in state.tree), key=lambda n: n.seq)
+                index.set_former(raw, [(n.text, n.embedding) for n in nodes])
+        changed = {k for k in versioned if k in index}
+        if changed:
+            former = state.tree.former_versions(changed)
+            for key in changed:
+                index.set_former(key, [(v.text, v.embedding) for v in former.get(key, [])])
+
+    def save_indexes(self) -> int:
+        """Save the search index of each loaded namespace of at least ``MIN_ENTRIES``
+        indexed entries whose index changed since it was loaded or saved (index_cache.py);
+        how many were written. Nothing without an ``index_cache``."""
+        cache, written = self.index_cache, 0
+        if cache is None or not cache.writable:
+            return 0
+        for ns in list(self._loaded):
+            with self.lock(ns):
+                state = self._loaded.get(ns)
+                if state is None or state.index is None or not state.synced or state.saved == state.synced:
+                    continue
+                entries = _entries(state.tree)
+                if len(entries) >= index_cache.MIN_ENTRIES and \
+                        cache.save(ns, state.index, index_cache.fingerprint(state.synced, entries)):
+                    state.saved = state.synced
+                    written += 1
+        return written
+
+    def _new_tree(self, ns: Namespace) -> MembrainTree:
+        return MembrainTree("/".join(ns), max_height=self.max_height, clock=self.clock)
+
+    def _touch(self, ns: Namespace) -> None:
+        """Mark a namespace as just used; with storage, unload the least recently used
+        ones past ``max_loaded`` (each is reloaded from storage when next used, so nothing
+        is lost). A namespace whose lock another thread holds is skipped: it is in use.
+        Call under ``ns``'s lock."""
+        if self.storage is None:
+            return
+        with self._guard:
+            if ns in self._loaded:
+                self._loaded.move_to_end(ns)
+            over = len(self._loaded) - self.max_loaded
+            candidates = [old for old in self._loaded if old != ns][: max(over, 0) * 2]
+        for old in candidates:
+            if over <= 0:
+                break
+            lock = self.lock(old)
+            if not lock.acquire(blocking=False):
+                continue
+            try:
+                self.drop(old)
+                self._checked.pop(old, None)
+                over -= 1
+            finally:
+                lock.release()
+
+    def _sync_index(self, ns: Namespace, rows: list[dict[str, Any]], removed: list[str], *,
+                    defer_ann: bool = False) -> None:
+        """Bring the namespace's search index up to date with a write's changed rows
+        (``defer_ann``: see :meth:`FactIndex.add`), and the former versions credited to the
+        facts they concern (``FactIndex.set_former``) from the tree's archive."""
+        state = self._loaded.get(ns)
+        if state is None:
+            return
+        if state.index is None:
+            state.index, state.indexed, state.unindexed = self.new_index(), {}, NO_IDS
+        index, seen = state.index, state.indexed
+        # The sets are worked on in place (O(change)); an empty one is the shared NO_IDS,
+        # swapped for a set of its own here and back after (see NO_IDS).
+        unindexed = state.unindexed = state.unindexed if isinstance(state.unindexed, set) else set()
+        # Facts whose former versions may have changed: the keys of history entries written
+        # or removed (an entry is named "KEY@vN", MembrainTree.supersede), and written facts
+        # with archived versions.
+        if state.versioned is None:
+            state.versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
+                               for e in state.tree.archive.values() if e.kind == "history"}
+        versioned = state.versioned if isinstance(state.versioned, set) else set()
+        changed = {r["metadata"].get(HISTORY_KEY, {}).get("key") for r in rows if r["kind"] == "history"}
+        versioned |= changed
+        state.versioned = versioned or NO_IDS
+        changed |= {rid.rpartition("@v")[0] for rid in removed} & versioned
+        enriched: set[str] = set()  # raw items whose formed facts changed
+        for rid in removed:
+            enriched |= self._set_sources(state, rid, ())
+            index.remove_context(rid)  # a purged ignored item (no-op otherwise)
+            if rid in index:
+                index.remove(rid)
+            seen.pop(rid, None)
+            unindexed.discard(rid)
+        for row in rows:
+            if row["kind"] == "ignored":  # its words join its session neighbours' fields
+                index.add_context(row["id"], row["text"], row["metadata"].get("value") or {})
+                continue
+            if row["kind"] not in ("fact", "raw"):
+                continue
+            rid, meta = row["id"], row["metadata"]
+            if row["kind"] == "raw" and row["embedding"] is None:
+                continue  # a raw item kept without an embedding is provenance only
+            if row["kind"] == "fact" and (not meta.get("indexed") or row["embedding"] is None):
+                if rid in index:
+                    index.remove(rid)
+                    seen.pop(rid, None)
+                unindexed.add(rid)
+                continue
+            unindexed.discard(rid)
+            value = meta.get("value") or {}
+            if row["kind"] == "fact":
+                enriched |= self._set_sources(state, rid, tuple(meta.get(SOURCES_KEY) or ()))
+                if rid in state.sources:  # its raw item stands in its session's order, not it
+                    value = {k: v for k, v in value.items() if k != "session"}
+            if same_indexed(seen.get(rid), row["text"], value):
+                continue  # moved in the tree only: the index does not care
+            if rid in index:
+                index.update(rid, text=row["text"], embedding=row["embedding"], metadata=value, defer_ann=defer_ann)
+            else:
+                index.add(rid, row["text"], row["embedding"], metadata=value, defer_ann=defer_ann)
+            seen[rid] = (row["text"], value)
+            if rid in versioned:
+                changed.add(rid)
+        if not unindexed:
+            state.unindexed = NO_IDS
+        tree = state.tree
+        for raw in (r for r in enriched if r in index):
+            facts = sorted((tree.node(f) for f in state.formed.get(raw, ()) if f in tree), key=lambda n: n.seq)
+            index.set_former(raw, [(n.text, n.embedding) for n in facts])
+        changed = {k for k in changed if k in index}
+        if changed:
+            former = state.tree.former_versions(changed)
+            for key in changed:
+                index.set_former(key, [(n.text, n.embedding) for n in former.get(key, [])])
+
+
+    @staticmethod
+    def _set_sources(state: Loaded, fact: str, sources: tuple[str, ...]) -> set[str]:
+        """Record that ``fact`` was formed from ``sources`` (() for none, or gone); returns
+        the raw items whose facts changed."""
+        old = state.sources.get(fact, ())
+        if old == sources:
+            return set()
+        for raw in old:
+            state.formed.get(raw, set()).discard(fact)
+        for raw in sources:
+            state.formed.setdefault(raw, set()).add(fact)
+        if sources:
+            state.sources[fact] = sources
+        else:
+            state.sources.pop(fact, None)
+        return set(old) | set(sources)
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (for the whole process), back on
+    after it if it was on.
+
+    Loading a namespace allocates a few objects per fact (nodes, rows, fields, posting
+    entries) that all survive the load: each collection the allocations trigger meanwhile
+    walks every object allocated before, and finds no garbage. Reference counting still
+    frees what the block drops; a cycle made in it waits for the next collection."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def same_indexed(indexed: tuple[str, Any] | None, text: str, value: Any) -> bool:
+    """Whether a fact indexed with ``indexed`` (its ``(text, value)``, None: not indexed) has
+    ``text`` and ``value`` still: the same text and the same value as JSON (with sorted
+    keys: ``1`` and ``1.0`` differ, as they do to the chat scorers). The JSON is written
+    only here, for a fact written again, not for each fact indexed."""
+    if indexed is None or indexed[0] != text:
+        return False
+    return indexed[1] is value or json.dumps(indexed[1], sort_keys=True) == json.dumps(value, sort_keys=True)
+
+
+def _entries(tree: MembrainTree) -> list[Node]:
+    """What a namespace's index holds, in the order it indexes them at load: its facts, raw
+    and ignored items in the order they came, so that sessions read as they were said."""
+    entries = [tree.node(f) for f in tree.facts()] + tree.archived("raw") + tree.archived("ignored")
+    entries.sort(key=lambda n: (n.created_at, n.seq))
+    return entries
+
+
+def _is_empty(tree: MembrainTree) -> bool:
+    """A namespace with no fact, no aspect and no history: not kept, not listed."""
+    return tree.fact_count(tree.root_id) == 0 and not tree.aspects() and not tree.archive

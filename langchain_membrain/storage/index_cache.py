@@ -1,0 +1,178 @@
+"""Saved search indexes (issue 48): a namespace's :class:`~.retrieval.FactIndex` written
+beside its SQLite file, so that a new process searches a large namespace without indexing
+every fact again.
+
+What is saved: everything the index holds (slots, terms, fields, posting lists, session
+orders, speakers, dates, former versions, the dense rows and moment sums) but the HNSW
+graph, which a restored index builds as a bulk-loaded one does (dense.py, "Bulk load":
+fast mode is exact until the writes that follow have built half of it). Where: the
+directory ``<database file>.index``, one file per namespace. When: at
+:meth:`~.memory.MembrainMemory.close` (and so at interpreter exit), for each loaded
+namespace of at least :data:`MIN_ENTRIES` indexed entries whose index changed since it was
+loaded or saved. A process killed before it closes leaves the file it found.
+
+Trust: a saved index is used only when its **fingerprint** matches the namespace just read
+from storage: the stored version, and the ids, kinds, texts and update times of every
+indexed entry (facts, raw and ignored items, in load order), hashed; and when it was
+written with the same retrieval configuration and file format. Anything else (another
+process wrote the namespace since, a file that is missing, truncated, corrupt or of another
+format) and the namespace is indexed from its rows as before, the file left to be replaced
+at the next save: never an error, never a lost memory (the index is derived from the
+stored rows; nothing is stored only here). The file is read with an unpickler that
+builds only plain containers, ``Counter`` and numpy arrays, never an arbitrary object.
+
+A restored index is the one the saving process searched with, so a restart searches as
+that process did; a namespace indexed from its rows orders a fact moved to another session
+by an update by its creation time (tests/test_cold_open.py), which can order tied scores
+differently. PostgreSQL and in-memory storage save none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pickle
+import threading
+import zlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..index.facts import FactIndex
+from ..tree.nodes import Node
+
+#: File format; a file of another is ignored (and replaced at the next save).
+FORMAT = 1
+MAGIC = b"MBRNIDX\n"
+#: Namespaces with fewer indexed entries are indexed from their rows at load (a few ms)
+#: and never saved.
+MIN_ENTRIES = 2000
+
+# The only globals a saved index's pickle may name (numpy 1 and 2 spell them differently).
+_ALLOWED = {("collections", "Counter"), ("numpy", "dtype"), ("numpy", "ndarray"),
+            ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
+            ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar"),
+            ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct")}
+
+
+def fingerprint(version: int, entries: Sequence[Node]) -> str:
+    """What a saved index must match: the namespace's stored version and its indexed
+    entries' ids, kinds, texts and update times, in order (module docstring)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{FORMAT}\x1f{int(version)}\x1f{len(entries)}\x1e".encode())
+    for part in ("\x1f".join(n.id for n in entries), "\x1f".join(n.kind for n in entries),
+                 "\x1f".join(n.text for n in entries)):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x1e")
+    h.update(np.array([n.updated_at for n in entries], dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ALLOWED:
+            raise pickle.UnpicklingError(f"a saved index does not name {module}.{name}")
+        return super().find_class(module, name)
+
+
+def _config_key(index: FactIndex) -> str:
+    return repr(index.config)
+
+
+class IndexCache:
+    """The saved indexes of one SQLite database (module docstring).
+
+    Args:
+        directory: where the files are (created at the first save).
+        writable: False for a database opened read-only: saved indexes are read, none written.
+    """
+
+    def __init__(self, directory: str, *, writable: bool = True):
+        self.directory = directory
+        self.writable = writable
+
+    @classmethod
+    def for_storage(cls, storage: Any) -> IndexCache | None:
+        """The cache beside a SQLite database file; None for any other storage."""
+        from .sqlite import SQLiteStorage
+
+        if not isinstance(storage, SQLiteStorage) or storage.location in ("", ":memory:"):
+            return None
+        return cls(os.path.abspath(storage.location) + ".index", writable=not storage.read_only)
+
+    def path(self, ns: Sequence[str]) -> str:
+        from .base import encode_namespace
+
+        name = hashlib.blake2b(encode_namespace(ns).encode("utf-8"), digest_size=16).hexdigest()
+        return os.path.join(self.directory, name + ".idx")
+
+    # ------------------------------------------------------------------ read
+    def load(self, ns: Sequence[str], fp: str, new_index: Callable[[], FactIndex]) -> FactIndex | None:
+        """The namespace's saved index if its fingerprint is ``fp`` and it reads whole;
+        None otherwise (missing, stale, corrupt, another configuration or format)."""
+        try:
+            with open(self.path(ns), "rb") as f:
+                return self._read(f, fp, new_index)
+        except Exception:  # noqa: BLE001 - any unreadable file is rebuilt, never an error
+            return None
+
+    @staticmethod
+    def _read(f: io.BufferedReader, fp: str, new_index: Callable[[], FactIndex]) -> FactIndex | None:
+        if f.read(len(MAGIC)) != MAGIC:
+            return None
+        head = json.loads(f.read(int.from_bytes(f.read(8), "little")).decode("utf-8"))
+        index = new_index()
+        if head.get("format") != FORMAT or head.get("fingerprint") != fp or head.get("config") != _config_key(index):
+            return None
+        blob = f.read(head["pickle_bytes"])
+        if len(blob) != head["pickle_bytes"] or zlib.crc32(blob) != head["pickle_crc"]:
+            return None
+        state = _Unpickler(io.BytesIO(blob)).load()
+        cap, rows, dim = int(head["capacity"]), int(head["rows"]), head["dim"]
+        dense = state["_dense"]
+        if len(state["_ids"]) != rows or dense["_has_emb"].size != cap or dense["dim"] != dim:
+            return None
+        emb = dense["_emb"] = np.zeros((cap, dim or 0), dtype=np.float32)
+        view = emb[:rows].data.cast("B")
+        if f.readinto(view) != view.nbytes or f.read(1) or zlib.crc32(view) != head["emb_crc"]:
+            return None
+        index.set_state(state)
+        return index
+
+    # ------------------------------------------------------------------ write
+    def save(self, ns: Sequence[str], index: FactIndex, fp: str) -> bool:
+        """Write the namespace's index with its fingerprint ``fp`` (atomically: a reader sees
+        the old file or the new one). False, and nothing written, when it cannot be."""
+        if not self.writable:
+            return False
+        path = self.path(ns)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            state = index.state()
+            rows, dense = len(state["_ids"]), state["_dense"]
+            emb = np.ascontiguousarray(dense.pop("_emb")[:rows])
+            blob = pickle.dumps(state, protocol=5)
+            head = json.dumps({"format": FORMAT, "fingerprint": fp, "config": _config_key(index),
+                               "pickle_bytes": len(blob), "pickle_crc": zlib.crc32(blob), "rows": rows,
+                               "capacity": int(dense["_has_emb"].size), "dim": dense["dim"],
+                               "emb_crc": zlib.crc32(emb.data.cast("B"))}).encode("utf-8")
+            with open(tmp, "wb") as f:
+                f.write(MAGIC + len(head).to_bytes(8, "little") + head)
+                f.write(blob)
+                f.write(emb.data.cast("B"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return True
+        except Exception:  # noqa: BLE001 - a cache that cannot be written is rebuilt next time
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            return False
+
+
+__all__ = ["IndexCache", "fingerprint", "MIN_ENTRIES"]

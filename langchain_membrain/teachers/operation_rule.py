@@ -1,0 +1,147 @@
+"""The offline rule of the memory operation (:func:`conservative_operation`) and the text
+heuristics it reads: whether an item is small talk, a question, or states something.
+
+A teacher without ``choose_operation`` (the offline heuristic teacher) answers with this
+rule; it never drops a memory (README, Memories that change). :func:`rule_identity` names
+it, thresholds and word lists included, for deciding whether a shipped operation prior was
+taught by it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from ..tree.operation_types import ADD, IGNORE, Operation, OperationQuestion
+
+_SMALL_TALK = frozenset("""
+hi hello hey hiya yo howdy morning evening afternoon night good great nice cool awesome ok okay
+okey alright fine sure yes yeah yep no nope thanks thank you thx ty cheers much so very lot a
+bye goodbye see ya later soon take care have day weekend lol haha hah heh wow oh ah hmm right
+indeed agreed sounds perfect got it gotcha noted welcome again appreciate the that helps helped
+please np problem no worries all well glad to hear hear too same back there again you're youre
+""".split())
+_QUESTION_START = frozenset("""
+what who whom whose where when why how which do does did is are was were can could would should
+will shall may might have has had am
+""".split())
+_QUESTION_OPENERS = ("remind me", "tell me", "any idea", "do you remember", "do you know")
+#: Words that say a stated fact replaces an earlier one ("now", "anymore", "moved"...).
+CHANGE_CUES = frozenset("""
+now anymore longer moved switched changed became started quit left stopped gave sold replaced
+instead ended divorced retired
+""".split())
+
+
+#: Phrases of more than one word that say the same ("not ... any more", "no more").
+_CHANGE_PHRASES = re.compile(r"\b(?:any|no) more\b|\bthese days\b|\bnot\b.*\bany ?more\b")
+
+
+def has_change_cue(text: str) -> bool:
+    """Whether ``text`` says that something changed: one of :data:`CHANGE_CUES` ("now",
+    "anymore", "no longer", "moved", "switched", "instead"...) or a phrase such as "not ...
+    any more", "no more" or "these days"."""
+    return bool(set(lower_words(text)) & CHANGE_CUES) or bool(_CHANGE_PHRASES.search(text.casefold()))
+
+
+def lower_words(text: str) -> list[str]:
+    """The words of ``text``: runs of letters and apostrophes, case-folded, a typographic
+    apostrophe read as a plain one (the unit every word list here is matched against)."""
+    return re.findall(r"[a-z']+", text.casefold().replace("’", "'"))
+
+
+def is_small_talk(text: str) -> bool:
+    """Every word of ``text`` is a greeting, thanks or filler word (e.g. "Thanks a lot!",
+    "good morning :)"); a text with any content word is not small talk."""
+    words = [w.replace("'", "") for w in lower_words(text)]
+    return bool(words) and all(w in _SMALL_TALK for w in words)
+
+
+def is_question(text: str) -> bool:
+    """``text`` asks something: it ends with "?", or starts with an interrogative word or
+    an opener like "remind me" and has no sentence after it."""
+    stripped = text.strip()
+    if stripped.endswith("?"):
+        return True
+    words = lower_words(stripped)
+    if not words:
+        return False
+    low = " ".join(words)
+    single_sentence = not re.search(r"[.!]\s+\S", stripped)
+    return single_sentence and (words[0] in _QUESTION_START and len(words) <= 12
+                                and words[0] not in ("have", "has", "had", "am", "is", "was", "do")
+                                or low.startswith(_QUESTION_OPENERS))
+
+
+#: A chat turn may come as "Name: text" (a transcript line). Up to three capitalised words
+#: and a colon; the rule reads what was said after it.
+_SPEAKER = re.compile(r"^\s*[A-Z][\w'.-]*(?:\s[A-Z][\w'.-]*){0,2}:\s+(?=\S)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def utterance(text: str) -> str:
+    """``text`` without a leading speaker label ("Joanna: ..."); unchanged without one."""
+    return _SPEAKER.sub("", text, count=1)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text``: split after ".", "!" or "?" followed by a space, and at
+    line breaks; empty pieces dropped."""
+    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+
+
+def states_something(text: str) -> bool:
+    """Whether ``text`` (its :func:`utterance`) has a sentence that is neither a question
+    (:func:`is_question`) nor small talk (:func:`is_small_talk`): a statement, which may be
+    a memory. "Wow, that looks great! Is that your third one?" states something;
+    "Thanks! Where do I live?" does not. A piece without a letter or digit (emoji, "...")
+    states nothing; text in a script the word lists do not cover states something unless it
+    ends with "?"."""
+    return any(re.search(r"\w", s) and not (is_question(s) or is_small_talk(s))
+               for s in sentences(utterance(text)))
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """Thresholds of :func:`conservative_operation` (cosines of MiniLM embeddings)."""
+
+    update_similarity: float = 0.60  # the old fact must be this close to the new item
+    update_margin: float = 0.30  # and this much closer than the second candidate
+
+
+def conservative_operation(question: OperationQuestion, config: RuleConfig = RuleConfig()) -> Operation:
+    """The offline teacher's rule, built to never drop a memory:
+
+    - IGNORE only when the item states nothing (:func:`states_something` is false): every
+      sentence is a question or small talk. A turn that asks something *and* says something
+      ("I found a great trail yesterday. Do you know any?") is a memory: in conversation,
+      questions and greetings often carry facts, and an ADD of small talk costs a row where
+      an IGNORE of a fact loses it from search;
+    - UPDATE(c) only when the item states a change (one of :data:`CHANGE_CUES`) and its
+      nearest candidate ``c`` has cosine >= ``update_similarity`` and beats the second by
+      ``update_margin`` (one clear old fact about the same thing);
+    - ADD otherwise. It never answers DELETE (a retraction it cannot be sure of is stored as
+      a memory, which loses nothing).
+    """
+    text = question.text
+    if not states_something(text):
+        return IGNORE
+    cands = question.candidates
+    if cands and set(lower_words(text)) & CHANGE_CUES:
+        top = cands[0].similarity
+        second = cands[1].similarity if len(cands) > 1 else -1.0
+        if top >= config.update_similarity and top - second >= config.update_margin:
+            return Operation("UPDATE", cands[0].key)
+    return ADD
+
+
+def rule_identity(config: RuleConfig = RuleConfig()) -> str:
+    """Who :func:`conservative_operation` is, for deciding whether a shipped operation
+    prior was taught by it: its thresholds and a digest of the word lists it reads (a
+    changed list changes its answers)."""
+    import hashlib
+    import json
+
+    words = "|".join(" ".join(sorted(w)) for w in (_SMALL_TALK, _QUESTION_START, _QUESTION_OPENERS, CHANGE_CUES))
+    digest = hashlib.sha256(words.encode()).hexdigest()[:16]
+    return f"conservative_operation{json.dumps(asdict(config), sort_keys=True)} words {digest}"
