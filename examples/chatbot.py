@@ -24,12 +24,12 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_membrain.tree.tree.export import shorten, tree_to_rich
 from rich.console import Console
 from rich.markup import escape
 
 from langchain_membrain import MembrainMemory
 from langchain_membrain.errors import MembrainError
+from langchain_membrain.tree.export import shorten, tree_to_rich
 
 SYSTEM = ("You are a friendly assistant with a long-term memory of this user. "
           "Use what you remember when it helps; do not invent memories.\n"

@@ -85,8 +85,9 @@ MESSAGES = [
 
 def main() -> None:
     """Run the note taker over a few messages and show the resulting tree."""
-    from langchain_membrain.tree.tree.export import tree_to_rich
     from rich import print
+
+    from langchain_membrain.tree.export import tree_to_rich
 
     with MembrainMemory() as mem:
         app = build_note_taker(mem)

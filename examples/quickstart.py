@@ -1,9 +1,9 @@
 """Quickstart: the README's first ten lines. Runs offline (no API key needed)."""
 
-from langchain_membrain.tree.tree.export import tree_to_rich
 from rich import print
 
 from langchain_membrain import MembrainMemory
+from langchain_membrain.tree.export import tree_to_rich
 
 memory = MembrainMemory()  # in memory; MembrainMemory("membrain.db") keeps it on disk
 memory.add_many([

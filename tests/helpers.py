@@ -60,17 +60,16 @@ def insert_by_teacher(tree, new_fact, teacher, **kw) -> str:
 
 def small_model(dim: int):
     """Networks small enough for unit tests: one layer of width 32 over ``dim``-wide embeddings."""
-    from langchain_membrain.students.linear.nets import ModelConfig
+    from langchain_membrain.students.nets import ModelConfig
 
     return ModelConfig(dim=dim, d_model=32, heads=4, layers=1)
 
 
 def small_learner(dim: int):
     """A learner of the offline teacher with :func:`small_model` networks, trained on the CPU."""
-    from langchain_membrain.students.linear.training_config import TrainingConfig
-
     from langchain_membrain.insert.config import LearnerConfig
     from langchain_membrain.insert.pipeline import Learner
+    from langchain_membrain.students.training_config import TrainingConfig
     from langchain_membrain.teachers.heuristic import HeuristicTeacher
 
     return Learner(HeuristicTeacher(), LearnerConfig(model=small_model(dim), training=TrainingConfig(device="cpu")))
@@ -78,7 +77,7 @@ def small_learner(dim: int):
 
 def small_trainer(dim: int):
     """An online trainer of :func:`small_model` networks on the CPU."""
-    from langchain_membrain.students.linear.training import OnlineTrainer
-    from langchain_membrain.students.linear.training_config import TrainingConfig
+    from langchain_membrain.students.training import OnlineTrainer
+    from langchain_membrain.students.training_config import TrainingConfig
 
     return OnlineTrainer(small_model(dim), TrainingConfig(device="cpu"))

@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import small_learner, small_trainer
-from langchain_membrain.students.linear.features import (
+
+from langchain_membrain.students.features import (
     ATTACH_HERE_COLUMNS,
     S1,
     STAGE1_NUM,
     Stage1Features,
     attach_here_row,
 )
-from langchain_membrain.students.linear.linear import AttachHere
+from langchain_membrain.students.linear import AttachHere
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 DIM = 16

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from langchain_core.embeddings import Embeddings
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain.cli import main, read_records
 from langchain_membrain.memory import MembrainMemory
+from langchain_membrain.tree.tree import MembrainTree
 
 REPO = Path(__file__).resolve().parents[1]
 

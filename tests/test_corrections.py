@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 from helpers import WordEmbeddings
-from langchain_membrain.index.facts.recency import RECENCY_SIMILARITY, resolve_recency
-from langchain_membrain.students.linear.operation import may_correct
-from langchain_membrain.tree.tree.operation_types import Candidate, OperationQuestion
 
 from langchain_membrain import MembrainMemory
 from langchain_membrain.index.facts import RetrievalConfig
+from langchain_membrain.retrieval.recency import RECENCY_SIMILARITY, resolve_recency
+from langchain_membrain.students.operation import may_correct
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 from langchain_membrain.teachers.operation_rule import conservative_operation, has_change_cue
+from langchain_membrain.tree.operation_types import Candidate, OperationQuestion
 
 NIGHT = "I work night shifts at the hospital"
 DAYS = "I don't work night shifts anymore, I moved to days"

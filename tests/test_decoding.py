@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langchain_membrain.students.linear.decoding import DecodeConfig, action_key, agglomerate, decode, encode_actions
-from langchain_membrain.students.linear.features import stage2_features
-from langchain_membrain.tree.tree.actions import Demote, Group, Promote, apply_actions
-from langchain_membrain.tree.tree.tree import MembrainTree
+
+from langchain_membrain.students.decoding import DecodeConfig, action_key, agglomerate, decode, encode_actions
+from langchain_membrain.students.features import stage2_features
+from langchain_membrain.tree.actions import Demote, Group, Promote, apply_actions
+from langchain_membrain.tree.tree import MembrainTree
 
 DIM = 8
 

@@ -12,7 +12,11 @@ import pytest
 from helpers import insert_by_teacher
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from langchain_membrain.tree.tree.evaluation import (
+
+from langchain_membrain.bench.oracle import GT_NODE, OracleTeacher, oracle_metadata
+from langchain_membrain.errors import InvalidOperationError, MembrainError, NodeNotFoundError
+from langchain_membrain.teachers.base import NewFact
+from langchain_membrain.tree.evaluation import (
     LabelledFact,
     average_linkage_tree,
     dendrogram_purity,
@@ -24,11 +28,7 @@ from langchain_membrain.tree.tree.evaluation import (
     wordnet_subtree_facts,
     write_labelled_facts,
 )
-from langchain_membrain.tree.tree.tree import MembrainTree
-
-from langchain_membrain.bench.oracle import GT_NODE, OracleTeacher, oracle_metadata
-from langchain_membrain.errors import InvalidOperationError, MembrainError, NodeNotFoundError
-from langchain_membrain.teachers.base import NewFact
+from langchain_membrain.tree.tree import MembrainTree
 
 ANIMALS = Path(__file__).resolve().parents[2] / "shared" / "data" / "wordnet_animal_facts.jsonl"
 
@@ -235,7 +235,7 @@ def test_oracle_promotes_demotes_and_names():
     misplaced = t.add_fact(wrong, "a2: y", metadata=oracle_metadata("a2", ["r0", "A"]))
     at_root = t.add_fact(t.root_id, "a3: y", metadata=oracle_metadata("a3", ["r0", "A"]))
     oracle = OracleTeacher(root_node="r0")
-    from langchain_membrain.tree.tree.actions import Demote, Promote, validate_action
+    from langchain_membrain.tree.actions import Demote, Promote, validate_action
     acts = oracle.choose_stage2(t, t.closure(misplaced))
     assert Promote(misplaced) in acts
     acts = oracle.choose_stage2(t, t.closure(at_root))

@@ -7,8 +7,9 @@ import re
 
 import numpy as np
 import pytest
-from langchain_membrain.tree.tree.export import tree_to_html, tree_to_json, tree_to_mermaid
-from langchain_membrain.tree.tree.tree import MembrainTree
+
+from langchain_membrain.tree.export import tree_to_html, tree_to_json, tree_to_mermaid
+from langchain_membrain.tree.tree import MembrainTree
 
 NASTY = 'He said "hi" [x] {y} (z) <script>alert("pwned")</script> & #1; a|b `c`'
 

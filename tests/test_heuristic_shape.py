@@ -19,14 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from langchain_membrain.tree.tree.actions import Demote, Promote, validate_action
-from langchain_membrain.tree.tree.placement import stage1_candidates
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain.teachers.base import NewFact, Subtree
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
+from langchain_membrain.tree.actions import Demote, Promote, validate_action
 from langchain_membrain.tree.actions import apply_actions as rewrite
-from langchain_membrain.tree.placement import attach
+from langchain_membrain.tree.placement import attach, stage1_candidates
+from langchain_membrain.tree.tree import MembrainTree
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo_dev.json"
 

@@ -7,15 +7,14 @@ import random
 
 import numpy as np
 import pytest
-from langchain_membrain.tree.tree.actions import Demote, Group, Promote, validate_action
-from langchain_membrain.tree.tree.placement import descend, destination, stage1_candidates
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain.errors import InvalidOperationError
 from langchain_membrain.teachers.base import NewFact, Subtree, Teacher
 from langchain_membrain.teachers.heuristic import HeuristicConfig, HeuristicTeacher
+from langchain_membrain.tree.actions import Demote, Group, Promote, validate_action
 from langchain_membrain.tree.actions import apply_actions as rewrite
-from langchain_membrain.tree.placement import attach
+from langchain_membrain.tree.placement import attach, descend, destination, stage1_candidates
+from langchain_membrain.tree.tree import MembrainTree
 
 DIM = 8
 

@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from langchain_membrain.tree.tree.export import tree_to_html
-from langchain_membrain.tree.tree.tree import MembrainTree
+
+from langchain_membrain.tree.export import tree_to_html
+from langchain_membrain.tree.tree import MembrainTree
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), "/usr/bin/chromium", shutil.which("chromium-browser"))
                  if p and Path(p).exists()), None)

@@ -167,7 +167,7 @@ def test_the_unpickler_refuses_any_other_global():
 
 
 def test_fingerprint_covers_version_ids_texts_and_times():
-    from langchain_membrain.tree.tree.nodes import Node
+    from langchain_membrain.tree.nodes import Node
 
     nodes = [Node("a", "fact", "apple", updated_at=1.0), Node("b", "fact", "pear", updated_at=2.0)]
     base = fingerprint(3, nodes)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 from helpers import WordEmbeddings
-from langchain_membrain.tree.tree.labels import LABELLED_FACTS, stale_aspects, typical_facts
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain.memory import MembrainMemory
+from langchain_membrain.tree.labels import LABELLED_FACTS, stale_aspects, typical_facts
+from langchain_membrain.tree.tree import MembrainTree
 
 
 def vec(*xs: float) -> np.ndarray:

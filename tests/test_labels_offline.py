@@ -8,8 +8,9 @@ import unicodedata
 import numpy as np
 import pytest
 from helpers import WordEmbeddings
-from langchain_membrain.tree.tree.labels import label_candidates, offline_label, typical_facts
-from langchain_membrain.tree.tree.tree import MembrainTree
+
+from langchain_membrain.tree.labels import label_candidates, offline_label, typical_facts
+from langchain_membrain.tree.tree import MembrainTree
 
 RUNNING = [
     "I ran 12 km along the river this morning.",

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from helpers import small_learner, small_trainer
-from langchain_membrain.students.linear.features import S1, STAGE1_NUM, STAGE2_NUM, Stage1Features
-from langchain_membrain.students.linear.linear import LinearIdle, LinearStage1
+
+from langchain_membrain.students.features import S1, STAGE1_NUM, STAGE2_NUM, Stage1Features
+from langchain_membrain.students.linear import LinearIdle, LinearStage1
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 DIM = 16

@@ -9,8 +9,6 @@ import threading
 import numpy as np
 import pytest
 from helpers import WordEmbeddings
-from langchain_membrain.students.linear.training_config import Policy, StageTraining, TrainingConfig
-from langchain_membrain.tree.tree.inputs import NamespaceError
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
@@ -18,7 +16,9 @@ from langchain_membrain import InvalidOperationError, MembrainError
 from langchain_membrain.index.facts import RetrievalConfig
 from langchain_membrain.insert.config import LearnerConfig
 from langchain_membrain.memory import MembrainMemory
+from langchain_membrain.students.training_config import Policy, StageTraining, TrainingConfig
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
+from langchain_membrain.tree.inputs import NamespaceError
 
 TOPICS = {
     "pets": ["my dog rex loves the park", "the cat sleeps on the sofa", "rex the dog barks at night",
@@ -249,9 +249,8 @@ def test_persistence_round_trip(tmp_path):
 
 def _model_choice(mem: MembrainMemory) -> list[float]:
     """The stage-1 logits of the learned model on a fixed decision."""
-    from langchain_membrain.tree.tree.placement import stage1_candidates
-
     from langchain_membrain.teachers.base import NewFact, Subtree
+    from langchain_membrain.tree.placement import stage1_candidates
 
     tree = MembrainMemory.tree(mem, "me")
     vec = np.asarray(mem.embeddings.embed_query("a dog in the park"), dtype=np.float32)
@@ -480,7 +479,7 @@ def test_duplicates_ignore_case_apostrophes_and_punctuation():
 
 
 def test_a_namespace_the_store_refuses_is_refused_by_add_too():
-    from langchain_membrain.tree.tree.inputs import NamespaceError
+    from langchain_membrain.tree.inputs import NamespaceError
 
     with memory() as mem:
         with pytest.raises(NamespaceError, match="cannot contain"):

@@ -188,7 +188,7 @@ def test_a_store_user_chooses_the_kind_through_the_value_or_the_index_configurat
 
 
 def test_the_html_view_shows_kinds_sources_raw_items_and_summaries():
-    from langchain_membrain.tree.tree.export import tree_to_html
+    from langchain_membrain.tree.export import tree_to_html
 
     teacher = ScriptedFormer({CELLO: {"facts": ["Maya plays the cello"], "experiences": ["rosin the bow first"],
                                       "working": "music talk"}})

@@ -7,12 +7,12 @@ import copy
 
 import pytest
 from helpers import WordEmbeddings
-from langchain_membrain.students.linear.training_config import Policy
-from langchain_membrain.tree.tree.operation_types import ADD
 
 from langchain_membrain.insert.config import LearnerConfig
 from langchain_membrain.memory import MembrainMemory
+from langchain_membrain.students.training_config import Policy
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
+from langchain_membrain.tree.operation_types import ADD
 
 
 class Words16(WordEmbeddings):

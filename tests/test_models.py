@@ -5,20 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from langchain_membrain.students.linear.models import (
+from scipy.cluster.hierarchy import cophenet, linkage
+
+from langchain_membrain import features as ft
+from langchain_membrain.students.models import (
     Stage1Net,
     Stage2Net,
     collate_stage1,
     collate_stage2,
     torch_threads,
 )
-from langchain_membrain.students.linear.nets import NEG, ModelConfig
-from langchain_membrain.tree.tree.placement import stage1_candidates
-from langchain_membrain.tree.tree.tree import MembrainTree
-from scipy.cluster.hierarchy import cophenet, linkage
-
-from langchain_membrain import features as ft
+from langchain_membrain.students.nets import NEG, ModelConfig
 from langchain_membrain.teachers.base import NewFact, Subtree
+from langchain_membrain.tree.placement import stage1_candidates
+from langchain_membrain.tree.tree import MembrainTree
 
 DIM = 16
 

@@ -9,18 +9,18 @@ import io
 import numpy as np
 import pytest
 import torch
-from langchain_membrain.students.linear.features import Stage1Features, Stage2Features
-from langchain_membrain.students.linear.models import (
+
+from langchain_membrain import features as ft
+from langchain_membrain import nets, torchfile
+from langchain_membrain.students.features import Stage1Features, Stage2Features
+from langchain_membrain.students.models import (
     OperationNet,
     Stage1Net,
     Stage2Net,
     collate_stage1,
     collate_stage2,
 )
-from langchain_membrain.students.linear.nets import ModelConfig
-
-from langchain_membrain import features as ft
-from langchain_membrain import nets, torchfile
+from langchain_membrain.students.nets import ModelConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

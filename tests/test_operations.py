@@ -19,23 +19,13 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import WordEmbeddings  # noqa: E402
-from langchain_membrain.students.linear.operation import OperationStudent
-from langchain_membrain.tree.tree.export import tree_to_html  # noqa: E402
-from langchain_membrain.tree.tree.operation_types import (
-    ADD,
-    IGNORE,
-    Candidate,
-    Operation,
-    OperationQuestion,
-    validate_operation,
-)
-from langchain_membrain.tree.tree.tree import MembrainTree  # noqa: E402
 
 from langchain_membrain import MembrainMemory, RetrievalConfig  # noqa: E402
 from langchain_membrain.bench.updates import GroundTruthTeacher, gt_value, load  # noqa: E402
 from langchain_membrain.cli import main as cli_main  # noqa: E402
 from langchain_membrain.index.chat import SessionContext  # noqa: E402
 from langchain_membrain.integrations.store import MembrainStore  # noqa: E402
+from langchain_membrain.students.operation import OperationStudent
 from langchain_membrain.teachers.heuristic import HeuristicTeacher  # noqa: E402
 from langchain_membrain.teachers.operation_rule import (
     conservative_operation,
@@ -43,6 +33,16 @@ from langchain_membrain.teachers.operation_rule import (
     states_something,
     utterance,
 )
+from langchain_membrain.tree.export import tree_to_html  # noqa: E402
+from langchain_membrain.tree.operation_types import (
+    ADD,
+    IGNORE,
+    Candidate,
+    Operation,
+    OperationQuestion,
+    validate_operation,
+)
+from langchain_membrain.tree.tree import MembrainTree  # noqa: E402
 
 PG_URL = os.environ.get("MEMBRAIN_TEST_POSTGRES_URL")
 
@@ -497,10 +497,9 @@ def test_an_audited_item_is_one_question() -> None:
     item drawn (audit_rate 1), each costs exactly one question, the operation's (in one-call
     mode it answers the placement too); the placement's deferred audits are counted as
     shared, not again."""
-    from langchain_membrain.students.linear.training_config import Policy
-
     from langchain_membrain.index.embeddings import MiniLMEmbeddings
     from langchain_membrain.insert.config import LearnerConfig
+    from langchain_membrain.students.training_config import Policy
 
     texts = [f"My {thing} is {colour}." for thing in ("car", "bike", "door", "kettle", "scarf")
              for colour in ("red", "blue", "green", "yellow")]

@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import WordEmbeddings  # noqa: E402
-from langchain_membrain.tree.tree.operation_types import Operation  # noqa: E402
 
 from langchain_membrain import MembrainMemory  # noqa: E402
 from langchain_membrain.teachers.heuristic import HeuristicTeacher  # noqa: E402
+from langchain_membrain.tree.operation_types import Operation  # noqa: E402
 
 WORDS = "cat dog flat job Berlin Paris violin tea bike garden sister boat river cello".split()
 

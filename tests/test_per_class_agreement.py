@@ -10,18 +10,18 @@ from collections import Counter
 import numpy as np
 import pytest
 from helpers import WordEmbeddings
-from langchain_membrain.students.linear.decoding import action_key
-from langchain_membrain.students.linear.shadow import SHADOW_CLASSES
-from langchain_membrain.students.linear.training_config import Policy
-from langchain_membrain.tree.tree.placement import NewFact
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain import MembrainMemory
 from langchain_membrain.insert.config import LearnerConfig
 from langchain_membrain.insert.graph import insert_fact
 from langchain_membrain.insert.pipeline import Learner
 from langchain_membrain.insert.stats import LearningStats
+from langchain_membrain.students.decoding import action_key
+from langchain_membrain.students.shadow import SHADOW_CLASSES
+from langchain_membrain.students.training_config import Policy
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
+from langchain_membrain.tree.placement import NewFact
+from langchain_membrain.tree.tree import MembrainTree
 
 TOPICS = ["my dog {} likes the park", "my sister {} plays the cello", "we hiked {} mountain trail",
           "I cooked {} curry for dinner", "my job at {} starts monday", "the garden {} roses bloomed"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from langchain_membrain.tree.tree.evaluation import dendrogram_purity, flat_tree
 
 from langchain_membrain import MembrainMemory
 from langchain_membrain.bench.persona_sets import load_personas
+from langchain_membrain.tree.evaluation import dendrogram_purity, flat_tree
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import insert_by_teacher
-from langchain_membrain.students.linear.nets import ModelConfig
-from langchain_membrain.students.linear.training_config import Policy, StageTraining, TrainingConfig
-from langchain_membrain.tree.tree.actions import Demote, Group, Promote
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain.errors import DimensionError
 from langchain_membrain.insert.config import LearnerConfig
 from langchain_membrain.insert.graph import insert_fact, place_fact
 from langchain_membrain.insert.pipeline import Learner, teacher_forcing
+from langchain_membrain.students.nets import ModelConfig
+from langchain_membrain.students.training_config import Policy, StageTraining, TrainingConfig
 from langchain_membrain.teachers.base import BaseTeacher, NewFact
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
+from langchain_membrain.tree.actions import Demote, Group, Promote
+from langchain_membrain.tree.tree import MembrainTree
 
 DIM = 16
 

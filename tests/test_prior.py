@@ -6,19 +6,19 @@ import hashlib
 from importlib import resources
 
 import pytest
-from langchain_membrain.students.linear.prior import (
+
+from langchain_membrain import MembrainMemory
+from langchain_membrain.bench.persona_sets import load_personas
+from langchain_membrain.students.prior import (
     OPERATIONS_MANIFEST_FILE,
     load_operation_prior,
     load_prior,
     operation_teacher_identity,
     teacher_identity,
 )
-from langchain_membrain.tree.tree.operation_types import Operation, OperationQuestion
-
-from langchain_membrain import MembrainMemory
-from langchain_membrain.bench.persona_sets import load_personas
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
 from langchain_membrain.teachers.operation_rule import conservative_operation, rule_identity
+from langchain_membrain.tree.operation_types import Operation, OperationQuestion
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -163,11 +163,10 @@ def test_a_prior_for_another_embedder_is_not_used():
 def test_an_audited_operation_is_the_teachers_decision():
     """With the prior trusted the student would decide alone; an audit still asks the
     teacher, and the decision is reported as the teacher's even when both say ADD."""
-    from langchain_membrain.students.linear.operation import OperationStudent
-    from langchain_membrain.students.linear.training_config import Policy
-
     from langchain_membrain.index.embeddings import MiniLMEmbeddings
     from langchain_membrain.insert.operations import OperationDecider
+    from langchain_membrain.students.operation import OperationStudent
+    from langchain_membrain.students.training_config import Policy
 
     teacher = HeuristicTeacher()
     student = OperationStudent(policy=Policy(confidence=0.9, audit_rate=1.0, warmup=48),
@@ -190,9 +189,9 @@ def test_a_trainer_fine_tunes_the_prior_at_scaled_rates_and_a_checkpoint_keeps_t
     """A fresh Adam moves every weight by about its learning rate per step: at the rates
     of training from scratch a new teacher's first batches undo the prior (bench/RESULTS.md,
     economy), so a trainer that starts from it uses ``prior_lr_scale`` of them."""
-    from langchain_membrain.students.linear.nets import ModelConfig
-    from langchain_membrain.students.linear.training import OnlineTrainer
-    from langchain_membrain.students.linear.training_config import TrainingConfig
+    from langchain_membrain.students.nets import ModelConfig
+    from langchain_membrain.students.training import OnlineTrainer
+    from langchain_membrain.students.training_config import TrainingConfig
 
     state, _ = load_prior()
     config = TrainingConfig(prior_lr_scale=0.25)
@@ -208,7 +207,7 @@ def test_a_trainer_fine_tunes_the_prior_at_scaled_rates_and_a_checkpoint_keeps_t
 
 @pytest.mark.parametrize("scale", [0.0, -0.5, 1.5])
 def test_prior_lr_scale_outside_its_range_is_refused(scale):
-    from langchain_membrain.students.linear.training_config import TrainingConfig
+    from langchain_membrain.students.training_config import TrainingConfig
 
     with pytest.raises(ValueError, match="prior_lr_scale"):
         TrainingConfig(prior_lr_scale=scale)

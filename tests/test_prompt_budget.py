@@ -9,12 +9,12 @@ import json
 
 import numpy as np
 import pytest
-from langchain_membrain.tree.tree.placement import stage1_candidates
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain.insert.config import MAX_BATCH
 from langchain_membrain.teachers import prompts
 from langchain_membrain.teachers.prompts import PROMPT_BUDGET_TOKENS, place_messages, prompt_tokens
+from langchain_membrain.tree.placement import stage1_candidates
+from langchain_membrain.tree.tree import MembrainTree
 
 WORDS = "health work family money home food travel sport music books garden pets car school friends hobby".split()
 DIM = 16

@@ -25,12 +25,12 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import WordEmbeddings  # noqa: E402
-from langchain_membrain.tree.tree.export import tree_to_html, tree_to_json  # noqa: E402
 
 from langchain_membrain import MembrainMemory, MembrainStore  # noqa: E402
 from langchain_membrain.cli import main as cli_main  # noqa: E402
 from langchain_membrain.errors import ReadOnlyError, StorageError  # noqa: E402
 from langchain_membrain.storage import NotADatabaseError, StorageUnavailableError, open_storage  # noqa: E402
+from langchain_membrain.tree.export import tree_to_html, tree_to_json  # noqa: E402
 
 NS = ("u", "maya")
 

@@ -8,10 +8,10 @@ import json
 
 import numpy as np
 import pytest
-from langchain_membrain.index.facts.scores import DEFAULT_MIN_SCORE, auroc, fit
 
 from langchain_membrain import InvalidOperationError, MembrainMemory, MembrainStore
 from langchain_membrain.integrations.tools import memory_tools
+from langchain_membrain.retrieval.scores import DEFAULT_MIN_SCORE, auroc, fit
 
 FACTS = ["I'm allergic to peanuts", "I'm lactose intolerant, so no milk or cheese for me",
          "My sister lives in Lisbon", "I play five-a-side football on Tuesday nights"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from langchain_membrain.students.linear.replay import ReplayBuffer
+
+from langchain_membrain.students.replay import ReplayBuffer
 
 
 def test_the_buffer_keeps_the_latest_examples():

@@ -14,10 +14,10 @@ import math
 import numpy as np
 import pytest
 from helpers import WordEmbeddings
-from langchain_membrain.index.facts.scores import calibrated
 
 from langchain_membrain import MembrainMemory, MembrainRetriever, MembrainStore
 from langchain_membrain.index.facts import FactIndex, RetrievalConfig, relevance
+from langchain_membrain.retrieval.scores import calibrated
 
 NS_A, NS_B = ("u", "a"), ("u", "b")
 FACTS = {

@@ -14,7 +14,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # the shared suite lives next to this file
 
-from langchain_membrain.tree.tree.tree import MembrainTree  # noqa: E402
 from storage_helpers.suite import *  # noqa: E402,F401,F403  (the shared tests)
 from storage_helpers.suite import DIM, NS, Backend, snapshot  # noqa: E402
 
@@ -26,6 +25,7 @@ from langchain_membrain.storage import (  # noqa: E402
     StorageUnavailableError,
     open_storage,
 )
+from langchain_membrain.tree.tree import MembrainTree  # noqa: E402
 
 
 @pytest.fixture

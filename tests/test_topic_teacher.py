@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 from helpers import WordEmbeddings
-from langchain_membrain.students.linear.training_config import Policy
-from langchain_membrain.tree.tree.evaluation import dendrogram_purity
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain import MembrainMemory
 from langchain_membrain.bench import TopicTeacher
 from langchain_membrain.bench.topics import headline, load_topics, r_precision, run_topics
 from langchain_membrain.insert.config import LearnerConfig
+from langchain_membrain.students.training_config import Policy
+from langchain_membrain.tree.evaluation import dendrogram_purity
+from langchain_membrain.tree.tree import MembrainTree
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -8,20 +8,20 @@ import numpy as np
 import pytest
 import torch
 from helpers import insert_by_teacher
-from langchain_membrain.students.linear.calibration import Calibrator
-from langchain_membrain.students.linear.features import stage1_features
-from langchain_membrain.students.linear.nets import ModelConfig
-from langchain_membrain.students.linear.training import OnlineTrainer
-from langchain_membrain.students.linear.training_config import Policy, StageTraining, TrainingConfig
-from langchain_membrain.tree.tree.placement import descend
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain.errors import CheckpointError
 from langchain_membrain.insert.config import LearnerConfig
 from langchain_membrain.insert.graph import insert_fact, place_fact
 from langchain_membrain.insert.pipeline import Learner
+from langchain_membrain.students.calibration import Calibrator
+from langchain_membrain.students.features import stage1_features
+from langchain_membrain.students.nets import ModelConfig
+from langchain_membrain.students.training import OnlineTrainer
+from langchain_membrain.students.training_config import Policy, StageTraining, TrainingConfig
 from langchain_membrain.teachers.base import BaseTeacher, NewFact, Subtree
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
+from langchain_membrain.tree.placement import descend
+from langchain_membrain.tree.tree import MembrainTree
 
 DIM = 16
 
@@ -232,7 +232,7 @@ def test_gate_fit_lowers_the_temperature_while_what_passes_stays_right():
     """A few confident errors push the NLL temperature up until the gate passes almost
     nothing; fitted for the gate, it comes down as far as the decisions passing at 0.9
     still agree at 0.9 (lower bound), and never above the NLL fit."""
-    from langchain_membrain.students.linear.calibration import agrees_at
+    from langchain_membrain.students.calibration import agrees_at
 
     rng = np.random.default_rng(1)
     rows = _gated_rows(rng, 128, 2)
@@ -378,8 +378,8 @@ def test_traced_inference_follows_the_trained_network(trained):
     """The traced networks used for inference compute what the trained networks compute,
     for every shape: a trace made on a closure without sibling aspects still serves closures
     with aspects, one fact, or many (shapes are traced symbolically)."""
-    from langchain_membrain.students.linear.features import stage2_features
-    from langchain_membrain.students.linear.models import collate_stage1, collate_stage2
+    from langchain_membrain.students.features import stage2_features
+    from langchain_membrain.students.models import collate_stage1, collate_stage2
 
     learner, decisions, _, tree = trained
     tr = learner.trainer
@@ -403,7 +403,7 @@ def test_traced_inference_follows_the_trained_network(trained):
 def test_platt_calibration_stays_finite_and_increasing():
     """A window where every decision agreed (the prior's DAgger passes come close) must not
     send the fit to infinity: the stage-2 gate would then pass every decision."""
-    from langchain_membrain.students.linear.calibration import PlattCalibrator
+    from langchain_membrain.students.calibration import PlattCalibrator
 
     rng = np.random.default_rng(0)
     all_right = PlattCalibrator(256)

@@ -11,9 +11,10 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
 sys.path.insert(0, str(Path(__file__).parent))
-from langchain_membrain.tree.tree.tree import MembrainTree  # noqa: E402
 from llm_helpers import RecordingFallback, ToolFakeChatModel, vec  # noqa: E402
 from openai_server import OpenAITestServer  # noqa: E402
+
+from langchain_membrain.tree.tree import MembrainTree  # noqa: E402
 
 
 @pytest.fixture

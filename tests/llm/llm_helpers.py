@@ -10,10 +10,10 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from langchain_membrain.tree.tree.actions import Action
-from langchain_membrain.tree.tree.tree import Closure, MembrainTree
 
 from langchain_membrain.teachers.base import BaseTeacher, NewFact, Subtree
+from langchain_membrain.tree.actions import Action
+from langchain_membrain.tree.tree import Closure, MembrainTree
 
 DIM = 4
 

@@ -8,8 +8,6 @@ import threading
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
-from langchain_membrain.tree.tree.actions import Demote, Group, Promote
-from langchain_membrain.tree.tree.placement import stage1_candidates
 from langchain_openai import ChatOpenAI
 from llm_helpers import new_fact, tool_answer
 from openai_server import answer, http_error, refusal, slow, text, truncated
@@ -18,6 +16,8 @@ from langchain_membrain.errors import TeacherError
 from langchain_membrain.teachers.base import Subtree
 from langchain_membrain.teachers.llm import LLMTeacher
 from langchain_membrain.teachers.prompts import parse_data_block
+from langchain_membrain.tree.actions import Demote, Group, Promote
+from langchain_membrain.tree.placement import stage1_candidates
 
 
 def root_subtree(tree) -> Subtree:

@@ -8,11 +8,11 @@ import json
 
 import pytest
 from helpers import WordEmbeddings
-from langchain_membrain.index.facts.multistep import retrieval_graph
 from langchain_openai import ChatOpenAI
 from openai_server import tool_calls
 
 from langchain_membrain import MembrainMemory
+from langchain_membrain.retrieval.multistep import retrieval_graph
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_the_retrieval_graph_runs_as_a_subgraph(server, memory):
 
 
 def test_the_kind_tools_run_in_a_users_own_agent(memory):
-    from langchain_membrain.index.facts.multistep import retrieval_tools
+    from langchain_membrain.retrieval.multistep import retrieval_tools
 
     tools = {t.name: t for t in retrieval_tools(memory, "u")}
     assert set(tools) == {"search_facts", "search_experiences", "search_raw", "search_working", "finish"}

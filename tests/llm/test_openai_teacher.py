@@ -10,8 +10,6 @@ import threading
 import openai
 import pytest
 from helpers import insert_by_teacher
-from langchain_membrain.tree.tree.actions import Demote, Group, Promote
-from langchain_membrain.tree.tree.placement import stage1_candidates
 from llm_helpers import new_fact
 from openai_server import answer, http_error, refusal, slow, text, truncated
 
@@ -20,6 +18,8 @@ from langchain_membrain.teachers.answers import TeacherCallError
 from langchain_membrain.teachers.base import Subtree
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
 from langchain_membrain.teachers.prompts import parse_data_block
+from langchain_membrain.tree.actions import Demote, Group, Promote
+from langchain_membrain.tree.placement import stage1_candidates
 
 
 def make_teacher(server, fallback=None, **options) -> OpenAITeacher:

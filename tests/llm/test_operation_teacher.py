@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import openai
-from langchain_membrain.tree.tree.operation_types import ADD, Candidate, Operation, OperationQuestion
 from openai_server import answer, text
 
 from langchain_membrain.insert.operations import ask_teacher
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
 from langchain_membrain.teachers.prompts import parse_data_block
+from langchain_membrain.tree.operation_types import ADD, Candidate, Operation, OperationQuestion
 
 
 def make_teacher(server, **options) -> OpenAITeacher:

@@ -11,9 +11,6 @@ import openai
 import pytest
 from helpers import insert_by_teacher
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from langchain_membrain.tree.tree.actions import Promote, apply_action
-from langchain_membrain.tree.tree.placement import NEW_FACT, Placement, stage1_candidates
-from langchain_membrain.tree.tree.tree import MembrainTree
 from langchain_openai import ChatOpenAI
 from llm_helpers import new_fact
 from openai_server import answer, http_error, last_user_text, refusal, schema_name, slow, truncated
@@ -25,6 +22,9 @@ from langchain_membrain.teachers.base import NewFact, Subtree
 from langchain_membrain.teachers.llm import LLMTeacher
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
 from langchain_membrain.teachers.prompts import parse_data_block, place_messages, stage1_messages, stage2_messages
+from langchain_membrain.tree.actions import Promote, apply_action
+from langchain_membrain.tree.placement import NEW_FACT, Placement, stage1_candidates
+from langchain_membrain.tree.tree import MembrainTree
 
 NULLS = {"node": None, "target": None, "members": None, "label": None}
 
@@ -338,10 +338,9 @@ def _topic_embedding(text: str, dim: int = 16) -> np.ndarray:
 
 @pytest.mark.slow
 def test_learner_agreement_with_the_llm_teacher_rises(server, fallback, one_torch_thread):
-    from langchain_membrain.students.linear.nets import ModelConfig
-    from langchain_membrain.students.linear.training_config import Policy, StageTraining, TrainingConfig
-
     from langchain_membrain import pipeline
+    from langchain_membrain.students.nets import ModelConfig
+    from langchain_membrain.students.training_config import Policy, StageTraining, TrainingConfig
 
     server.responder = keyword_llm
     teacher = openai_teacher(server, fallback=fallback)
@@ -411,10 +410,9 @@ def test_every_bad_answer_keeps_the_fact(server, small_tree, bad):
 def test_raise_on_failure_lets_the_learner_use_its_own_model(server, one_torch_thread):
     """With ``raise_on_failure=True`` the teacher raises after its retry, and the Learner
     falls back to its model's decision (counted as a teacher failure); the fact is kept."""
-    from langchain_membrain.students.linear.nets import ModelConfig
-    from langchain_membrain.students.linear.training_config import Policy
-
     from langchain_membrain import pipeline
+    from langchain_membrain.students.nets import ModelConfig
+    from langchain_membrain.students.training_config import Policy
 
     server.responder = lambda req: http_error(500)
     teacher = openai_teacher(server, raise_on_failure=True, max_retries=0)

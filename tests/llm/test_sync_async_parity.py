@@ -8,8 +8,6 @@ from typing import Any, Callable
 
 import openai
 import pytest
-from langchain_membrain.tree.tree.placement import stage1_candidates
-from langchain_membrain.tree.tree.tree import MembrainTree
 from llm_helpers import RecordingFallback, new_fact
 from openai_server import answer, http_error, slow, text
 from test_placement_e2e import keyword_llm
@@ -17,6 +15,8 @@ from test_placement_e2e import keyword_llm
 from langchain_membrain.teachers.answers import TeacherCallError
 from langchain_membrain.teachers.base import Subtree
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
+from langchain_membrain.tree.placement import stage1_candidates
+from langchain_membrain.tree.tree import MembrainTree
 
 
 def subtree(tree: MembrainTree, node_id: str | None = None) -> Subtree:

@@ -20,7 +20,6 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain.errors import InvariantError, StorageError
 from langchain_membrain.storage import (
@@ -30,6 +29,7 @@ from langchain_membrain.storage import (
     StorageClosedError,
     VersionConflictError,
 )
+from langchain_membrain.tree.tree import MembrainTree
 
 WORKER = os.path.join(os.path.dirname(__file__), "worker.py")
 DIM = 4

@@ -27,10 +27,10 @@ import sys
 import time
 
 import numpy as np
-from langchain_membrain.tree.tree.tree import MembrainTree
 
 from langchain_membrain.errors import InvalidOperationError
 from langchain_membrain.storage import STORE_VALUE_KEY, open_storage
+from langchain_membrain.tree.tree import MembrainTree
 
 DIM = 4
 
