@@ -292,6 +292,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shadow", action=argparse.BooleanOptionalAction, default=True,
                         help="check the student's own decisions against a shadow copy of the teacher "
                              "(its time is left out of the insert times)")
+    parser.add_argument("--background", action=argparse.BooleanOptionalAction, default=True,
+                        help="train behind add() (the default), or inside it (--no-background: deterministic)")
     parser.add_argument("--csv", default=None, help="one row per window per namespace (and run)")
     parser.add_argument("--png", default=None, help="questions per insert per window")
     parser.add_argument("--json", default=None, help="summaries and final stats")
@@ -392,7 +394,8 @@ class _Memories:
 
         return lambda: MembrainMemory(embeddings=PrecomputedEmbeddings(self.base, self.known),
                                       operations=self.args.operations, teacher=self.teacher(),
-                                      shadow_teacher=self.shadow(), learner=LearnerConfig(seed=seed))
+                                      shadow_teacher=self.shadow(), learner=LearnerConfig(seed=seed),
+                                      background=self.args.background)
 
     def teacher_alone(self) -> Any:
         from ..insert.config import LearnerConfig
