@@ -59,7 +59,7 @@ from .tree.kinds import check_kinds
 from .tree.records import MemoryRecord
 from .tree.tree import MembrainTree
 
-if TYPE_CHECKING:  # multistep imports LangChain's chat models: 0.5 s of every start (issue 48)
+if TYPE_CHECKING:  # multistep imports LangChain's chat models: not on every start
     from .retrieval.multistep import Retrieved
 
 
@@ -387,7 +387,7 @@ class MembrainMemory:
     def text_of(self, value: dict[str, Any], fields: list[str] | None = None) -> str:
         """The text embedded for ``value``: the first present of ``fields`` (default
         ``content``, then ``text``), else the value's JSON; several fields are joined."""
-        from langgraph.store.base import get_text_at_path, tokenize_path  # on first use: 0.2 s of a start
+        from langgraph.store.base import get_text_at_path, tokenize_path  # on first use: not on every start
 
         explicit = fields is not None
         found: list[str] = []

@@ -5,8 +5,8 @@ downloaded at run time. Any other LangChain :class:`~langchain_core.embeddings.E
 can be used instead; membrain reads the dimension from the vectors it gets.
 
 On the CPU (the default) the encoder runs in numpy (minilm.py), without importing torch,
-transformers or sentence-transformers: that import was 8 to 10 s of a cold ``membrain
-search`` on a 2-core machine. ``MiniLMEmbeddings(device=...)`` runs it through
+transformers or sentence-transformers: that import would be most of a cold ``membrain
+search`` (bench/RESULTS.md, startup). ``MiniLMEmbeddings(device=...)`` runs it through
 sentence-transformers on that torch device.
 """
 
@@ -112,9 +112,9 @@ class EmbeddingCache:
     outside the lock.
 
     For the short phrases labelling reads and writes: every naming embeds up to 32 n-gram
-    candidates and renaming embeds the same ones again as an aspect grows. On a LoCoMo
-    conversation (conv-26, 419 turns) 2,570 label texts were embedded, 907 of them distinct,
-    and embedding them was most of the run's time (bench/RESULTS.md, economy). At 384 dimensions
+    candidates and renaming embeds the same ones again as an aspect grows: most label texts
+    repeat, and embedding them dominated a chat's inserts before this cache (bench/RESULTS.md,
+    economy). At 384 dimensions
     the default ``maxsize`` holds about 6 MB, once per memory (not per namespace)."""
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray], maxsize: int = 4096):

@@ -1,8 +1,8 @@
 """all-MiniLM-L6-v2 in numpy: the bundled encoder without torch, transformers or
 sentence-transformers.
 
-Importing sentence-transformers (and with it torch, transformers and scikit-learn) took
-8 to 10 s of a ``membrain search`` on a 2-core machine, for one query. This module runs the
+Importing sentence-transformers (and with it torch, transformers and scikit-learn) would be
+most of a ``membrain search`` for one query (bench/RESULTS.md, startup). This module runs the
 same network (a 6-layer BERT, mean pooling over the tokens, unit normalisation: the model's
 ``modules.json``) from its ``model.safetensors`` with numpy, and tokenises with
 ``tokenizers`` from its ``tokenizer.json``, truncating at the model's ``max_seq_length``
@@ -73,8 +73,8 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) 
 @contextlib.contextmanager
 def blas_threads(n: int | None) -> Iterator[None]:
     """numpy's BLAS on ``n`` threads inside the block (None: as it is). OpenBLAS spreading
-    these small matrix products over the threads of a busy 2-core machine made an encode
-    ten times slower than on one thread; threadpoolctl sets and restores it."""
+    these small matrix products over the threads of a busy machine makes an encode slower
+    than on one thread; threadpoolctl sets and restores it."""
     controller = _controller() if n is not None else None
     if controller is None:
         yield

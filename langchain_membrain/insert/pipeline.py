@@ -479,8 +479,8 @@ class Learner:
         # fresh after warm-up, where 2% audits alone barely renew it (a new teacher's gate
         # stayed fitted to the warm-up's mistakes; bench/RESULTS.md, economy). Stage 2 is not
         # calibrated on stage 1's questions the other way round: its gate never sees those
-        # inserts, and they are harder for it (a new teacher's stage 2 then asked 224 times
-        # on conv-42 instead of 176).
+        # inserts, and they are harder for it, so its gate would shut more often than it
+        # should (bench/RESULTS.md, economy).
         rec.labels1 = self._plan_labels(view, rec.new_fact, plan, True)
         if plan.parent_id != tree.parent(rec.fact_id):
             rec.move_to = plan.parent_id

@@ -29,7 +29,7 @@ CLOSE_TIMEOUT_S = 2.0
 
 #: The same at interpreter exit, for a memory never closed: shorter, because the process
 #: exits only after this flush, the close after it and the interpreter's own teardown
-#: (about 1.3 s with torch loaded, on a small shared machine), and must be gone within 5 s of
+#: (over a second with torch loaded, on a small shared machine), and must be gone within 5 s of
 #: its last statement.
 EXIT_TIMEOUT_S = 1.0
 

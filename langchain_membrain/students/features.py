@@ -328,7 +328,7 @@ def _cophenetic_similarity(unit_vecs: np.ndarray) -> np.ndarray:
         return out
     sims = np.clip(unit_vecs @ unit_vecs.T, -1.0, 1.0)
     dist = np.maximum(1.0 - sims[np.triu_indices(n, 1)], 0.0).astype(np.float64)
-    from scipy.cluster.hierarchy import linkage  # 0.4 s to import: only where a closure has facts to cluster
+    from scipy.cluster.hierarchy import linkage  # slow to import: only where a closure has facts to cluster
 
     z = linkage(dist, method="average")
     members = [np.array([i]) for i in range(n)]

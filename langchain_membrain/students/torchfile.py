@@ -2,8 +2,8 @@
 
 A process that only places facts (``membrain add``) reads the models' checkpoint, runs
 the networks in numpy (nets.py) and writes the checkpoint back with its new counters; it
-never trains, so importing torch (2 s on a 2-core machine, and 2.5 s more for
-``torch._dynamo``, which every optimiser imports) would be all of its start-up. This
+never trains, so importing torch (and ``torch._dynamo``, which every optimiser imports)
+would be all of its start-up. This
 module reads the zip archive ``torch.save`` writes (its ``data.pkl`` and one record per
 tensor storage) into the same nested dicts, lists and tuples, with numpy arrays in place
 of tensors, and writes such a structure back as an archive ``torch.load(...,

@@ -150,8 +150,8 @@ class OnlineTrainer:
     torch is imported when the networks are first trained, not before: networks loaded from
     a checkpoint or a prior run in numpy (nets.py) until then, and such a checkpoint is
     written back without torch (torchfile.py), so a process that only places facts never
-    imports it (``membrain add``: 2 to 4 s of its start-up on a 2-core machine, and 2.5 s
-    more for the optimisers, which import ``torch._dynamo``). The torch objects
+    imports it (importing torch, and ``torch._dynamo`` for the optimisers, would be most of
+    ``membrain add``'s start-up; bench/RESULTS.md, startup). The torch objects
     (``stage1``, ``stage2``, ``infer1``, ``infer2``, ``opt1``, ``opt2``, ``device``) are
     built on first use, from the loaded state when there is one, else from a random
     initialisation seeded by ``config.seed`` (as they always were). Predictions then run
