@@ -10,6 +10,7 @@ scores the same for the same query however many namespaces are searched.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any, Callable, Sequence, cast
 
 import numpy as np
@@ -325,8 +326,7 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
                 merge_by = np.minimum.accumulate(found)  # non-increasing down the namespace's order
                 probs.update({(ns, k): (p, float(m), i) for i, ((k, _, _), p, m) in enumerate(zip(found_hits, found, merge_by))})
             for key, score in ranked:
-                hits.append(record_of(ns, tree, key, score))
-                hits[-1].probably_superseded_by = marks.get(key)
+                hits.append(replace(record_of(ns, tree, key, score), probably_superseded_by=marks.get(key)))
                 if score is not None:
                     vectors[ns, key] = entry_of(tree, key).embedding
             if include_history:
@@ -366,10 +366,11 @@ def _merged(hits: list[MemoryRecord], vectors: dict[tuple[Namespace, str], Any],
             if include_history:  # on one scale: the cosine, clipped to [0, 1]
                 assert q is not None  # a scored hit has a vector, so q was embedded
                 rank_by = cosine(vectors[h.namespace, h.key], q)
-                h.score = min(max(rank_by, 0.0), 1.0)
+                h = replace(h, score=min(max(rank_by, 0.0), 1.0))
             else:
                 tie = cosine(vectors[h.namespace, h.key], q) if merging and q is not None else 0.0
-                h.score, rank_by, position = probs[h.namespace, h.key]
+                score, rank_by, position = probs[h.namespace, h.key]
+                h = replace(h, score=score)
         # As LangGraph's stores do, items stored without an embedding come last, unscored.
         ranked.append(((rank_by is None, -(rank_by or 0.0), position, -tie, -h.updated_at), h))
     ranked.sort(key=lambda p: p[0])

@@ -272,7 +272,7 @@ def attach_here_row(feats: Stage1Features) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- stage 2
-@dataclass
+@dataclass(frozen=True)
 class Stage2Features:
     """Tokens of one stage-2 decision over the closure of ``focal_id``.
 

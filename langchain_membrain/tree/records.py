@@ -12,7 +12,7 @@ from typing import Any
 from .inputs import Namespace
 
 
-@dataclass
+@dataclass(frozen=True)
 class MemoryRecord:
     """A stored memory, as search and get return it."""
 
