@@ -15,8 +15,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import WordEmbeddings  # noqa: E402
 
-from langchain_membrain import MembrainMemory, RetrievalConfig, dense  # noqa: E402
+from langchain_membrain import MembrainMemory, RetrievalConfig
 from langchain_membrain.bench.updates import GroundTruthTeacher, gt_value  # noqa: E402
+from langchain_membrain.index import dense  # noqa: E402
 from langchain_membrain.index.facts import FactIndex  # noqa: E402
 from langchain_membrain.storage.forest import Forest  # noqa: E402
 

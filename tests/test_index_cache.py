@@ -18,8 +18,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from test_cold_open import CHAT, DIM, QUERIES, chat_events, fields, hits, items, memory, same_hits  # noqa: E402
 
-from langchain_membrain import RetrievalConfig, index_cache  # noqa: E402
+from langchain_membrain import RetrievalConfig
 from langchain_membrain.index.facts import FactIndex  # noqa: E402
+from langchain_membrain.storage import index_cache  # noqa: E402
 from langchain_membrain.storage.index_cache import IndexCache, fingerprint  # noqa: E402
 
 NS = ("chat",)

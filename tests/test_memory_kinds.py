@@ -250,7 +250,7 @@ def test_the_second_step_searches_again_with_the_best_facts():
     def score_of_rome(second_step: int) -> float:
         """Rome's raw item shares no word with the query, only with the fact found first
         (its ranking score, reads.rank's: the hit's score is a calibrated probability)."""
-        from langchain_membrain import reads
+        from langchain_membrain.retrieval import reads
 
         with MembrainMemory(embeddings=WordEmbeddings(), teacher=ScriptedFormer(said), background=False,
                             retrieval=RetrievalConfig(second_step=second_step, second_step_weight=1.0)) as m:

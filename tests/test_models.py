@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.cluster.hierarchy import cophenet, linkage
 
-from langchain_membrain import features as ft
+from langchain_membrain.students import features as ft
 from langchain_membrain.students.models import (
     Stage1Net,
     Stage2Net,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from langchain_membrain import features as ft
-from langchain_membrain import nets, torchfile
+from langchain_membrain.students import features as ft
+from langchain_membrain.students import nets, torchfile
 from langchain_membrain.students.features import Stage1Features, Stage2Features
 from langchain_membrain.students.models import (
     OperationNet,

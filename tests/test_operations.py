@@ -475,8 +475,8 @@ def test_an_unreadable_student_checkpoint_starts_afresh(tmp_path) -> None:
 def test_a_student_checkpoint_whose_optimiser_does_not_fit_is_refused(one_torch_thread) -> None:
     """The optimiser state is checked as the placement trainer's is (nets.check_optimiser_state):
     moments of another shape are refused when loaded, not at the first training step."""
-    from langchain_membrain import torchfile
     from langchain_membrain.errors import CheckpointError
+    from langchain_membrain.students import torchfile
 
     student = OperationStudent(batch=2, steps=1)
     e = np.ones(8, np.float32) / np.sqrt(8)

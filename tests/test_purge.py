@@ -32,7 +32,7 @@ NS = ("u", "maya")
 def ranking_scores(mem: MembrainMemory, query: str) -> dict[str, float | None]:
     """The scores ``query``'s hits are ranked by (reads.rank's: a hit's reported score is a
     calibrated probability, which the other hits move too)."""
-    from langchain_membrain import reads
+    from langchain_membrain.retrieval import reads
 
     return dict(reads.rank(mem._forest, NS, mem.tree(NS), query, None, 5, {}, embed=mem._embed,
                            mode=mem.search_mode))

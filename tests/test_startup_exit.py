@@ -247,7 +247,7 @@ def test_exit_hook_holds_no_memory_alive():
 
     from helpers import WordEmbeddings
 
-    from langchain_membrain import shutdown
+    from langchain_membrain.insert import shutdown
     from langchain_membrain.memory import MembrainMemory
 
     m = MembrainMemory(embeddings=WordEmbeddings())

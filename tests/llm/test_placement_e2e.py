@@ -338,7 +338,7 @@ def _topic_embedding(text: str, dim: int = 16) -> np.ndarray:
 
 @pytest.mark.slow
 def test_learner_agreement_with_the_llm_teacher_rises(server, fallback, one_torch_thread):
-    from langchain_membrain import pipeline
+    from langchain_membrain.insert import pipeline
     from langchain_membrain.students.nets import ModelConfig
     from langchain_membrain.students.training_config import Policy, StageTraining, TrainingConfig
 
@@ -410,7 +410,7 @@ def test_every_bad_answer_keeps_the_fact(server, small_tree, bad):
 def test_raise_on_failure_lets_the_learner_use_its_own_model(server, one_torch_thread):
     """With ``raise_on_failure=True`` the teacher raises after its retry, and the Learner
     falls back to its model's decision (counted as a teacher failure); the fact is kept."""
-    from langchain_membrain import pipeline
+    from langchain_membrain.insert import pipeline
     from langchain_membrain.students.nets import ModelConfig
     from langchain_membrain.students.training_config import Policy
 
