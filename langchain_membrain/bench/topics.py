@@ -236,6 +236,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--personas", type=int, default=None, help="only the first N personas")
     parser.add_argument("--last", type=int, default=200, help="also report questions per insert over the last N")
     parser.add_argument("--json", help="write the per-third report and the headline keys here")
+    parser.add_argument("--background", action=argparse.BooleanOptionalAction, default=True,
+                        help="train behind add() (the default), or inside it (--no-background: deterministic)")
 
 
 def headline(thirds: Sequence[Third]) -> dict[str, Any]:
@@ -283,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
     def make_memory() -> Any:
         from ..teachers.heuristic import HeuristicTeacher
 
-        return MembrainMemory(embeddings=served, teacher=teacher(), shadow_teacher=teacher() or HeuristicTeacher())
+        return MembrainMemory(embeddings=served, teacher=teacher(), shadow_teacher=teacher() or HeuristicTeacher(),
+                              background=args.background)
 
     console = Console(width=max(Console().width, 120))
     t0 = time.perf_counter()
