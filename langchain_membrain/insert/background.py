@@ -362,11 +362,6 @@ class Background:
             return
         self.prior_used = "trusted" if trusted else "weights only"
 
-    def placement_questions(self) -> int:
-        """Placement questions the learner has asked so far (0 before it exists)."""
-        learner = self.current
-        return 0 if learner is None else learner.ledger.questions["placement"]
-
     # -------------------------------------------------------------- supervision
     def _work(self) -> None:
         """The background trainer: supervise queued inserts until told to stop. A failure
