@@ -240,7 +240,7 @@ class NumpyOps:
     @staticmethod
     def gather(h: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """Rows of ``h`` (B, T, C) at token indices ``idx`` (B, N) -> (B, N, C)."""
-        return np.take_along_axis(h, idx[..., None], axis=1)
+        return h[np.arange(len(idx))[:, None], idx]
 
     @staticmethod
     def expand(x: np.ndarray, *sizes: int) -> np.ndarray:
@@ -389,6 +389,16 @@ def stage1_batch(feats: Sequence[ft.Stage1Features]) -> dict[str, np.ndarray]:
 
 def stage2_batch(feats: Sequence[ft.Stage2Features]) -> dict[str, np.ndarray]:
     """The batch of :func:`stage2_forward` (and ``Stage2Net``) of these closures."""
+    if len(feats) == 1:  # no padding: the closure's own arrays (the insert's hot path)
+        f = feats[0]
+        n, a = len(f.fact_tok), len(f.aspect_tok)
+        return {"text": _text(f).astype(_F, copy=False)[None], "kind": f.kind[None], "role": f.role[None],
+                "num": f.num.astype(_F, copy=False)[None], "tok_mask": np.ones((1, len(f.node_ids)), bool),
+                "fact_mask": np.ones((1, n), bool), "aspect_mask": np.ones((1, a), bool),
+                "type_mask": f.type_mask()[None], "fact_tok": np.asarray(f.fact_tok, np.int64)[None],
+                "aspect_tok": np.asarray(f.aspect_tok, np.int64)[None],
+                "demote_pair": np.asarray(f.demote_pair, _F).reshape(1, n, a, ft.DEMOTE_PAIR_NUM),
+                "group_pair": np.asarray(f.group_pair, _F).reshape(1, n, n, ft.GROUP_PAIR_NUM)}
     B = len(feats)
     T = max(len(f.node_ids) for f in feats)
     N = max(len(f.fact_tok) for f in feats)
