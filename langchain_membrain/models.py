@@ -41,10 +41,11 @@ class TorchOps:
     gelu = staticmethod(F.gelu)
     relu = staticmethod(torch.relu)
     cat = staticmethod(torch.cat)
-
-    @staticmethod
-    def embed(w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        return F.embedding(idx, w)
+    embed = staticmethod(lambda w, idx: F.embedding(idx, w))
+    dropout = staticmethod(lambda x, p: F.dropout(x, p, True) if p else x)
+    expand = staticmethod(lambda x, *sizes: x.expand(*sizes))
+    masked_fill = staticmethod(lambda x, mask, value: x.masked_fill(mask, value))
+    eye = staticmethod(lambda n, like: torch.eye(n, dtype=torch.bool, device=like.device))
 
     @staticmethod
     def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -61,24 +62,8 @@ class TorchOps:
         return y.transpose(1, 2).reshape(B, T, C)
 
     @staticmethod
-    def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-        return F.dropout(x, p, True) if p else x
-
-    @staticmethod
     def gather(h: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         return torch.gather(h, 1, idx.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
-
-    @staticmethod
-    def expand(x: torch.Tensor, *sizes: int) -> torch.Tensor:
-        return x.expand(*sizes)
-
-    @staticmethod
-    def masked_fill(x: torch.Tensor, mask: torch.Tensor, value: float) -> torch.Tensor:
-        return x.masked_fill(mask, value)
-
-    @staticmethod
-    def eye(n: int, like: torch.Tensor) -> torch.Tensor:
-        return torch.eye(n, dtype=torch.bool, device=like.device)
 
 
 TORCH = TorchOps()

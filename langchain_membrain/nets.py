@@ -191,9 +191,11 @@ class NumpyOps:
             y += b
         return y
 
-    @staticmethod
-    def embed(w: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        return w[idx]
+    embed = staticmethod(lambda w, idx: w[idx])
+    dropout = staticmethod(lambda x, p: x)  # inference only
+    cat = staticmethod(np.concatenate)
+    masked_fill = staticmethod(lambda x, mask, value: np.where(mask, _F(value), x))
+    eye = staticmethod(lambda n, like: np.eye(n, dtype=bool))
 
     @staticmethod
     def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
@@ -206,9 +208,7 @@ class NumpyOps:
 
     gelu = staticmethod(gelu_)
 
-    @staticmethod
-    def relu(x: np.ndarray) -> np.ndarray:
-        return np.maximum(x, _F(0.0), out=x)
+    relu = staticmethod(lambda x: np.maximum(x, _F(0.0), out=x))
 
     @staticmethod
     def attention(qkv: np.ndarray, tok_mask: np.ndarray, heads: int, drop: float) -> np.ndarray:
@@ -230,14 +230,6 @@ class NumpyOps:
         return (s @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
 
     @staticmethod
-    def dropout(x: np.ndarray, p: float) -> np.ndarray:
-        return x  # inference only
-
-    @staticmethod
-    def cat(xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
-        return np.concatenate(xs, axis)
-
-    @staticmethod
     def gather(h: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """Rows of ``h`` (B, T, C) at token indices ``idx`` (B, N) -> (B, N, C)."""
         return h[np.arange(len(idx))[:, None], idx]
@@ -245,14 +237,6 @@ class NumpyOps:
     @staticmethod
     def expand(x: np.ndarray, *sizes: int) -> np.ndarray:
         return np.broadcast_to(x, tuple(n if s == -1 else s for n, s in zip(x.shape, sizes)))
-
-    @staticmethod
-    def masked_fill(x: np.ndarray, mask: np.ndarray, value: float) -> np.ndarray:
-        return np.where(mask, _F(value), x)
-
-    @staticmethod
-    def eye(n: int, like: np.ndarray) -> np.ndarray:
-        return np.eye(n, dtype=bool)
 
 
 NUMPY = NumpyOps()
