@@ -13,7 +13,14 @@ Methods: membrain ``FactIndex`` in ``fast`` mode (posting lists + HNSW candidate
 only); LangGraph's ``InMemoryStore`` (its own search, sizes up to ``--store-max`` only: it
 scores every item in Python). Reported: add p50/p95 (one fact per call, embedding
 excluded), search p50/p95, recall@10 of fast against exact (overlap of the two top-10 sets),
-resident memory of the index scaled to 100k facts, and a log-log plot.
+resident memory of the index scaled to 100k facts and per fact beyond its float32 vector,
+the cold open of the saved index (index_cache.py: save, then load into a new process's
+index; the HNSW graph is not saved, so the loaded index's first searches are exact), and a
+log-log plot.
+
+Above ``--baseline-max`` facts, the exact mode and the numpy brute force (each O(N) a query)
+run on the first ``--exact-queries`` queries only, and recall is measured on those; the build
+prints its rate every tenth of N on stderr, so a long run can be extrapolated.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +39,7 @@ import numpy as np
 
 from ..index.chat import SessionContext
 from ..index.facts import FactIndex, RetrievalConfig
+from ..storage.index_cache import IndexCache
 
 
 def _rss_mb() -> float:
@@ -74,43 +85,104 @@ def _pct(xs: list[float]) -> dict[str, float]:
     return {"p50_ms": 1e3 * float(np.percentile(xs, 50)), "p95_ms": 1e3 * float(np.percentile(xs, 95))}
 
 
-def bench_size(n: int, n_queries: int, *, store_max: int, k: int = 10,
-               kind: str = "clustered") -> dict[str, Any]:
-    data = synthetic(n, n_queries, kind=kind)
+def _config() -> RetrievalConfig:
+    return RetrievalConfig(chat=(SessionContext(),))
+
+
+def _build(data: dict[str, Any], out: dict[str, Any]) -> FactIndex:
+    """Add every fact, one call each (timed); the index's resident memory into ``out``."""
     emb, texts = data["emb"], data["texts"]
-    out: dict[str, Any] = {"n": n}
+    n = len(texts)
     gc.collect()
     rss0 = _rss_mb()
-    index = FactIndex(RetrievalConfig(chat=(SessionContext(),)))
+    index = FactIndex(_config())
     add = []
+    start = time.perf_counter()
     for i in range(n):
         t0 = time.perf_counter()
         index.add(i, texts[i], emb[i], {"session": i // 20})
         add.append(time.perf_counter() - t0)
+        if n >= 100_000 and (i + 1) % (n // 10) == 0:
+            recent = 1e3 * float(np.mean(add[-(n // 10):]))
+            print(f"  built {i + 1}/{n} in {time.perf_counter() - start:.0f} s, last tenth "
+                  f"{recent:.3f} ms/add, RSS +{_rss_mb() - rss0:.0f} MB", file=sys.stderr, flush=True)
     gc.collect()
-    out["rss_mb_per_100k"] = (_rss_mb() - rss0) * 100_000 / n
+    rss = _rss_mb() - rss0
+    out["build_s"] = time.perf_counter() - start
+    out["rss_mb_per_100k"] = rss * 100_000 / n
+    out["rss_bytes_per_fact_beyond_vector"] = rss * 2**20 / n - emb.shape[1] * emb.itemsize
     out["membrain_add"] = _pct(add)
+    return index
+
+
+def _searches(index: FactIndex, data: dict[str, Any], out: dict[str, Any], n_exact: int, k: int) -> None:
+    """Fast mode on every query; exact mode, recall and the dense recall on the first ``n_exact``."""
+    emb = data["emb"]
     res: dict[str, list] = {"fast": [], "exact": []}
     for mode in ("fast", "exact"):
         lat = []
-        for qt, qv in zip(data["qtexts"], data["q"]):
+        pairs = list(zip(data["qtexts"], data["q"]))
+        for qt, qv in pairs if mode == "fast" else pairs[:n_exact]:
             t0 = time.perf_counter()
             res[mode].append([f for f, _ in index.search(qt, qv, k, mode=mode)])
             lat.append(time.perf_counter() - t0)
         out[f"membrain_{mode}"] = _pct(lat)
+    out["exact_queries"] = n_exact
     out["recall@10_fast_vs_exact"] = float(np.mean(
         [len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(res["fast"], res["exact"])]))
     # the dense part alone (``nearest``: the HNSW graph once fast mode built one, plus the
     # few facts not yet in it) against the exact top-10
     hits = []
-    for qv in data["q"]:
+    for qv in data["q"][:n_exact]:
         found = {i for i, _ in index.nearest(qv, k)}
         hits.append(len(found & set(np.argsort(-(emb @ qv))[:k].tolist())) / k)
     out["recall@10_dense_nearest"] = float(np.mean(hits))
-    del index
+
+
+def _save(index: FactIndex, directory: str, out: dict[str, Any]) -> IndexCache:
+    """Save the index as ``close()`` does for a large namespace (timed)."""
+    cache = IndexCache(directory)
+    t0 = time.perf_counter()
+    if not cache.save(("scale",), index, "bench"):
+        raise RuntimeError("the index could not be saved")
+    out["cold_save_s"] = time.perf_counter() - t0
+    out["cold_file_mb"] = os.path.getsize(cache.path(("scale",))) / 2**20
+    return cache
+
+
+def _load(cache: IndexCache, data: dict[str, Any], out: dict[str, Any], k: int) -> None:
+    """Load the saved index into a new one, as a new process does (timed), and search it:
+    without its graph, fast mode is exact until the writes that follow have built half of
+    it (dense.py, "Bulk load")."""
+    gc.collect()
+    t0 = time.perf_counter()
+    loaded = cache.load(("scale",), "bench", lambda: FactIndex(_config()))
+    out["cold_load_s"] = time.perf_counter() - t0
+    if loaded is None:
+        raise RuntimeError("the saved index did not load")
+    lat = []
+    for qt, qv in list(zip(data["qtexts"], data["q"]))[:20]:
+        t0 = time.perf_counter()
+        loaded.search(qt, qv, k)
+        lat.append(time.perf_counter() - t0)
+    out["cold_first_searches"] = _pct(lat)
+
+
+def bench_size(n: int, n_queries: int, *, store_max: int, k: int = 10, kind: str = "clustered",
+               baseline_max: int = 300_000, exact_queries: int = 50) -> dict[str, Any]:
+    data = synthetic(n, n_queries, kind=kind)
+    emb = data["emb"]
+    out: dict[str, Any] = {"n": n}
+    index = _build(data, out)
+    n_exact = n_queries if n <= baseline_max else min(n_queries, exact_queries)
+    _searches(index, data, out, n_exact, k)
+    with tempfile.TemporaryDirectory(prefix="membrain-scale-") as tmp:
+        cache = _save(index, tmp, out)
+        del index  # freed before the load, as in a new process (and half the peak memory)
+        _load(cache, data, out, k)
     gc.collect()
     lat = []
-    for qv in data["q"]:
+    for qv in data["q"][:n_exact]:
         t0 = time.perf_counter()
         sims = emb @ qv
         top = np.argpartition(-sims, k)[:k]
@@ -175,6 +247,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries", type=int, default=200, help="queries per size")
     parser.add_argument("--store-max", type=int, default=10000,
                         help="largest N for LangGraph's InMemoryStore (it scans every item)")
+    parser.add_argument("--baseline-max", type=int, default=300_000,
+                        help="above this N, exact mode and numpy brute force (O(N) a query) run on "
+                             "--exact-queries queries only, recall measured on those")
+    parser.add_argument("--exact-queries", type=int, default=50, help="queries for exact above --baseline-max")
     parser.add_argument("--embeddings", choices=["clustered", "random"], default="clustered",
                         help="synthetic embeddings: clustered (text-like) or uniform random (ANN worst case)")
     parser.add_argument("--json", default=None, help="write the rows here")
@@ -184,7 +260,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     rows = []
     for n in [int(x) for x in args.sizes.split(",") if x]:
-        row = bench_size(n, args.queries, store_max=args.store_max, kind=args.embeddings)
+        row = bench_size(n, args.queries, store_max=args.store_max, kind=args.embeddings,
+                         baseline_max=args.baseline_max, exact_queries=args.exact_queries)
         rows.append(row)
         print(json.dumps(row), flush=True)
     print_table(rows)
@@ -201,7 +278,9 @@ def run(args: argparse.Namespace) -> int:
 def print_table(rows: list[dict[str, Any]]) -> None:
     cols = ["membrain_add", "membrain_fast", "membrain_exact", "numpy_bruteforce",
             "inmemorystore_add", "inmemorystore_search"]
-    print("N\t" + "\t".join(f"{c} p50/p95 ms" for c in cols) + "\trecall@10 fast\tRSS MB/100k")
+    print("N\t" + "\t".join(f"{c} p50/p95 ms" for c in cols)
+          + "\trecall@10 fast\tRSS MB/100k\tbytes/fact beyond vector\tcold load s\tbuild s")
     for r in rows:
         cells = [f"{r[c]['p50_ms']:.3f}/{r[c]['p95_ms']:.3f}" if c in r else "skipped" for c in cols]
-        print(f"{r['n']}\t" + "\t".join(cells) + f"\t{r['recall@10_fast_vs_exact']:.3f}\t{r['rss_mb_per_100k']:.0f}")
+        print(f"{r['n']}\t" + "\t".join(cells) + f"\t{r['recall@10_fast_vs_exact']:.3f}\t{r['rss_mb_per_100k']:.0f}"
+              f"\t{r['rss_bytes_per_fact_beyond_vector']:.0f}\t{r['cold_load_s']:.2f}\t{r['build_s']:.0f}")
