@@ -53,7 +53,7 @@ from .prior import load_prior, teacher_identity
 from .stats import Counters, LearningStats, read_stored
 from .storage import Storage
 from .teachers import budget
-from .teachers.base import RemoteTeacher, Teacher, capable, is_fast
+from .teachers.base import RemoteTeacher, Teacher, capable, is_fast, names_topics
 from .teachers.seat import TeacherSeat
 from .tree import MembrainTree
 
@@ -186,12 +186,10 @@ class Background:
     def _fit_teacher(self) -> None:
         """Settle what depends on who the teacher is: whether the offline labeller renames
         aspects, the trainer queue's bound and the learner's stand-in."""
-        from .teachers.heuristic import HeuristicTeacher
-
         teacher = self.teacher
         # Whether the offline labeller may rename aspects between the teacher's naming
-        # questions: only when the offline rule is the teacher (see relabel).
-        self.offline_names = isinstance(teacher, HeuristicTeacher)
+        # questions: only when the teacher's own labels do not name topics (see relabel).
+        self.offline_names = not names_topics(teacher)
         # Bounded for a fast (in-process) teacher: an add waits while the trainer is this
         # many inserts behind, so an insert's labels are trained on within that many inserts.
         # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add

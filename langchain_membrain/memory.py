@@ -48,6 +48,7 @@ from .retrieval import FactIndex, RetrievalConfig, resolve_topic_weight
 from .stats import ForestStats, MemoryStats
 from .storage import Storage, open_storage
 from .teachers.resolve import resolve_teacher
+from .teachers.base import names_topics
 from .teachers.seat import TeacherSeat
 from .tree import MembrainTree, working_id
 from .formation_writer import FormationWriter, Input, mark_formed
@@ -142,11 +143,9 @@ class MembrainMemory:
         self._operations = OperationDecider(seat, student=student)
         self._storage = storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
         # The tree joins search (the topic match) when the teacher names topics: any teacher
-        # but the offline rule (RetrievalConfig.tree_topic_weight).
-        from .teachers.heuristic import HeuristicTeacher
-
+        # but the offline rule (RetrievalConfig.tree_topic_weight, teachers.base.names_topics).
         self.retrieval = resolve_recency(resolve_topic_weight(
-            retrieval or RetrievalConfig(), teacher_names_topics=not isinstance(resolved, HeuristicTeacher)), resolved)
+            retrieval or RetrievalConfig(), teacher_names_topics=names_topics(resolved)), resolved)
         self.search_mode = search_mode
         self._embed_one = self._embed_query  # every namespace's index embeds queries through this one
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
