@@ -29,7 +29,6 @@ the embedder and the learner through it. It knows nothing of memory.py.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import queue
@@ -93,12 +92,12 @@ def teacher_stats(teacher: Any) -> dict[str, Any]:
 
 
 def own_config(config: LearnerConfig | None, device: str | None) -> LearnerConfig:
-    """A memory's own learner config: a deep copy of ``config`` (default: LearnerConfig()),
-    with ``device`` when given. The caller's object is never changed: one config object may
-    configure several memories, of different devices and embedding dimensions."""
-    own = copy.deepcopy(config) if config is not None else LearnerConfig()
+    """A memory's learner config: ``config`` (default: LearnerConfig()), with ``device`` when
+    given, as a new value. Configs are frozen, so one config object may configure several
+    memories, of different devices and embedding dimensions, and none changes it."""
+    own = config if config is not None else LearnerConfig()
     if device is not None:
-        own.training = dataclasses.replace(own.training, device=device)
+        own = dataclasses.replace(own, training=dataclasses.replace(own.training, device=device))
     return own
 
 

@@ -115,38 +115,46 @@ class MembrainMemory:
     ):
         """Open a memory. Each argument is the field of the same name of
         :class:`~.config.MemoryConfig`, documented there; all of them are validated before
-        the storage is opened or the teacher resolved."""
-        cfg = MemoryConfig(
+        the storage is opened or the teacher resolved. The memory keeps that config, frozen,
+        as :attr:`config`, and builds its parts from it alone."""
+        self.config = cfg = MemoryConfig(
             storage, teacher=teacher, teacher_model=teacher_model, embeddings=embeddings, index_fields=index_fields,
             learner=learner, device=device, background=background, refresh_interval=refresh_interval,
             checkpoint_every=checkpoint_every, retrieval=retrieval, search_mode=search_mode, dedupe=dedupe,
             relabel=relabel, naming_interval=naming_interval, prior=prior, max_loaded_namespaces=max_loaded_namespaces,
             max_training_lag=max_training_lag, operations=operations, shadow_teacher=shadow_teacher,
             max_height=max_height, teacher_budget=teacher_budget, clock=clock)
+        self._build(cfg)
+        shutdown.register(self)  # flushed and closed at interpreter exit if never closed
+
+    def _build(self, cfg: MemoryConfig) -> None:
+        """The memory's parts, from its config."""
         self.teacher_budget = cfg.teacher_budget
-        self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
+        self.embeddings = cfg.embeddings if cfg.embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(cfg.index_fields or ())
         # Labels (aspect names and their n-gram candidates) are embedded through a cache:
         # naming and renaming embed the same short phrases again and again.
         embed_label = EmbeddingCache(self._embed)
-        resolved = resolve_teacher(teacher, teacher_model, embed=embed_label)
-        shadow = None if shadow_teacher is None else resolve_teacher(shadow_teacher, teacher_model, embed=embed_label)
+        resolved = resolve_teacher(cfg.teacher, cfg.teacher_model, embed=embed_label)
+        shadow = (None if cfg.shadow_teacher is None
+                  else resolve_teacher(cfg.shadow_teacher, cfg.teacher_model, embed=embed_label))
         self.dedupe = cfg.dedupe
-        self.operations = bool(operations)
-        learner_config = own_config(learner, device)  # a copy: the caller's is never changed
+        self.operations = bool(cfg.operations)
+        learner_config = own_config(cfg.learner, cfg.device)  # a new value: configs are frozen
         seat = TeacherSeat(resolved)  # the one place the teacher is held, read at each question
         self._embed_label = embed_label
         student = None
-        if operations is True:
+        if cfg.operations is True:
             student = OperationStudent(prior=(lambda: load_operation_prior(seat.teacher)) if cfg.prior else None,
                                        threads=learner_config.training.threads)
         self._operations = OperationDecider(seat, student=student)
-        self._storage = storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
+        self._storage = cfg.storage if isinstance(cfg.storage, Storage) or cfg.storage is None \
+            else open_storage(cfg.storage)
         # The tree joins search (the topic match) when the teacher names topics: any teacher
         # but the offline rule (RetrievalConfig.tree_topic_weight, teachers.base.names_topics).
         self.retrieval = resolve_recency(resolve_topic_weight(
-            retrieval or RetrievalConfig(), teacher_names_topics=names_topics(resolved)), resolved)
-        self.search_mode = search_mode
+            cfg.retrieval or RetrievalConfig(), teacher_names_topics=names_topics(resolved)), resolved)
+        self.search_mode = cfg.search_mode
         self._embed_one = self._embed_query  # every namespace's index embeds queries through this one
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
         self._forest = Forest(self._storage, new_index=self._new_index, refresh_interval=cfg.refresh_interval,
@@ -163,7 +171,6 @@ class MembrainMemory:
         self._writer = Writer(self._forest, self._pipeline, self._operations, self._bg)
         self._former = FormationWriter(self._writer, self._embed)
         self._graph: Any = None
-        shutdown.register(self)  # flushed and closed at interpreter exit if never closed
 
     @property
     def teacher(self) -> Any:
