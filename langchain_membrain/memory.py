@@ -9,8 +9,8 @@ text that was embedded, and its metadata holds
 - ``"indexed"``: False for values stored without an embedding (not placed by the models).
 
 Public methods are thin wrappers over operations that take the namespace's lock, so many
-threads add and search at once. The work lies in :mod:`.config` (settings, validated),
-:mod:`.forest` (namespaces), :mod:`.writes` (dedupe, memory operations, placement, deletes),
+threads add and search at once. The work lies in :mod:`.config` (settings, validated, frozen),
+:mod:`.memory_parts` (the parts built from them), :mod:`.forest` (namespaces), :mod:`.writes` (dedupe, memory operations, placement, deletes),
 :mod:`.reads` (records, history, search across namespaces), :mod:`.background` (learner,
 trainer thread, checkpoints, counters) and :mod:`.shutdown` (flush and close at exit).
 """
@@ -18,43 +18,28 @@ trainer thread, checkpoints, counters) and :mod:`.shutdown` (flush and close at 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, ParamSpec, Sequence, TypeVar, cast
 
-import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from .errors import InvalidOperationError, ReadOnlyError
-from .index.embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
-from .index.facts import FactIndex, RetrievalConfig, resolve_topic_weight
+from .errors import InvalidOperationError
+from .index.facts import RetrievalConfig
 from .insert import shutdown
-from .insert.background import CHECKPOINT_NAME, Background, own_config  # noqa: F401 - CHECKPOINT_NAME importable as before
+from .insert.background import CHECKPOINT_NAME  # noqa: F401 - importable as before
 from .insert.config import LearnerConfig, MemoryConfig, check_max_loaded
-from .insert.formation import Candidate, extractive_summary
-from .insert.formation_writer import FormationWriter, Input, mark_formed
-from .insert.graph import InsertPipeline
-from .insert.operations import OperationDecider, OperationDecision
-from .insert.pipeline import Learner
+from .insert.formation import extractive_summary
+from .insert.operations import OperationDecision
 from .insert.stats import ForestStats, MemoryStats
-from .insert.writes import Writer, prepare
-from .insert.writes import progress as progress_bar
+from .memory_parts import MemoryParts
 from .retrieval import reads
-from .retrieval.recency import resolve_recency
-from .storage import open_storage
 from .storage.base import Storage
-from .storage.forest import Forest, RefreshCounts
-from .storage.index_cache import IndexCache
-from .students.operation import OperationStudent
-from .students.prior import load_operation_prior
 from .teachers.resolve import resolve_teacher
-from .teachers.seat import TeacherSeat
 from .tree.archive import working_id
 from .tree.filters import check_filter
 from .tree.inputs import Namespace, as_namespace, as_timestamp, check_text
-from .tree.inputs import json_copy as _json_copy
 from .tree.kinds import check_kinds
 from .tree.records import MemoryRecord
 from .tree.tree import MembrainTree
@@ -63,18 +48,42 @@ if TYPE_CHECKING:  # multistep imports LangChain's chat models: not on every sta
     from .retrieval.multistep import Retrieved
 
 
-class _Setting:
-    """A setting the background half reads at each use: the memory's attribute of that name
-    is the :class:`~.background.Background`'s (``memory.relabel = False`` stops relabelling)."""
+class _Forward:
+    """A memory's attribute that is its part's ``attr`` (default: the same name), read and,
+    unless ``read_only``, set (through ``convert``): ``memory.relabel = False`` stops the
+    trainer's relabelling at its next use (the :class:`~.background.Background` reads it)."""
+
+    def __init__(self, part: str, attr: str | None = None, *, convert: Callable[[Any], Any] | None = None,
+                 read_only: bool = False, doc: str | None = None):
+        self.part, self.attr, self.convert, self.read_only, self.__doc__ = part, attr, convert, read_only, doc
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
+        self.attr = self.attr or name
 
     def __get__(self, memory: MembrainMemory | None, owner: type | None = None) -> Any:
-        return self if memory is None else getattr(memory._bg, self.name)
+        return self if memory is None else getattr(getattr(memory, self.part), cast(str, self.attr))
 
     def __set__(self, memory: MembrainMemory, value: Any) -> None:
-        setattr(memory._bg, self.name, value)
+        if self.read_only:
+            raise AttributeError(f"{self.attr} is read-only")
+        setattr(getattr(memory, self.part), cast(str, self.attr), self.convert(value) if self.convert else value)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _in_thread(method: Callable[Concatenate[MembrainMemory, _P], _R]
+               ) -> Callable[Concatenate[MembrainMemory, _P], Coroutine[Any, Any, _R]]:
+    """The async twin of a memory's method: the method, run in a worker thread."""
+    name = method.__name__
+
+    async def twin(memory: MembrainMemory, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await asyncio.to_thread(getattr(memory, name), *args, **kwargs)
+
+    twin.__name__ = twin.__qualname__ = f"a{name}"
+    twin.__doc__ = f":meth:`{name}` in a worker thread (``asyncio.to_thread``)."
+    return twin
 
 
 class MembrainMemory:
@@ -84,12 +93,32 @@ class MembrainMemory:
     heuristic teacher, everything in memory.
     """
 
-    background = _Setting()
-    checkpoint_every = _Setting()
-    relabel = _Setting()
-    naming_interval = _Setting()
-    prior = _Setting()
-    prior_used = _Setting()  # "trusted", "weights only" or None (stats())
+    # Settings the background half reads at each use (Background).
+    background = _Forward("_bg")
+    checkpoint_every = _Forward("_bg")
+    relabel = _Forward("_bg")
+    naming_interval = _Forward("_bg")
+    prior = _Forward("_bg")
+    prior_used = _Forward("_bg")  # "trusted", "weights only" or None (stats())
+    _learner = _Forward("_bg", "current", read_only=True)  # None before the first insert (tests, benchmarks)
+    # Settings the memory's parts read at each use (MemoryParts).
+    embeddings = _Forward("_parts")
+    index_fields = _Forward("_parts")
+    retrieval = _Forward("_parts")
+    search_mode = _Forward("_parts")
+    dedupe = _Forward("_parts")
+    operations = _Forward("_parts")
+    teacher_budget = _Forward("_parts")
+    # The namespaces' settings (forest.py).
+    refresh_interval = _Forward("_forest", convert=float, doc="Seconds between two checks for other processes' "
+                                "writes (to a namespace when it is read, and to the trainer's checkpoint).")
+    max_height = _Forward("_forest", read_only=True,
+                          doc="How many levels below the subject a fact may lie (None: unbounded).")
+    max_loaded_namespaces = _Forward("_forest", "max_loaded", convert=check_max_loaded, doc=(
+        "With storage, namespaces kept loaded at once (least recently used unloaded first)."))
+    refresh_counts = _Forward("_forest", "counts", read_only=True, doc=(
+        "This process's live counts of namespaces brought up to date after other processes' writes "
+        "(by their change log or by a reload), and the seconds spent."))
 
     def __init__(
         self,
@@ -120,55 +149,22 @@ class MembrainMemory:
     ):
         """Open a memory. Each argument is the field of the same name of
         :class:`~.config.MemoryConfig`, documented there; all of them are validated before
-        the storage is opened or the teacher resolved."""
-        cfg = MemoryConfig(
+        the storage is opened or the teacher resolved. The memory keeps that config, frozen,
+        as :attr:`config`, and builds its parts from it alone."""
+        self.config = cfg = MemoryConfig(
             storage, teacher=teacher, teacher_model=teacher_model, embeddings=embeddings, index_fields=index_fields,
             learner=learner, device=device, background=background, refresh_interval=refresh_interval,
             checkpoint_every=checkpoint_every, retrieval=retrieval, search_mode=search_mode, dedupe=dedupe,
             relabel=relabel, naming_interval=naming_interval, prior=prior, max_loaded_namespaces=max_loaded_namespaces,
             max_training_lag=max_training_lag, operations=operations, shadow_teacher=shadow_teacher,
             max_height=max_height, teacher_budget=teacher_budget, clock=clock)
-        self.teacher_budget = cfg.teacher_budget
-        self.embeddings = embeddings if embeddings is not None else MiniLMEmbeddings()
-        self.index_fields = list(cfg.index_fields or ())
-        # Labels (aspect names and their n-gram candidates) are embedded through a cache:
-        # naming and renaming embed the same short phrases again and again.
-        embed_label = EmbeddingCache(self._embed)
-        resolved = resolve_teacher(teacher, teacher_model, embed=embed_label)
-        shadow = None if shadow_teacher is None else resolve_teacher(shadow_teacher, teacher_model, embed=embed_label)
-        self.dedupe = cfg.dedupe
-        self.operations = bool(operations)
-        learner_config = own_config(learner, device)  # a copy: the caller's is never changed
-        seat = TeacherSeat(resolved)  # the one place the teacher is held, read at each question
-        self._embed_label = embed_label
-        student = None
-        if operations is True:
-            student = OperationStudent(prior=(lambda: load_operation_prior(seat.teacher)) if cfg.prior else None,
-                                       threads=learner_config.training.threads)
-        self._operations = OperationDecider(seat, student=student)
-        self._storage = storage if isinstance(storage, Storage) or storage is None else open_storage(storage)
-        # The tree joins search (the topic match) when the teacher names topics: any teacher
-        # but the offline rule (RetrievalConfig.tree_topic_weight).
-        from .teachers.heuristic import HeuristicTeacher
-
-        self.retrieval = resolve_recency(resolve_topic_weight(
-            retrieval or RetrievalConfig(), teacher_names_topics=not isinstance(resolved, HeuristicTeacher)), resolved)
-        self.search_mode = search_mode
-        self._embed_one = self._embed_query  # every namespace's index embeds queries through this one
-        # Every namespace's tree, search index, locks and sync with storage (forest.py).
-        self._forest = Forest(self._storage, new_index=self._new_index, refresh_interval=cfg.refresh_interval,
-                              max_loaded=cfg.max_loaded_namespaces, max_height=cfg.max_height, clock=cfg.clock,
-                              index_cache=IndexCache.for_storage(self._storage))
-        self._closed = False
-        # The learner, its trainer thread, its checkpoints and this process's counters; the
-        # insert graph reaches the forest, the embedder and the learner through it.
-        self._bg = Background(self._forest, self._storage, seat, shadow=shadow, operations=self._operations,
-                              learner_config=learner_config, embed=self._embed, embed_label=embed_label, settings=cfg)
+        parts = self._parts = MemoryParts(cfg)
+        self._storage, self._forest, self._bg, self._operations = parts.storage, parts.forest, parts.bg, parts.decider
+        self._pipeline, self._writer, self._former = parts.pipeline, parts.writer, parts.former
+        self._embed, self._embed_label = parts.embed, parts.embed_label
         self._counts = self._bg.counts  # this process's counters (stats().process)
         self._learner_lock = self._bg.lock
-        self._pipeline = InsertPipeline(self._bg)
-        self._writer = Writer(self._forest, self._pipeline, self._operations, self._bg)
-        self._former = FormationWriter(self._writer, self._embed)
+        self._closed = False
         self._graph: Any = None
         shutdown.register(self)  # flushed and closed at interpreter exit if never closed
 
@@ -187,54 +183,7 @@ class MembrainMemory:
     def teacher(self, teacher: Any) -> None:
         self._bg.teacher = resolve_teacher(teacher, embed=self._embed_label)
 
-    @property
-    def _learner(self) -> Learner | None:
-        """The learner, None before the first insert creates it (read by tests and benchmarks)."""
-        return self._bg.current
-
-    def _learner_for(self, dim: int) -> Learner:
-        """The learner, created on first use (``Background.learner_for``); call under ``_learner_lock``."""
-        return self._bg.learner_for(dim)
-
     # ------------------------------------------------------------- namespaces
-    @property
-    def refresh_interval(self) -> float:
-        """Seconds between two checks for other processes' writes (to a namespace when it
-        is read, and to the trainer's checkpoint)."""
-        return self._forest.refresh_interval
-
-    @refresh_interval.setter
-    def refresh_interval(self, seconds: float) -> None:
-        self._forest.refresh_interval = float(seconds)
-
-    @property
-    def max_height(self) -> int | None:
-        """How many levels below the subject a fact may lie (None: unbounded)."""
-        return self._forest.max_height
-
-    @property
-    def max_loaded_namespaces(self) -> int:
-        """With storage, namespaces kept loaded at once (least recently used unloaded first)."""
-        return self._forest.max_loaded
-
-    @max_loaded_namespaces.setter
-    def max_loaded_namespaces(self, n: int) -> None:
-        self._forest.max_loaded = check_max_loaded(n)
-
-    @property
-    def refresh_counts(self) -> RefreshCounts:
-        """This process's live counts of namespaces brought up to date after other
-        processes' writes (by their change log or by a reload), and the seconds spent."""
-        return self._forest.counts
-
-    def _new_index(self) -> FactIndex:
-        """An empty search index for a namespace (made by the forest at a namespace's first write)."""
-        return FactIndex(self.retrieval, embed_query=self._embed_one)
-
-    def _embed_query(self, text: str) -> np.ndarray:
-        """One text's embedding (each search index's ``embed_query``)."""
-        return self._embed([text])[0]
-
     def namespaces(self) -> list[Namespace]:
         """Every namespace that holds memories."""
         return self.list_namespaces(limit=sys.maxsize)
@@ -256,14 +205,7 @@ class MembrainMemory:
         whose memories were all deleted or superseded still holds their history and is
         listed; ``current_only`` lists only namespaces holding at least one current memory
         (as :class:`~.store.MembrainStore` lists them)."""
-        if self._storage is not None:
-            found = self._storage.namespaces_with_facts() if current_only else self._storage.list_namespaces()
-        else:
-            found = self._forest.loaded_namespaces()
-            if current_only:
-                found = [ns for ns in found if reads.holds_facts(self._forest, ns)]
-        found = reads.select_namespaces(found, prefix=prefix, suffix=suffix, max_depth=max_depth)
-        return found[offset: offset + limit]
+        return self._parts.list_namespaces(prefix, suffix, max_depth, limit, offset, current_only)
 
     # ----------------------------------------------------------------- writes
     @property
@@ -274,14 +216,6 @@ class MembrainMemory:
         :class:`~.errors.ReadOnlyError` before anything is embedded or asked, and the
         models are never trained or saved."""
         return self._storage is not None and self._storage.read_only
-
-    def _check_writable(self) -> None:
-        if self._storage is not None and self._storage.read_only:
-            raise ReadOnlyError(f"the memory's storage {self._storage.location!r} is open read-only: "
-                                "nothing was written")
-
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        return embed_texts(self.embeddings, texts)
 
     def add(self, text: str, *, namespace: str | Sequence[str] | None = None,
             metadata: dict[str, Any] | None = None, key: str | None = None, kind: str | None = None,
@@ -311,46 +245,7 @@ class MembrainMemory:
         Every input is validated before anything is stored; the error for a bad item of
         several names it by its index ("item 3 of 10: memory text is empty").
         """
-        if isinstance(texts, str):
-            raise InvalidOperationError("add_many takes a list of texts; use add() for one")
-        if kind is not None:
-            check_kinds(kind)
-        if session is not None and not isinstance(session, str):
-            raise InvalidOperationError(f"a session is a str, got {type(session).__name__}")
-        self._check_writable()
-        texts = list(texts)
-        metadatas = list(metadatas) if metadatas is not None else [None] * len(texts)
-        keys = list(keys) if keys is not None else [None] * len(texts)
-        prepared = prepare(namespace, texts, metadatas, keys)
-        vecs = self._embed([text for _, _, text in prepared])
-        if progress is None:
-            progress = len(texts) >= 200 and sys.stderr.isatty()
-        with progress_bar(progress, len(texts)) as advance:
-            if kind is None:
-                inputs = [Input(ns, key, value, text, vec, session if session is not None else
-                                str(value.get("session", ""))) for (ns, value, text), vec, key in zip(prepared, vecs, keys)]
-                return self._former.store(inputs, budget=self.teacher_budget, dedupe=self.dedupe,
-                                          operations=self.operations, advance=advance)
-            out = []
-            for (ns, value, text), vec, key in zip(prepared, vecs, keys):
-                out.append(self._store(ns, key, value, text, vec, kind, session))
-                advance()
-            return out
-
-    def _store(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str, vec: np.ndarray,
-               kind: str, session: str | None) -> str:
-        """One validated, embedded item of ``add_many``, stored directly as ``kind``."""
-        session = session if session is not None else str(value.get("session", ""))
-        if kind == "raw":
-            return self._forest.mutate(ns, lambda t: t.keep_raw(key, text, embedding=vec, metadata={"value": value}))
-        if kind == "working":
-            return self._forest.mutate(ns, lambda t: t.set_working(session, text, metadata={"value": value},
-                                                                    embedding=vec))
-        done = self._writer.insert(ns, key, value, text, vec, budget=self.teacher_budget,
-                                   merge=self.dedupe and key is None, operate=self.operations and key is None)
-        if kind == "experience":
-            self._forest.mutate(ns, lambda t: mark_formed(t, done, Candidate(text, "experience"), None))
-        return done
+        return self._parts.add_many(namespace, texts, metadatas, keys, progress, kind, session)
 
     def put(self, namespace: str | Sequence[str], key: str, value: dict[str, Any], *,
             index: bool | Sequence[str] | None = None, kind: str = "fact") -> None:
@@ -363,41 +258,12 @@ class MembrainMemory:
         the fact is placed again; otherwise only its value changes. ``created_at`` is kept.
         ``kind``: "fact" or "experience", a leaf of the tree either way.
         """
-        ns = as_namespace(namespace)
-        self._check_writable()
-        if kind not in ("fact", "experience"):
-            raise InvalidOperationError(f"put stores a 'fact' or an 'experience', not {kind!r}")
-        if not isinstance(key, str) or not key:
-            raise InvalidOperationError("a key is a non-empty str")
-        if not isinstance(value, dict):
-            raise InvalidOperationError(f"a value is a dict, got {type(value).__name__}")
-        value = _json_copy(value)
-        if index is False:
-            self._writer.update_in_place(ns, key, value, None, placed=False)
-        else:
-            text = check_text(self.text_of(value, None if index in (None, True) else list(cast(Sequence[str], index))))
-            if not self._writer.update_in_place(ns, key, value, text, placed=True):
-                self._writer.insert(ns, key, value, text, self._embed([text])[0], budget=self.teacher_budget)
-        with self._forest.lock(ns):  # the stored kind, without copying the record
-            tree = self._forest.tree(ns, create=False)
-            stored = reads.kind_of(tree, key) if tree is not None and key in tree else kind
-        if stored != kind:
-            self._forest.mutate(ns, lambda t: mark_formed(t, key, Candidate("", cast(Any, kind)), None))
+        self._parts.put(namespace, key, value, index, kind)
 
     def text_of(self, value: dict[str, Any], fields: list[str] | None = None) -> str:
         """The text embedded for ``value``: the first present of ``fields`` (default
         ``content``, then ``text``), else the value's JSON; several fields are joined."""
-        from langgraph.store.base import get_text_at_path, tokenize_path  # on first use: not on every start
-
-        explicit = fields is not None
-        found: list[str] = []
-        for path in fields or self.index_fields:
-            found += [t for t in get_text_at_path(value, tokenize_path(path)) if t]
-            if found and not explicit:
-                break  # defaults are alternatives: the first present field wins
-        if found:
-            return "\n".join(found)
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+        return self._parts.text_of(value, fields)
 
     def delete(self, key: str, *, namespace: str | Sequence[str] | None = None) -> bool:
         """Delete a memory; returns False if there was none.
@@ -407,7 +273,7 @@ class MembrainMemory:
         ``history(key)`` shows it with status ``"deleted"`` and ``valid_to`` the time of the
         deletion (as a memory operation's DELETE does). ``purge_history`` forgets it for good."""
         ns = as_namespace(namespace)
-        self._check_writable()
+        self._parts.check_writable()
         return self._writer.delete(ns, key)
 
     def purge_history(self, namespace: str | Sequence[str] | None = None, *, before: Any = None,
@@ -421,7 +287,7 @@ class MembrainMemory:
         One write: with storage, one transaction, so a crash leaves all of it or none.
         Returns how many entries were removed."""
         ns = as_namespace(namespace)
-        self._check_writable()
+        self._parts.check_writable()
         cutoff = None if before is None else as_timestamp(before, "before")
         if kind not in (None, "history", "ignored"):
             raise InvalidOperationError(f"kind is 'history', 'ignored' or None, got {kind!r}")
@@ -593,20 +459,11 @@ class MembrainMemory:
         return MembrainRetriever(memory=self, namespace=as_namespace(namespace), k=k, filter=filter)
 
     # -------------------------------------------------------------------- async
-    async def aadd(self, text: str, **kwargs: Any) -> str:
-        return await asyncio.to_thread(self.add, text, **kwargs)
-
-    async def aadd_many(self, texts: Sequence[str], **kwargs: Any) -> list[str]:
-        return await asyncio.to_thread(self.add_many, texts, **kwargs)
-
-    async def asearch(self, query: str | None = None, **kwargs: Any) -> list[MemoryRecord]:
-        return await asyncio.to_thread(self.search, query, **kwargs)
-
-    async def aget(self, key: str, **kwargs: Any) -> MemoryRecord | None:
-        return await asyncio.to_thread(self.get, key, **kwargs)
-
-    async def adelete(self, key: str, **kwargs: Any) -> bool:
-        return await asyncio.to_thread(self.delete, key, **kwargs)
+    aadd = _in_thread(add)
+    aadd_many = _in_thread(add_many)
+    asearch = _in_thread(search)
+    aget = _in_thread(get)
+    adelete = _in_thread(delete)
 
     # -------------------------------------------------------------- lifecycle
     def flush(self, timeout: float | None = None) -> None:

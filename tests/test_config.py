@@ -43,8 +43,8 @@ def test_scalars_are_normalised():
     cfg = MemoryConfig(teacher_budget=3, checkpoint_every=7.0, refresh_interval=2, background=0, index_fields=("a",))
     assert cfg.teacher_budget == 3.0 and isinstance(cfg.teacher_budget, float)
     assert cfg.checkpoint_every == 7 and isinstance(cfg.checkpoint_every, int)
-    assert cfg.refresh_interval == 2.0 and cfg.background is False and cfg.index_fields == ["a"]
-    assert MemoryConfig().index_fields == ["content", "text"]
+    assert cfg.refresh_interval == 2.0 and cfg.background is False and cfg.index_fields == ("a",)
+    assert MemoryConfig().index_fields == ("content", "text")
     assert MemoryConfig(teacher_budget=None).teacher_budget is None
 
 
@@ -59,3 +59,28 @@ def test_the_settings_the_trainer_reads_stay_attributes_of_the_memory():
         assert mem.prior_used is None
         mem.add("Maya is allergic to peanuts")
         assert mem.prior_used == mem.stats()["prior"]
+
+
+def test_configs_are_frozen_and_a_memory_keeps_the_one_it_was_made_with():
+    """No config is changed after it is made, by the caller or the library: a changed copy
+    is dataclasses.replace's. One LearnerConfig may configure several memories, on
+    different devices, and comes back as it was."""
+    from helpers import WordEmbeddings
+    from langchain_membrain.pipeline import LearnerConfig
+
+    from langchain_membrain.retrieval import RetrievalConfig
+
+    learner = LearnerConfig()
+    before = dataclasses.replace(learner)
+    for frozen, field in ((MemoryConfig(), "dedupe"), (learner, "seed"), (learner.training, "device"),
+                          (learner.stage1, "warmup"), (learner.model, "dim"), (learner.decode, "idle_margin"),
+                          (learner.training.stage1, "lr"), (RetrievalConfig(), "k1")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(frozen, field, getattr(frozen, field))
+    with MembrainMemory(embeddings=WordEmbeddings(), learner=learner, device="cpu", dedupe=False,
+                        background=False, prior=False) as mem:
+        assert mem.config.dedupe is False and mem.config.learner is learner and mem.config.device == "cpu"
+        mem.add("Maya is allergic to peanuts")
+        assert mem._learner is not None and mem._learner.config.training.device == "cpu"
+        assert mem._learner.config.model.dim == WordEmbeddings().dimensions
+    assert learner == before and learner.training.device is None and learner.model.dim == 384

@@ -257,7 +257,7 @@ def _model_choice(mem: MembrainMemory) -> list[float]:
     fact = NewFact("a dog in the park", vec)
     sub = Subtree(tree, tree.root_id, stage1_candidates(tree, tree.root_id, vec))
     with mem._learner_lock:
-        learner = mem._learner_for(vec.size)
+        learner = mem._bg.learner_for(vec.size)
         return np.round(learner.trainer.predict_stage1(learner._feats1(tree, fact, sub)), 5).tolist()
 
 

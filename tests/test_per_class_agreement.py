@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -44,7 +45,7 @@ def _run(shadow, learner: LearnerConfig) -> tuple[dict, dict, list]:
     """The texts inserted through the insert graph on a bare tree (graph.insert_fact) by a
     learner with ``shadow``: (per-class counts, pooled agreement, every insert's record)."""
     emb = WordEmbeddings()
-    learner.model.dim = emb.dimensions
+    learner = replace(learner, model=replace(learner.model, dim=emb.dimensions))
     student = Learner(HeuristicTeacher(), learner, shadow=shadow)
     tree = MembrainTree("alice", dim=emb.dimensions)
     records = [insert_fact(tree, student, NewFact(t, np.asarray(emb.embed_query(t), np.float32))).record

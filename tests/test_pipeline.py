@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from helpers import insert_by_teacher
@@ -63,12 +65,10 @@ class GarbageTeacher(BaseTeacher):
 
 
 def config(execute="teacher", query="always") -> LearnerConfig:
-    cfg = LearnerConfig(model=ModelConfig(dim=DIM, d_model=32, heads=4),
-                        training=TrainingConfig(stage1=StageTraining(batch_size=8), stage2=StageTraining(batch_size=4),
-                                                device="cpu"))
-    cfg.stage1 = Policy(execute=execute, query=query)
-    cfg.stage2 = Policy(execute=execute, query=query)
-    return cfg
+    return LearnerConfig(model=ModelConfig(dim=DIM, d_model=32, heads=4),
+                         training=TrainingConfig(stage1=StageTraining(batch_size=8), stage2=StageTraining(batch_size=4),
+                                                 device="cpu"),
+                         stage1=Policy(execute=execute, query=query), stage2=Policy(execute=execute, query=query))
 
 
 @pytest.mark.parametrize("execute,query", [("teacher", "always"), ("auto", "uncertain"), ("model", "always")])
@@ -116,8 +116,8 @@ def test_place_then_supervise_on_a_changed_tree():
     tree = MembrainTree("s", dim=DIM)
     for nf in facts(30):
         insert_fact(tree, learner, nf)
-    learner.config.stage1 = Policy(execute="model", query="always")
-    learner.config.stage2 = Policy(execute="model", query="always")
+    learner.config = replace(learner.config, stage1=Policy(execute="model", query="always"),
+                             stage2=Policy(execute="model", query="always"))
     for nf in facts(10, seed=1):
         rec = place_fact(tree, learner, nf)
         parent = tree.parent(rec.fact_id)
@@ -181,10 +181,8 @@ def test_stage2_defer_asks_once_per_k_unsure_decisions_under_a_parent(defer):
     """Stage 1 decided by the model, stage 2 always unsure (warm-up never reached): with
     stage2_defer=K the teacher is asked about a parent's stage 2 at the K-th unsure decision
     there; the ones before wait as Idle, and no fact is lost."""
-    cfg = config()
-    cfg.stage1 = Policy(execute="model", audit_rate=0.0)  # no audits: every question is stage 2's
-    cfg.stage2 = Policy(execute="auto", query="uncertain", warmup=10**6)
-    cfg.stage2_defer = defer
+    cfg = replace(config(), stage1=Policy(execute="model", audit_rate=0.0),  # no audits: every question is stage 2's
+                  stage2=Policy(execute="auto", query="uncertain", warmup=10**6), stage2_defer=defer)
     learner = Learner(HeuristicTeacher(), cfg)
     tree = MembrainTree("s", dim=DIM)
     waited: dict[str, int] = {}
@@ -217,8 +215,7 @@ def test_stage2_questions_calibrate_stage1_but_not_the_reverse():
     unsure = Policy(execute="auto", confidence=1.01, warmup=0, audit_rate=0.0)
 
     def run(stage1: Policy, stage2: Policy) -> Learner:
-        cfg = config()
-        cfg.stage1, cfg.stage2 = stage1, stage2
+        cfg = replace(config(), stage1=stage1, stage2=stage2)
         learner = Learner(HeuristicTeacher(), cfg)
         tree = MembrainTree("s", dim=DIM)
         for nf in facts(40):

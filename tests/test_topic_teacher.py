@@ -164,3 +164,41 @@ def test_the_tree_joins_search_when_the_teacher_names_topics():
     assert weight == 0.0 and found != health
     with MembrainMemory(embeddings=WordEmbeddings(), prior=False, background=False) as mem:
         assert mem.retrieval.tree_topic_weight == 0.0  # the offline rule's keyword clusters: not topics
+
+
+def test_whether_a_teacher_names_topics_is_its_own_word_not_its_class():
+    """The topic match and offline renaming follow the teacher's ``names_topics``
+    (teachers.base.names_topics), whatever its class: a third-party teacher that says
+    nothing names topics; one that says False is treated as the offline rule is; a subclass
+    of the offline rule that says True is not."""
+    from langchain_membrain.teachers import HeuristicTeacher
+
+    class Plain:  # a third-party teacher: the Teacher protocol and nothing else
+        def choose_stage1(self, new_fact, subtree):
+            return 0
+
+        def choose_stage2(self, tree, closure):
+            return []
+
+        def name_aspect(self, fact_texts):
+            return "group"
+
+        async def achoose_stage1(self, new_fact, subtree):
+            return 0
+
+        async def achoose_stage2(self, tree, closure):
+            return []
+
+        async def aname_aspect(self, fact_texts):
+            return "group"
+
+    class Keywords(Plain):
+        names_topics = False
+
+    class NamingRule(HeuristicTeacher):
+        names_topics = True
+
+    for teacher, names in ((Plain(), True), (Keywords(), False), (NamingRule(), True), (None, False)):
+        with MembrainMemory(embeddings=WordEmbeddings(), teacher=teacher, prior=False, background=False) as mem:
+            assert (mem.retrieval.tree_topic_weight > 0) is names, teacher
+            assert mem._bg.offline_names is not names, teacher

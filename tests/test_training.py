@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -62,16 +63,15 @@ class CountingTeacher(BaseTeacher):
 
 
 def small_config(**policy) -> LearnerConfig:
-    cfg = LearnerConfig(
+    return LearnerConfig(
         model=ModelConfig(dim=DIM, d_model=32, heads=4, layers=1),
         training=TrainingConfig(stage1=StageTraining(batch_size=8, steps_per_batch=4, lr=1e-2, skip_lr=1e-1,
                                                      replay_batch=24),
                                 stage2=StageTraining(batch_size=4, steps_per_batch=4, replay_batch=16),
                                 device="cpu"),
+        stage1=Policy(**policy) if policy else Policy(execute="teacher", query="always"),
+        stage2=Policy(**policy) if policy else Policy(execute="teacher", query="always"),
     )
-    cfg.stage1 = Policy(**policy) if policy else Policy(execute="teacher", query="always")
-    cfg.stage2 = Policy(**policy) if policy else Policy(execute="teacher", query="always")
-    return cfg
 
 
 def eval_decisions(n_tree: int = 120, n_eval: int = 40) -> list:
@@ -349,7 +349,7 @@ def test_policy_auto_and_uncertain():
 
 def test_gradient_accumulation_steps_once_per_batch():
     cfg = small_config()
-    cfg.training.stage1 = StageTraining(batch_size=5, steps_per_batch=1)
+    cfg = replace(cfg, training=replace(cfg.training, stage1=StageTraining(batch_size=5, steps_per_batch=1)))
     trainer = OnlineTrainer(cfg.model, cfg.training)
     tree = MembrainTree("s", dim=DIM)
     teacher = HeuristicTeacher()

@@ -46,6 +46,7 @@ import argparse
 import csv
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -257,17 +258,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _learner(args: argparse.Namespace, dim: int) -> Any:
     """The learner under test, with a shadow of the same teacher; teacher forcing at first."""
+    from ..decoding import DecodeConfig
     from ..insert.config import LearnerConfig
     from ..insert.pipeline import Learner
+    from ..nets import ModelConfig
     from ..students.training_config import Policy
+    from ..training import TrainingConfig
 
-    cfg = LearnerConfig(seed=args.seed)
-    cfg.decode.idle_margin = args.idle_margin
-    cfg.stage2_defer = args.stage2_defer
-    cfg.model.dim = dim
-    cfg.training.seed = args.seed
-    cfg.stage1 = Policy(execute="teacher", query="always")
-    cfg.stage2 = Policy(execute="teacher", query="always")
+    cfg = LearnerConfig(seed=args.seed, decode=DecodeConfig(idle_margin=args.idle_margin),
+                        stage2_defer=args.stage2_defer, model=ModelConfig(dim=dim),
+                        training=TrainingConfig(seed=args.seed), stage1=Policy(execute="teacher", query="always"),
+                        stage2=Policy(execute="teacher", query="always"))
     return Learner(_make_teacher(args.teacher), cfg, shadow=_make_teacher(args.teacher))
 
 
@@ -298,8 +299,8 @@ def _stream(tree: Any, learner: Any, facts: list, half: int, args: argparse.Name
     for i, nf in enumerate(facts):
         if i == half:
             auto = dict(execute="auto", query="uncertain", audit_rate=args.audit_rate)
-            learner.config.stage1 = Policy(confidence=args.confidence, **auto)
-            learner.config.stage2 = Policy(confidence=args.confidence2, **auto)
+            learner.config = replace(learner.config, stage1=Policy(confidence=args.confidence, **auto),
+                                     stage2=Policy(confidence=args.confidence2, **auto))
         results.append(insert_fact(tree, learner, nf))
         if (i + 1) % 10 == 0 or i + 1 == len(facts):
             m = metrics_of(results, window=50)

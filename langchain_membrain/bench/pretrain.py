@@ -32,6 +32,7 @@ import hashlib
 import json
 import platform
 import time
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -147,13 +148,13 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
     teacher = HeuristicTeacher(embed=embed)  # names aspects as the product's teacher does
     learner = Learner(teacher, LearnerConfig(seed=seed), label_aspect=label)
     t0 = time.perf_counter()
-    learner.config.stage1 = Policy(execute="teacher", query="always")
-    learner.config.stage2 = Policy(execute="teacher", query="always")
+    learner.config = replace(learner.config, stage1=Policy(execute="teacher", query="always"),
+                             stage2=Policy(execute="teacher", query="always"))
     _run_streams(learner, streams, vectors)
     say(f"teacher forcing: {learner.counters['stage1'].labelled} stage-1 and "
         f"{learner.counters['stage2'].labelled} stage-2 labels")
-    learner.config.stage1 = Policy(execute="model", query="always")
-    learner.config.stage2 = Policy(execute="model", query="always")
+    learner.config = replace(learner.config, stage1=Policy(execute="model", query="always"),
+                             stage2=Policy(execute="model", query="always"))
     for p in range(dagger):
         before = {k: (c.labelled, c.agreed) for k, c in learner.counters.items()}
         _run_streams(learner, streams, vectors)

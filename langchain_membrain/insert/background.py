@@ -29,7 +29,6 @@ the embedder and the learner through it. It knows nothing of memory.py.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import queue
@@ -46,7 +45,7 @@ from ..storage.base import Storage
 from ..storage.forest import Forest
 from ..students.prior import load_prior, teacher_identity
 from ..teachers import budget
-from ..teachers.base import RemoteTeacher, Teacher, capable, is_fast
+from ..teachers.base import RemoteTeacher, Teacher, capable, is_fast, names_topics
 from ..teachers.seat import TeacherSeat
 from ..tree.inputs import Namespace
 from ..tree.labels import LABELLED_FACTS, offline_label, relabel_avoid, stale_aspects, typical_facts
@@ -95,12 +94,12 @@ def teacher_stats(teacher: Any) -> dict[str, Any]:
 
 
 def own_config(config: LearnerConfig | None, device: str | None) -> LearnerConfig:
-    """A memory's own learner config: a deep copy of ``config`` (default: LearnerConfig()),
-    with ``device`` when given. The caller's object is never changed: one config object may
-    configure several memories, of different devices and embedding dimensions."""
-    own = copy.deepcopy(config) if config is not None else LearnerConfig()
+    """A memory's learner config: ``config`` (default: LearnerConfig()), with ``device`` when
+    given, as a new value. Configs are frozen, so one config object may configure several
+    memories, of different devices and embedding dimensions, and none changes it."""
+    own = config if config is not None else LearnerConfig()
     if device is not None:
-        own.training = dataclasses.replace(own.training, device=device)
+        own = dataclasses.replace(own, training=dataclasses.replace(own.training, device=device))
     return own
 
 
@@ -188,12 +187,10 @@ class Background:
     def _fit_teacher(self) -> None:
         """Settle what depends on who the teacher is: whether the offline labeller renames
         aspects, the trainer queue's bound and the learner's stand-in."""
-        from ..teachers.heuristic import HeuristicTeacher
-
         teacher = self.teacher
         # Whether the offline labeller may rename aspects between the teacher's naming
-        # questions: only when the offline rule is the teacher (see relabel).
-        self.offline_names = isinstance(teacher, HeuristicTeacher)
+        # questions: only when the teacher's own labels do not name topics (see relabel).
+        self.offline_names = not names_topics(teacher)
         # Bounded for a fast (in-process) teacher: an add waits while the trainer is this
         # many inserts behind, so an insert's labels are trained on within that many inserts.
         # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add

@@ -31,7 +31,7 @@ DEFAULT_BATCH = 4  # inserts one batch question is about, through a memory (Lear
 MAX_BATCH = 16  # the most: each new fact then still gets a fair share of the question's prompt budget
 
 
-@dataclass
+@dataclass(frozen=True)
 class LearnerConfig:
     """Everything a :class:`~.pipeline.Learner` is configured by.
 
@@ -93,11 +93,13 @@ def check_teacher_budget(seconds: Any) -> float | None:
     return float(seconds)
 
 
-@dataclass
+@dataclass(frozen=True)
 class MemoryConfig:
     """The settings of a :class:`~.memory.MembrainMemory`, one field per keyword argument
     of its constructor (same names, same defaults). ``__post_init__`` validates them and
-    normalises the scalars (booleans, ints, floats).
+    normalises the scalars (booleans, ints, floats; ``index_fields`` a tuple). Frozen: a
+    memory holds the one it was made with, and the library never changes a config (a
+    changed copy is ``dataclasses.replace``'s).
 
     Args:
         storage: None keeps everything in this process; a path opens (or creates) a
@@ -204,18 +206,19 @@ class MemoryConfig:
     def __post_init__(self) -> None:
         if not callable(self.clock):
             raise InvalidOperationError(f"clock is a callable returning seconds, not {self.clock!r}")
-        self.max_height = check_max_height(self.max_height)
-        self.teacher_budget = check_teacher_budget(self.teacher_budget)
         if self.operations not in (True, False, "teacher"):
             raise InvalidOperationError(f"operations is True, False or 'teacher', not {self.operations!r}")
-        self.max_loaded_namespaces = check_max_loaded(self.max_loaded_namespaces)
         if self.search_mode not in ("fast", "exact"):
             raise InvalidOperationError(f"search_mode is 'fast' or 'exact', not {self.search_mode!r}")
         if self.max_training_lag < 1:
             raise InvalidOperationError("max_training_lag is at least 1")
-        self.max_training_lag = int(self.max_training_lag)
-        self.index_fields = list(self.index_fields) if self.index_fields else ["content", "text"]
-        self.background, self.dedupe, self.relabel, self.prior = (
-            bool(self.background), bool(self.dedupe), bool(self.relabel), bool(self.prior))
-        self.refresh_interval = float(self.refresh_interval)
-        self.checkpoint_every, self.naming_interval = int(self.checkpoint_every), int(self.naming_interval)
+        normal = {
+            "max_height": check_max_height(self.max_height), "teacher_budget": check_teacher_budget(self.teacher_budget),
+            "max_loaded_namespaces": check_max_loaded(self.max_loaded_namespaces),
+            "max_training_lag": int(self.max_training_lag),
+            "index_fields": tuple(self.index_fields) if self.index_fields else ("content", "text"),
+            "background": bool(self.background), "dedupe": bool(self.dedupe), "relabel": bool(self.relabel),
+            "prior": bool(self.prior), "refresh_interval": float(self.refresh_interval),
+            "checkpoint_every": int(self.checkpoint_every), "naming_interval": int(self.naming_interval)}
+        for name, value in normal.items():  # frozen: set once, here, and never again
+            object.__setattr__(self, name, value)

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import DimensionError, InvalidOperationError, MembrainError
 from ..students.decoding import decode, encode_actions
 from ..students.features import S1, Stage1Features, Stage2Features, stage1_features, stage2_features
+from ..students.nets import ModelConfig
 from ..students.shadow import ShadowScores, same_actions, stage1_classes, stage2_classes
 from ..students.training import OnlineTrainer
 from ..students.training_config import Policy
@@ -681,9 +682,8 @@ def teacher_forcing(teacher: Teacher, dim: int, *, allow_aspects: bool = False,
     """A learner whose every decision is its teacher's (both stages ``Policy(execute="teacher",
     query="always")``; its ``fallback`` places a fact it gives no answer for): a tree built by
     the teacher alone through the insert graph, the benchmarks' reference trees."""
-    cfg = LearnerConfig(allow_aspects=allow_aspects, seed=seed)
-    cfg.model.dim = int(dim)
-    cfg.stage1, cfg.stage2 = Policy(execute="teacher", query="always"), Policy(execute="teacher", query="always")
+    told = Policy(execute="teacher", query="always")
+    cfg = LearnerConfig(model=ModelConfig(dim=int(dim)), allow_aspects=allow_aspects, seed=seed, stage1=told, stage2=told)
     return Learner(teacher, cfg, embed_label=embed_label,
                    stand_in=teacher.fallback if capable(teacher, RemoteTeacher) else None)
 

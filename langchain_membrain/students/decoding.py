@@ -35,7 +35,7 @@ from ..tree.tree import MembrainTree
 from .features import Stage2Features
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodeConfig:
     """``idle_margin``: nats by which an action's log-probability must exceed Idle's;
     ``link_threshold``: the mean pairwise group logit two clusters need to merge (0 means

@@ -28,7 +28,7 @@ NEG = -1e9  # logit of a masked option (finite, so masked rows never turn into N
 _F = np.float32
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """Sizes of both networks.
 

@@ -15,7 +15,7 @@ Execute = Literal["teacher", "model", "auto"]
 Query = Literal["always", "uncertain", "never"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Policy:
     """Who decides, and when the teacher is asked, for one stage.
 
@@ -38,7 +38,7 @@ class Policy:
             raise ValueError(f"query must be always, uncertain or never, not {self.query!r}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageTraining:
     """Optimiser settings of one stage."""
 
@@ -51,7 +51,7 @@ class StageTraining:
     weight_decay: float = 1e-4
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingConfig:
     """All training settings. ``device=None`` picks CUDA when available, else CPU."""
 

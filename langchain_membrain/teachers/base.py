@@ -21,6 +21,12 @@ A teacher may set ``fast = True`` when it answers in-process without I/O (the of
 teachers do). A memory's background worker asks any other teacher on a copy of the tree,
 holding no lock, so that adds are never held up by its answers.
 
+A teacher may set ``names_topics = False`` when its aspect labels do not name topics (the
+offline rule's are keyword clusters of the embeddings): search then leaves the topic match
+off (``RetrievalConfig.tree_topic_weight``) and the offline labeller renames aspects between
+naming questions. A teacher that says nothing names topics (:func:`names_topics`), as an LLM's
+labels do. Behaviour follows these attributes, never a teacher's class.
+
 Each has an async twin (``a``-prefixed); :class:`BaseTeacher` runs the sync one in a
 thread by default.
 """
@@ -121,6 +127,13 @@ def capable(teacher: object, protocol: type[P]) -> TypeGuard[P]:
 def is_fast(teacher: object) -> bool:
     """Whether ``teacher`` answers in-process without I/O (it says ``fast = True``)."""
     return bool(getattr(teacher, "fast", False))
+
+
+def names_topics(teacher: object) -> bool:
+    """Whether ``teacher``'s aspect labels name topics: its ``names_topics`` attribute, True
+    when it has none (a third-party teacher is taken to name topics, as an LLM does; the
+    offline rule says False)."""
+    return bool(getattr(teacher, "names_topics", True))
 
 
 def teacher_placement(teacher: Teacher, new_fact: NewFact, tree: MembrainTree) -> Placement:
@@ -227,6 +240,7 @@ class BaseTeacher:
 
     name: str = "teacher"
     fast: bool = False  # answers in-process, without I/O (see the module docstring)
+    names_topics: bool = True  # its aspect labels name topics (see the module docstring)
 
     def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
         raise NotImplementedError

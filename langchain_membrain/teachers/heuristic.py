@@ -228,6 +228,7 @@ class HeuristicTeacher(BaseTeacher):
 
     name = "heuristic"
     fast = True
+    names_topics = False  # its labels are keyword clusters of the embeddings (teachers.base)
 
     def __init__(self, config: HeuristicConfig | None = None, *, embed: Callable[[list[str]], Any] | None = None,
                  **overrides):
