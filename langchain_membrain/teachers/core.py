@@ -3,8 +3,8 @@
 
 It yields a :class:`Send` when it needs an answer (and is sent back the raw answer, or the
 exception the request raised) and a :class:`Sleep` before a rate-limited retry; its return
-value is the answer. A driver (``GuardedTeacher._run`` on the caller's thread,
-``GuardedTeacher._arun`` on an event loop) carries out each step with :func:`advance`.
+value is the answer. A driver (``RequestLine.run`` on the caller's thread,
+``RequestLine.arun`` on an event loop, line.py) carries out each step with :func:`advance`.
 Cores compose with ``yield from``.
 """
 
@@ -44,7 +44,7 @@ class Done:
 
 
 # A question's logic without its I/O: a generator that yields Send and Sleep, is sent
-# what they gave, and returns the answer (see GuardedTeacher._run).
+# what they gave, and returns the answer (see RequestLine.run).
 Core = Generator[Union[Send, Sleep], Any, T]
 
 

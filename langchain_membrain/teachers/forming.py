@@ -11,11 +11,15 @@ then validates the answer's size (formation.check_answer).
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from . import prompts
+
+if TYPE_CHECKING:
+    from .costs import TeacherStats
+    from .line import RequestLine
 
 _RULES = """"facts": the atomic facts it states, each one statement that could later be updated \
 alone, written in the third person with names resolved ("Caroline went to a support group on \
@@ -123,20 +127,16 @@ def as_epoch(date: str | None) -> float | None:
 
 class FormationQuestions:
     """Mixed into the guarded LLM teachers: ``form`` asks the formation question as one
-    guarded question (retry with the error quoted, counted, budgeted), when ``forms`` is
+    guarded question on the teacher's line (retry with the error quoted, counted, budgeted), when ``forms`` is
     set (``formation=True``): each input then costs one more request, so it is opt-in."""
 
     forms: bool = False
 
     if TYPE_CHECKING:  # what GuardedTeacher provides (guard.py)
-        _stats: Any
+        line: RequestLine
+        _stats: TeacherStats
 
         def _question_budget(self, schema: type[BaseModel]) -> int: ...
-
-        def _run(self, core: Any) -> Any: ...
-
-        def _ask_core(self, stage: str, messages: list[prompts.Message], schema: type[BaseModel],
-                      validate: Callable[[Any], Any]) -> Any: ...
 
     def form(self, item: Any) -> dict[str, Any]:
         """The LLM's formation of ``item`` (formation.FormationInput) as the mapping
@@ -151,7 +151,7 @@ class FormationQuestions:
             return {"facts": facts, "experiences": list(answer.experiences), "working": answer.working}
 
         self._stats.add("formation", decisions=1)
-        return self._run(self._ask_core("formation", msgs, FormationAnswer, validate))
+        return self.line.run(self.line.ask("formation", msgs, FormationAnswer, validate))
 
     def form_batch(self, items: list[Any]) -> dict[str, Any]:
         """The LLM's formation of several inputs of one session in one question, as the
@@ -165,4 +165,4 @@ class FormationQuestions:
             return {"inputs": entries, "working": answer.working}
 
         self._stats.add("formation", decisions=len(items))
-        return self._run(self._ask_core("formation", msgs, FormationBatchAnswer, validate))
+        return self.line.run(self.line.ask("formation", msgs, FormationBatchAnswer, validate))

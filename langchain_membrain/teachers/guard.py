@@ -2,40 +2,22 @@
 
 :class:`GuardedTeacher` is the base of :class:`~.llm.LLMTeacher` and
 :class:`~.openai_teacher.OpenAITeacher`. A subclass only sends one request
-(:meth:`GuardedTeacher._request` / :meth:`GuardedTeacher._arequest`); this module does the rest:
+(:meth:`GuardedTeacher._request` / :meth:`GuardedTeacher._arequest`); the rest is done here
+and in the modules it is split into, one concept each:
 
 - **validation** of every answer against the tree (answers.py);
-- **one retry** (``max_retries``) that quotes the rejected answer and the validation error
-  back to the model; HTTP 429 waits for ``Retry-After`` (capped at ``max_backoff_s``) first;
 - **fallback**: when the retries are spent, the decision comes from ``fallback`` (by default
   :class:`~.heuristic.HeuristicTeacher`, imported lazily; a last-resort rule, "attach here /
   Idle / keyword label", when that is missing or fails too). ``choose_*`` never raise to the
   caller (unless ``raise_on_failure=True``); ``try_*`` raise :class:`TeacherCallError`
   instead of falling back, for callers (the Learner) that fall back to their own model's
   decision;
-- a **per-call timeout** and a **concurrency limit** (one semaphore shared by the sync and
-  async paths). A sync request runs on a daemon thread (workers.py), waited for ``timeout``
-  at most whatever the client's own timeout: abandoned then, it never blocks an exit;
-- a **deadline** (:func:`~.budget.deadline`, per insert: ``teacher_budget``; a ``Cutoff``: ``close()``):
-  a sync request is cut when it passes (kind ``"budget"``), and none is sent after it;
-- a **circuit breaker** (:class:`~.budget.CircuitBreaker`): after ``threshold`` failed
-  requests in a row no request is sent (:class:`TeacherUnavailable`) until a back-off has
-  passed; one warning is logged (logger ``langchain_membrain``) when it opens and one when
-  the teacher answers again. Answers slower than a deadline open a second breaker that only
-  stops requests under a deadline (the questions go to the background instead), logged at
-  INFO;
-- **cost accounting** per stage (costs.py, ``teacher.stats()``); :meth:`requests_sent`
-  counts the calling thread's requests, so a caller counts a question's exactly.
-
-Each question is written once, as a generator that holds all of the logic above and does
-no I/O (core.py); the sync and the async methods only drive it
-(:meth:`GuardedTeacher._run`, :meth:`GuardedTeacher._arun`), so they cannot decide, retry
-or count differently.
-
-Retries are owned by the teacher: the openai SDK's own retries are switched off by
-:class:`~.openai_teacher.OpenAITeacher` (give a LangChain model ``max_retries=0`` as well),
-so ``timeout * (1 + max_retries)`` (plus a capped 429 wait) bounds the time one decision
-can wait on the LLM.
+- **the line** to the endpoint (line.py, ``teacher.line``): the retry with the error quoted,
+  the per-call timeout, the concurrency limit, the deadline, the circuit breakers and the
+  cost accounting; each question is one guarded question on it;
+- **the questions**: the joint placement (``place``), the batch (``place_batch``) and the
+  memory operation here; the elementary ones (stage 1, stage 2, an aspect's name) in
+  elementary.py; the formation question in forming.py.
 
 Modes. The insert asks :meth:`place`, the joint question, once: the model sees an outline
 of the tree and names the destination (the path is the destination's path) and the stage-2
@@ -49,9 +31,6 @@ protocol's elementary questions) ask one question per tree level and one for sta
 from __future__ import annotations
 
 import asyncio
-import logging
-import threading
-import time
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
 import numpy as np
@@ -59,39 +38,18 @@ from pydantic import BaseModel
 
 from ..errors import MembrainError, TeacherError
 from ..tree.actions import Action, apply_action, validate_action
-from ..tree.placement import NEW_FACT, NewFact, Placement, Subtree, descend, destination
-from ..tree.tree import Closure, MembrainTree
+from ..tree.placement import NEW_FACT, NewFact, Placement, descend, destination
+from ..tree.tree import MembrainTree
 from . import budget, prompts
-from .answers import (
-    FEEDBACK_KINDS,
-    AttachedView,
-    RawAnswer,
-    TeacherCallError,
-    TeacherUnavailable,
-    check_raw,
-    classify_failure,
-    clean_label,
-    neighbourhood,
-    resolve_actions,
-    validate_stage1,
-)
-from .base import (
-    BaseTeacher,
-    LastResortTeacher,
-    OperationTeacher,
-    Teacher,
-    capable,
-    safe_actions,
-    safe_choice,
-)
-from .core import Core, Done, Send, Sleep, advance
+from .answers import AttachedView, RawAnswer, TeacherCallError, neighbourhood, resolve_actions
+from .base import BaseTeacher, LastResortTeacher, OperationTeacher, Teacher, capable, safe_actions, safe_choice
+from .core import Core
 from .costs import TeacherStats
+from .elementary import ElementaryQuestions
 from .forming import FormationQuestions
-from .workers import DaemonWorkers, acquire_within, wait_within
+from .line import OnTheLine, RequestLine
 
 T = TypeVar("T")
-
-logger = logging.getLogger("langchain_membrain")
 
 
 def _default_fallback() -> Teacher:
@@ -105,7 +63,7 @@ def _default_fallback() -> Teacher:
 _DEFAULT = object()
 
 
-class GuardedTeacher(FormationQuestions, BaseTeacher):
+class GuardedTeacher(ElementaryQuestions, FormationQuestions, BaseTeacher):
     """Base of the LLM teachers: prompts, validation, retry, fallback, limits and stats.
 
     Args:
@@ -130,6 +88,12 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
     """
 
     name = "llm"
+    # Settings of the teacher's line (line.py), read and written through the teacher.
+    timeout = OnTheLine[float]()
+    max_concurrency = OnTheLine[int]()
+    max_retries = OnTheLine[int]()
+    max_backoff_s = OnTheLine[float]()
+    breaker = OnTheLine[budget.CircuitBreaker]()
 
     def __init__(self, *, mode: Literal["per_decision", "one_call"] = "one_call", fallback: Any = _DEFAULT,
                  timeout: float = 30.0, max_concurrency: int = 4, max_retries: int = 1,
@@ -138,29 +102,20 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
                  breaker: budget.CircuitBreaker | None = None, formation: bool = False):
         if mode not in ("per_decision", "one_call"):
             raise ValueError(f"mode must be 'per_decision' or 'one_call', not {mode!r}")
-        if timeout <= 0 or max_concurrency < 1 or max_retries < 0:
-            raise ValueError("timeout > 0, max_concurrency >= 1 and max_retries >= 0 are required")
+        self._stats = TeacherStats()
+        self.line = RequestLine(self._request, self._arequest, self.describe, self._stats, name=self.name,
+                                timeout=timeout, max_concurrency=max_concurrency, max_retries=max_retries,
+                                max_backoff_s=max_backoff_s, breaker=breaker)
         self.mode = mode
         self._fallback_arg = fallback
         self._fallback: Teacher | None = None
         self._last_resort = LastResortTeacher()
-        self.timeout = float(timeout)
-        self.max_concurrency = int(max_concurrency)
-        self.max_retries = int(max_retries)
-        self.max_backoff_s = float(max_backoff_s)
         self.examples_per_aspect = int(examples_per_aspect)
         self.outline_max_aspects = int(outline_max_aspects)
         self.outline_facts_per_node = int(outline_facts_per_node)
         self.allow_aspects = allow_aspects
         self.forms = bool(formation)
         self.raise_on_failure = raise_on_failure
-        self._sem = threading.BoundedSemaphore(self.max_concurrency)
-        self._stats = TeacherStats()
-        self.breaker = breaker if breaker is not None else budget.CircuitBreaker()
-        self._slow = self.breaker.twin()  # answers slower than a deadline (see budget.py)
-        self._tls = threading.local()  # per thread: requests sent, the current request's timeout
-        # The sync requests' threads, two per slot: an abandoned call frees its slot at once.
-        self._workers = DaemonWorkers(2 * self.max_concurrency, name=f"{self.name}-teacher")
 
     # ------------------------------------------------------- to implement
     def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
@@ -190,13 +145,18 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
         """The circuit breakers' state (:meth:`~.budget.CircuitBreaker.snapshot`: ``state``,
         ``consecutive_failures``, ``retry_in_s``...), with ``slow``: the breaker for answers
         slower than an insert's budget."""
-        return {**self.breaker.snapshot(), "slow": self._slow.snapshot()}
+        return self.line.health()
 
     def requests_sent(self) -> int:
         """Requests this teacher has sent from the calling thread (retries and failed ones
         included, questions it did not send excluded): a caller counts one question's
         requests as the difference around it."""
-        return getattr(self._tls, "sent", 0)
+        return self.line.requests_sent()
+
+    def close(self) -> None:
+        """Release the idle worker threads; returns at once (one blocked in an abandoned
+        request is a daemon: it never keeps the process alive)."""
+        self.line.close()
 
     def describe(self) -> str:
         """Who this teacher is, for log lines."""
@@ -213,99 +173,6 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
 
     def reset_stats(self) -> None:
         self._stats.reset()
-
-    # ----------------------------------------------------------- stage 1
-    # Each question is written once, as a core (``_*_core``, core.py); the public sync and
-    # async methods only run that core with _run or _arun.
-    def try_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
-        """The LLM's stage-1 index, validated; TeacherCallError once the retries are spent."""
-        return self._run(self._try_stage1_core(new_fact, subtree))
-
-    async def atry_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
-        return await self._arun(self._try_stage1_core(new_fact, subtree))
-
-    def choose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
-        """Stage 1 (never raises): the LLM's index, else the fallback's."""
-        return self._run(self._choose_stage1_core(new_fact, subtree))
-
-    async def achoose_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
-        return await self._arun(self._choose_stage1_core(new_fact, subtree))
-
-    def _try_stage1_core(self, new_fact: NewFact, subtree: Subtree) -> Core[int]:
-        self._stats.add("stage1", decisions=1)
-        msgs, shown = prompts.stage1_question(new_fact.text, subtree.tree, subtree.node_id, subtree.candidates,
-                                              examples=self.examples_per_aspect, near=new_fact.embedding,
-                                              budget_chars=self._question_budget(prompts.Stage1Answer))
-        numbers = set(shown)
-
-        def validate(answer: prompts.Stage1Answer) -> int:
-            choice = validate_stage1(answer, len(subtree.candidates))
-            if choice not in numbers:
-                raise TeacherCallError("invalid", f"choice {choice} is not one of the numbers shown")
-            return choice
-
-        return (yield from self._ask_core("stage1", msgs, prompts.Stage1Answer, validate))
-
-    def _choose_stage1_core(self, new_fact: NewFact, subtree: Subtree) -> Core[int]:
-        return (yield from self._or_fallback(self._try_stage1_core(new_fact, subtree),
-                                             lambda: self._fallback_stage1(new_fact, subtree)))
-
-    # ----------------------------------------------------------- stage 2
-    def _stage2_question(self, tree: MembrainTree, closure: Closure):
-        msgs, ids = prompts.stage2_question(tree, closure, examples=min(self.examples_per_aspect, 2),
-                                            budget_chars=self._question_budget(prompts.Stage2Answer))
-        allowed = {i for i in ids if i}  # the members shown (a crowded closure is cut to the budget)
-
-        def validate(answer: prompts.Stage2Answer) -> list[Action]:
-            return resolve_actions(answer.actions, ids, tree, allowed=allowed, allow_aspects=self.allow_aspects)
-
-        return msgs, validate
-
-    def try_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        """The LLM's action series for ``closure``, validated; TeacherCallError when unusable."""
-        return self._run(self._try_stage2_core(tree, closure))
-
-    async def atry_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        return await self._arun(self._try_stage2_core(tree, closure))
-
-    def choose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        """Stage 2 (never raises): the LLM's actions, else the fallback's."""
-        return self._run(self._choose_stage2_core(tree, closure))
-
-    async def achoose_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        return await self._arun(self._choose_stage2_core(tree, closure))
-
-    def _try_stage2_core(self, tree: MembrainTree, closure: Closure) -> Core[list[Action]]:
-        self._stats.add("stage2", decisions=1, inserts=1)
-        msgs, validate = self._stage2_question(tree, closure)
-        return (yield from self._ask_core("stage2", msgs, prompts.Stage2Answer, validate))
-
-    def _choose_stage2_core(self, tree: MembrainTree, closure: Closure) -> Core[list[Action]]:
-        return (yield from self._or_fallback(self._try_stage2_core(tree, closure),
-                                             lambda: self._fallback_stage2(tree, closure)))
-
-    # -------------------------------------------------------- name_aspect
-    def try_name_aspect(self, fact_texts: list[str]) -> str:
-        return self._run(self._try_name_core(fact_texts))
-
-    async def atry_name_aspect(self, fact_texts: list[str]) -> str:
-        return await self._arun(self._try_name_core(fact_texts))
-
-    def name_aspect(self, fact_texts: list[str]) -> str:
-        """A 1 to 4 word label for a new aspect (never raises)."""
-        return self._run(self._name_core(fact_texts))
-
-    async def aname_aspect(self, fact_texts: list[str]) -> str:
-        return await self._arun(self._name_core(fact_texts))
-
-    def _try_name_core(self, fact_texts: list[str]) -> Core[str]:
-        self._stats.add("name", decisions=1)
-        msgs = prompts.name_messages(fact_texts, budget_chars=self._question_budget(prompts.AspectName))
-        return (yield from self._ask_core("name", msgs, prompts.AspectName, lambda a: clean_label(a.label)))
-
-    def _name_core(self, fact_texts: list[str]) -> Core[str]:
-        return (yield from self._or_fallback(self._try_name_core(fact_texts),
-                                             lambda: self._fallback_name(fact_texts)))
 
     # ---------------------------------------------------------- operation
     def try_operation(self, question: Any) -> Any:
@@ -331,7 +198,7 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
         if self.mode != "one_call" or tree is None:
             msgs = prompts.operation_messages(question.text, shown,
                                               budget_chars=self._question_budget(prompts.OperationAnswer))
-            return self._run(self._ask_core("operation", msgs, prompts.OperationAnswer, operation))
+            return self.line.run(self.line.ask("operation", msgs, prompts.OperationAnswer, operation))
         # One call for the whole insert: the operation and, for a fact to store, its
         # placement (Operation.placement), which the insert then follows without asking again.
         msgs, ids = prompts.operation_place_messages(
@@ -350,7 +217,7 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
                 return Operation(op.kind, op.target, op.keep, placement)
             return op
 
-        return self._run(self._ask_core("operation", msgs, prompts.OperationPlaceAnswer, validate))
+        return self.line.run(self.line.ask("operation", msgs, prompts.OperationPlaceAnswer, validate))
 
     def choose_operation(self, question: Any) -> Any:
         """The memory operation (never raises unless ``raise_on_failure``): the LLM's,
@@ -386,26 +253,26 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
 
     def try_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
         """The LLM's one-call placement, validated; TeacherCallError when unusable."""
-        return self._run(self._try_place_core(new_fact, tree))
+        return self.line.run(self._try_place_core(new_fact, tree))
 
     async def atry_place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        return await self._arun(self._try_place_core(new_fact, tree))
+        return await self.line.arun(self._try_place_core(new_fact, tree))
 
     def place(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
         """One call for the whole insert (never raises): where ``new_fact`` goes and the
         stage-2 actions after it is attached. Attach under ``placement.parent_id``, then
         apply :meth:`placement_actions`."""
-        return self._run(self._place_core(new_fact, tree))
+        return self.line.run(self._place_core(new_fact, tree))
 
     async def aplace(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
-        return await self._arun(self._place_core(new_fact, tree))
+        return await self.line.arun(self._place_core(new_fact, tree))
 
     def _try_place_core(self, new_fact: NewFact, tree: MembrainTree) -> Core[Placement]:
         self._stats.add("place", decisions=1, inserts=1)
         msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
                                            facts_per_node=self.outline_facts_per_node, near=new_fact.embedding,
                                            budget_chars=self._question_budget(prompts.PlaceAnswer))
-        return (yield from self._ask_core("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids)))
+        return (yield from self.line.ask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids)))
 
     def _place_core(self, new_fact: NewFact, tree: MembrainTree) -> Core[Placement]:
         return (yield from self._or_fallback(self._try_place_core(new_fact, tree),
@@ -439,7 +306,7 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
             [f.text for _, f in facts], tree, max_aspects=self.outline_max_aspects,
             facts_per_node=self.outline_facts_per_node, near=near,
             budget_chars=self._question_budget(prompts.PlaceBatchAnswer))
-        return self._run(self._ask_core("place", msgs, prompts.PlaceBatchAnswer,
+        return self.line.run(self.line.ask("place", msgs, prompts.PlaceBatchAnswer,
                                         self._batch_validator(tree, ids, first, facts)))
 
     def _batch_validator(self, tree: MembrainTree, ids: list[str], first: int,
@@ -468,148 +335,11 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
             return out
         return validate
 
-    # ------------------------------------------------------------ fallback
-    def _fallback_stage1(self, new_fact: NewFact, subtree: Subtree) -> int:
-        self._stats.add("stage1", fallbacks=1)
-        return safe_choice(self.fallback, new_fact, subtree)
-
-    def _fallback_stage2(self, tree: MembrainTree, closure: Closure) -> list[Action]:
-        self._stats.add("stage2", fallbacks=1)
-        return safe_actions(self.fallback, tree, closure, allow_aspects=self.allow_aspects)
-
-    def _fallback_name(self, fact_texts: list[str]) -> str:
-        self._stats.add("name", fallbacks=1)
-        try:
-            return clean_label(self.fallback.name_aspect(fact_texts))
-        except Exception:  # noqa: BLE001
-            return self._last_resort.name_aspect(fact_texts)
-
     def _fallback_placement(self, new_fact: NewFact, tree: MembrainTree) -> Placement:
         """Descend with the fallback teacher; stage 2 is left to it after the attach."""
         self._stats.add("place", fallbacks=1)
         parent = destination(descend(tree, new_fact, lambda sub: safe_choice(self.fallback, new_fact, sub)))
         return Placement(parent, tree.path(parent), [], fell_back=True)
-
-    # ------------------------------------------------- driving a core (core.py)
-    # _run and _arun are the only code that differs between the sync and async methods, so
-    # the two cannot drift apart.
-    def _run(self, core: Core[T]) -> T:
-        """Run ``core`` on this thread (blocking)."""
-        step = advance(core, None)
-        while not isinstance(step, Done):
-            step = advance(core, self._perform(step))
-        return step.value
-
-    async def _arun(self, core: Core[T]) -> T:
-        """Run ``core`` on the event loop."""
-        step = advance(core, None)
-        while not isinstance(step, Done):
-            step = advance(core, await self._aperform(step))
-        return step.value
-
-    def _perform(self, step: Send | Sleep) -> RawAnswer | Exception | None:
-        """Carry out one step: a request's answer or what it raised (the core counts and
-        classifies it); None after a sleep. Under a deadline (budget.deadline) the request's
-        timeout is cut to what is left, and no request is sent once too little is left:
-        the step then gives a TeacherUnavailable, as it does while a breaker is open."""
-        end = budget.current_deadline()
-        if isinstance(step, Sleep):
-            seconds = step.seconds if end is None else min(step.seconds, max(0.0, end - time.monotonic()))
-            time.sleep(seconds)
-            return None
-        timeout = self.timeout
-        if end is not None:
-            timeout = min(timeout, end - time.monotonic())
-            if timeout < budget.MIN_REQUEST_S:
-                return (TeacherUnavailable("closing", "the memory is closing: the question is dropped") if budget.cut_off()
-                        else TeacherUnavailable("budget", "the insert's teacher budget is spent; asked in the background"))
-        refused = self._admit(foreground=budget.insert_deadline() is not None)
-        if refused is not None:
-            return refused
-        if not acquire_within(self._sem):
-            self._release_probes()
-            return TeacherUnavailable("busy", "every request slot stayed taken until the deadline")
-        self._tls.sent = self.requests_sent() + 1
-        self._tls.foreground = budget.insert_deadline() is not None
-        try:
-            return self._sync_request(step.messages, step.schema, timeout)
-        except TeacherUnavailable as exc:  # queued behind abandoned calls, never started: not sent
-            self._tls.sent -= 1
-            self._release_probes()
-            return exc
-        except Exception as exc:  # noqa: BLE001 - handed to the core
-            if timeout < self.timeout and classify_failure(exc).kind == "timeout":
-                return TeacherCallError("budget", f"no answer within the insert's teacher budget ({timeout:.2g} s left)")
-            return exc
-        finally:
-            self._sem.release()
-
-    async def _aperform(self, step: Send | Sleep) -> RawAnswer | Exception | None:
-        """As :meth:`_perform`, on the event loop (with no deadline). It polls the same
-        (thread) semaphore, so that sync and async requests share one concurrency limit."""
-        if isinstance(step, Sleep):
-            await asyncio.sleep(step.seconds)
-            return None
-        refused = self._admit(foreground=False)
-        if refused is not None:
-            return refused
-        while not self._sem.acquire(blocking=False):
-            await asyncio.sleep(0.005)
-        self._tls.sent = self.requests_sent() + 1
-        self._tls.foreground = False
-        try:
-            return await asyncio.wait_for(self._arequest(step.messages, step.schema), self.timeout)
-        except Exception as exc:  # noqa: BLE001 - handed to the core
-            return exc
-        finally:
-            self._sem.release()
-
-    # -------------------------------------------------------- the breakers
-    def _admit(self, *, foreground: bool) -> TeacherUnavailable | None:
-        """None when a request may be sent now, else why not. The slow breaker only stops
-        requests under a deadline: in the background a slow teacher is still asked."""
-        if not self.breaker.allow():
-            return TeacherUnavailable("down", f"the teacher is not asked while it keeps failing "
-                                              f"(retried in {self.breaker.snapshot()['retry_in_s']:g} s)")
-        if foreground and not self._slow.allow():
-            self.breaker.release()
-            return TeacherUnavailable("slow", "the teacher answers slower than the insert's budget; "
-                                              "asked in the background")
-        return None
-
-    def _release_probes(self) -> None:
-        self.breaker.release()
-        self._slow.release()
-
-    def _answered(self) -> None:
-        """A request was answered with a usable answer: both breakers close."""
-        if self.breaker.success():
-            logger.warning("membrain: the teacher %s answers again; inserts ask it again", self.describe())
-        if getattr(self._tls, "foreground", False) and self._slow.success():
-            logger.info("membrain: the teacher %s answers within the insert's budget again", self.describe())
-
-    def _note_failure(self, err: TeacherCallError) -> None:
-        """A request failed (a cut by the deadline tells nothing about the teacher's health)."""
-        if err.kind == "budget":
-            self.breaker.inconclusive()
-            if budget.cut_off():  # cut by close(): tells nothing about the teacher's speed
-                self._slow.release()
-                return
-            if self._slow.failure("budget"):
-                logger.info("membrain: the teacher %s answered %d questions in a row slower than the insert's "
-                            "budget: inserts are decided by the student or the offline rule and their questions "
-                            "go to the background (retried in %g s)", self.describe(), self._slow.threshold,
-                            self._slow.backoff_s)
-            return
-        self._slow.release()
-        if self.breaker.failure(f"{err.kind}: {err.detail}"[:200]):
-            logger.warning("membrain: the teacher %s is failing (%d failed requests in a row, the last %s: %s); "
-                           "inserts are decided by the student or the offline rule, and the teacher is asked "
-                           "again after %g s (back-off doubling up to %g s)", self.describe(),
-                           self.breaker.threshold, err.kind, err.detail[:160], self.breaker.backoff_s,
-                           self.breaker.max_backoff_s)
-        else:
-            logger.debug("membrain: teacher request failed (%s: %s)", err.kind, err.detail[:160])
 
     def _or_fallback(self, core: Core[T], fallback: Callable[[], T]) -> Core[T]:
         """``core``'s answer; when it raises TeacherError, ``fallback()``'s (or the error,
@@ -620,99 +350,3 @@ class GuardedTeacher(FormationQuestions, BaseTeacher):
             if self.raise_on_failure:
                 raise
             return fallback()
-
-    def _ask_core(self, stage: str, messages: list[prompts.Message], schema: type[BaseModel],
-                  validate: Callable[[Any], T]) -> Core[T]:
-        """One guarded question: up to ``1 + max_retries`` requests, each counted with its
-        latency and tokens; a failed answer is quoted back on the retry, a 429 waits first.
-        Returns the validated answer or raises the last TeacherCallError. A request that is
-        not sent (TeacherUnavailable) ends the question: counted as ``skipped`` when it was
-        its first, never as a call."""
-        msgs = messages
-        last: TeacherCallError | None = None
-        for attempt in range(1 + self.max_retries):
-            if last is not None:
-                msgs = self._next_messages(messages, last)
-                if last.kind == "rate_limit":
-                    yield Sleep(self._backoff(last))
-            t0 = time.perf_counter()  # the latency includes the wait for a concurrency slot
-            raw: RawAnswer | None = None
-            reply = yield Send(msgs, schema)
-            if isinstance(reply, TeacherUnavailable):
-                if last is None:
-                    self._stats.add(stage, skipped=1)
-                raise last or reply
-            if attempt:
-                self._stats.add(stage, retries=1)
-            self._stats.add(stage, max_prompt_tokens=prompts.prompt_tokens(msgs))
-            try:
-                if isinstance(reply, Exception):
-                    raise reply
-                raw = reply
-                self._count_call(stage, raw, time.perf_counter() - t0)
-                value = validate(check_raw(raw, schema))
-            except Exception as exc:  # noqa: BLE001 - every failure is counted, none escapes
-                if raw is None:
-                    self._count_call(stage, None, time.perf_counter() - t0)
-                last = self._failed(stage, exc, raw)
-                if last.kind == "budget":
-                    break  # no time is left for a retry: the question goes to the background
-                continue
-            self._answered()
-            return value
-        assert last is not None
-        raise last
-
-    # ------------------------------------------------------- the transport
-    def _request_timeout(self) -> float:
-        """The timeout of the request being sent from this thread (a deadline may cut it)."""
-        return getattr(self._tls, "timeout", self.timeout)
-
-    def _sync_request(self, msgs: list[prompts.Message], schema: type[BaseModel], timeout: float) -> RawAnswer:
-        """Send one request on a worker thread; wait ``timeout`` s at most, or until this
-        thread's deadline (workers.wait_within). A request past its time is abandoned."""
-        future = self._workers.submit(self._request_on_worker, msgs, schema, timeout)
-        ended = wait_within(future, timeout)
-        if ended == "done":
-            return future.result()
-        if ended == "never_started":
-            raise TeacherUnavailable("busy", "every worker thread is waiting on an abandoned call")
-        raise (TeacherCallError("budget", "the deadline passed while the request was waited for")
-               if ended == "deadline" else TeacherCallError("timeout", f"no answer within {timeout:g} s"))
-
-    def _request_on_worker(self, msgs: list[prompts.Message], schema: type[BaseModel], timeout: float) -> RawAnswer:
-        """:meth:`_request` on a worker thread, ``timeout`` its :meth:`_request_timeout`."""
-        self._tls.timeout = timeout
-        try:
-            return self._request(msgs, schema)
-        finally:
-            self._tls.timeout = self.timeout
-
-    def _count_call(self, stage: str, raw: RawAnswer | None, latency: float) -> None:
-        if raw is None:
-            self._stats.add(stage, calls=1, latency_s=latency)
-        else:
-            self._stats.add(stage, calls=1, latency_s=latency, prompt_tokens=raw.prompt_tokens or 0,
-                            completion_tokens=raw.completion_tokens or 0)
-
-    def _failed(self, stage: str, exc: BaseException, raw: RawAnswer | None) -> TeacherCallError:
-        err = classify_failure(exc)
-        if err.answer is None and raw is not None:
-            err.answer = raw.text
-        self._stats.add(stage, failures=1, failure_kind=err.kind)
-        self._note_failure(err)
-        return err
-
-    @staticmethod
-    def _next_messages(messages: list[prompts.Message], last: TeacherCallError) -> list[prompts.Message]:
-        if last.kind in FEEDBACK_KINDS:
-            return [*messages, prompts.retry_message(last.answer, last.detail)]
-        return messages  # transport failures: the same question again
-
-    def _backoff(self, err: TeacherCallError) -> float:
-        return max(0.0, min(err.retry_after if err.retry_after is not None else 1.0, self.max_backoff_s))
-
-    def close(self) -> None:
-        """Release the idle worker threads; returns at once (one blocked in an abandoned
-        request is a daemon: it never keeps the process alive)."""
-        self._workers.shutdown()

@@ -5,9 +5,10 @@
 model that supports tool calling or JSON schema (ChatOpenAI, ChatOllama, ChatAnthropic, ...).
 Token counts come from the answer's ``usage_metadata``.
 
-The prompts are in :mod:`.prompts`; validation, retry, fallback, timeout, concurrency and
-stats are in :mod:`.guard`. For the timeout to be the only limit, build the model with its
-own retries off (``ChatOpenAI(..., max_retries=0)``): the teacher retries by itself.
+The prompts are in :mod:`.prompts`; validation and fallback are in :mod:`.guard`; retry,
+timeout, concurrency and stats in :mod:`.line`. For the timeout to be the only limit,
+build the model with its own retries off (``ChatOpenAI(..., max_retries=0)``): the teacher
+retries by itself.
 A sync call that runs past ``timeout`` is abandoned in its worker thread (its answer is
 dropped, and its concurrency slot is freed at once, so an abandoned call may briefly run
 beside ``max_concurrency`` others); an async one is cancelled. The worker threads are

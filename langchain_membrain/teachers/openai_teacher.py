@@ -8,7 +8,7 @@ which vLLM, Ollama, LM Studio and OpenAI accept. ``OpenAITeacher.from_env()`` re
 
 The teacher owns retries: it talks through copies of the clients with the SDK's own
 retries switched off (``max_retries=0``) and ``timeout`` as the per-request timeout, so a
-429 or 500 is seen, counted and retried once by :mod:`.guard`. Token counts come from the
+429 or 500 is seen, counted and retried once by the teacher's line (:mod:`.line`). Token counts come from the
 response's ``usage`` field. The async path uses an :class:`openai.AsyncOpenAI` client
 (given, or built from the sync client's settings).
 """
@@ -135,7 +135,7 @@ class OpenAITeacher(GuardedTeacher):
     def _request(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
         # The per-request timeout: the teacher's own, or less when an insert's budget cuts it.
         return self._raw(self.client.chat.completions.create(**self._body(messages, schema),
-                                                             timeout=self._request_timeout()))
+                                                             timeout=self.line.request_timeout()))
 
     async def _arequest(self, messages: list[prompts.Message], schema: type[BaseModel]) -> RawAnswer:
         return self._raw(await self.async_client.chat.completions.create(**self._body(messages, schema)))
