@@ -66,9 +66,9 @@ def test_configs_are_frozen_and_a_memory_keeps_the_one_it_was_made_with():
     is dataclasses.replace's. One LearnerConfig may configure several memories, on
     different devices, and comes back as it was."""
     from helpers import WordEmbeddings
-    from langchain_membrain.pipeline import LearnerConfig
 
-    from langchain_membrain.retrieval import RetrievalConfig
+    from langchain_membrain.index.facts import RetrievalConfig
+    from langchain_membrain.insert.config import LearnerConfig
 
     learner = LearnerConfig()
     before = dataclasses.replace(learner)
