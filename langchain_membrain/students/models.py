@@ -4,7 +4,7 @@ nets.py declares each network once, torch-free: its layers (names and sizes, fro
 the modules here are built, so state-dict names are nets.py's) and its forward, written
 over a few primitives (linear, layer norm, attention, ...). :data:`TORCH` gives them in
 torch, ``nets.NUMPY`` in numpy, which a process that does not train runs instead (it need
-not import torch, 2 to 4 s on a 2-core machine):
+not import torch, most of a short process's start):
 
 - :class:`Stage1Net`: one logit per candidate (the current node, then its child aspects).
 - :class:`Stage2Net`: per actable fact, logits over {idle, promote, demote, group}; per
@@ -177,9 +177,9 @@ def torch_threads(n: int | None) -> Iterator[None]:
     setting (``None`` leaves it alone).
 
     These networks are small enough that spreading one operation over threads costs more
-    than it saves: on a 2-core VM a forward of either placement network took 4 to 6 times
-    longer on two threads than on one (0.23 against 1.35 ms for stage 1), and a training
-    batch no less wall time on one thread, at less CPU. torch keeps the count per thread,
+    than it saves: a forward is several times slower on two threads than on one, and a
+    training batch takes no less wall time on one thread, at less CPU (bench/RESULTS.md,
+    economy). torch keeps the count per thread,
     but also as the default of threads started meanwhile and as MKL's global setting,
     which is why it is set only around this package's own work and restored at once.
     """

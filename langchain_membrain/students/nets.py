@@ -6,8 +6,8 @@ masking, ...) taken from ``op``: :data:`NUMPY` here, or models.py's ``TORCH``, w
 modules are built from the same layers and whose ``forward`` calls the same function
 (training). A process that only places facts (``membrain add``, the first inserts of a
 program) runs them from a loaded checkpoint or prior in numpy (:func:`stage1_logits`,
-:func:`stage2_logits`, :func:`operation_logits`), so that it need not import torch (2 to
-4 s on a 2-core machine): float32 attention, LayerNorm and GELU with the erf
+:func:`stage2_logits`, :func:`operation_logits`), so that it need not import torch (most of
+such a process's start): float32 attention, LayerNorm and GELU with the erf
 approximation of torch's CPU kernel, so the logits match torch's to float32 rounding
 (``tests/test_nets.py`` checks every network on random weights and inputs).
 
