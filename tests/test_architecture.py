@@ -268,7 +268,6 @@ LARGE_CLASSES: dict[str, str] = {
 #: Mutable dataclasses allowed over MAX_MUTABLE_FIELDS for now (issue 46).
 LARGE_RECORDS: dict[str, str] = {
     "insert.records.PlaceRecord": "an insert's state machine: to become immutable decisions of a plan",
-    "teachers.heuristic.HeuristicConfig": "the offline teacher's thresholds",
 }
 
 

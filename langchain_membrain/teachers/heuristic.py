@@ -117,7 +117,7 @@ from .base import BaseTeacher
 __all__ = ["HeuristicConfig", "HeuristicTeacher", "STOPWORDS"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeuristicConfig:
     """Every threshold of :class:`HeuristicTeacher` (similarities are cosines in [-1, 1]).
 
