@@ -141,7 +141,7 @@ _REEXPORTED_FROM: dict[str, tuple[str, ...]] = {
     "models": ("students.nets",),
     "operations": ("students.operation", "teachers.operation_rule", "tree.operation_types"),
     "pipeline": ("insert.config", "insert.records", "insert.ledger", "tree.placement", "tree.labels", "teachers.base"),
-    "training": ("students.training_config",),
+    "training": ("students.training_config", "students.weights"),
 }
 
 

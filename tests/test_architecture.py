@@ -262,7 +262,6 @@ MAX_MUTABLE_FIELDS = 12
 LARGE_CLASSES: dict[str, str] = {
     "tree.tree.MembrainTree": "reads, writes and invariants of the tree in one class",
     "insert.pipeline.Learner": "the steps of an insert and their bookkeeping",
-    "students.training.OnlineTrainer": "inference, training and checkpoints of the networks",
     "index.facts.FactIndex": "the index's writes and its query scoring",
 }
 #: Mutable dataclasses allowed over MAX_MUTABLE_FIELDS for now (issue 46).

@@ -7,7 +7,8 @@ The pieces:
   confidence passes ``confidence``) and *when* the teacher is asked (``query``: always, only
   when the model is uncertain plus a random audit of ``audit_rate`` of the other decisions,
   or never); :class:`StageTraining` and :class:`TrainingConfig`, the optimisers' settings.
-  They are importable from here.
+- Where the networks live (weights.py): the loaded weights in numpy until the first
+  training, torch after.
 - Calibration (calibration.py): stage 1's confidence is its temperature-scaled top
   probability, the temperature fitted on a window of *unbiasedly chosen* labelled decisions
   (teacher-forced, always-queried or randomly audited; never the ones asked *because* the
@@ -36,7 +37,6 @@ step, calibration and checkpoint container.
 
 from __future__ import annotations
 
-import copy
 import random
 import threading
 import time
@@ -56,21 +56,19 @@ from .linear import AttachHere, LinearIdle, LinearStage1
 from .nets import (
     ModelConfig,
     check_optimiser_state,
-    check_weights,
     parameter_shapes,
     stage1_logits,
     stage2_logits,
 )
 from .replay import ReplayBuffer, compact_stage1, compact_stage2
 from .training_config import StageTraining, TrainingConfig
+from .weights import TrainerNetworks, optimiser_groups
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported where the networks are trained
     import torch
 
-# The settings are defined in training_config.py and importable from here, as they always were.
 __all__ = [
     "CHECKPOINT_FORMAT", "DECISION_SCORE", "PRIOR_FORMAT", "OnlineTrainer", "StageCounters", "decided_facts",
-    "optimiser_groups", "resolve_device",
 ]
 
 CHECKPOINT_FORMAT = 1
@@ -113,31 +111,6 @@ def decided_facts(type_mask: np.ndarray) -> int:
     return int((np.asarray(type_mask).sum(axis=1) > 1).sum()) if len(type_mask) else 0
 
 
-def resolve_device(device: str | None) -> "torch.device":
-    import torch
-
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def optimiser_groups(shapes: dict[str, tuple[int, ...]]) -> list[dict[str, tuple[int, ...]]]:
-    """A stage's parameters (``shapes``, by name) as its optimiser groups them
-    (``OnlineTrainer._optimiser``): the network's own parameters, then its skip heads."""
-    return [{n: s for n, s in shapes.items() if "skip" not in n}, {n: s for n, s in shapes.items() if "skip" in n}]
-
-
-class _TorchNets:
-    """The torch half of a trainer: the training networks, their inference copies (with
-    their TorchScript traces) and the optimisers."""
-
-    def __init__(self, stage1: Any, stage2: Any, opt1: Any, opt2: Any, device: Any):
-        self.stage1, self.stage2, self.opt1, self.opt2, self.device = stage1, stage2, opt1, opt2, device
-        self.infer1 = copy.deepcopy(stage1).eval()
-        self.infer2 = copy.deepcopy(stage2).eval()
-        self.traced: dict[str, Any] = {}  # stage -> trace of infer1/infer2 sharing its parameters (None: failed)
-
-
 class OnlineTrainer:
     """Both networks, trained online from teacher labels.
 
@@ -162,13 +135,6 @@ class OnlineTrainer:
         self.model_config = model_config
         self.config = config or TrainingConfig()
         self.rng = random.Random(self.config.seed)
-        self._t: _TorchNets | None = None  # built on first use (_torch_nets)
-        # While torch is not built: the loaded networks (numpy state dicts, per stage) that
-        # inference runs on, the loaded optimiser states, and the learning-rate scale of
-        # fresh optimisers (a prior's fine-tuning, see load_prior).
-        self._weights: dict[str, Any] | None = None
-        self._opt_states: tuple[Any, Any] | None = None
-        self._lr_scale = 1.0
         self.counters = {"stage1": StageCounters(), "stage2": StageCounters()}
         self.calib = {"stage1": Calibrator(self.config.calibration_window)}
         self.linear1 = LinearStage1(model_config.stage1_num, window=2 * self.config.calibration_window)
@@ -181,6 +147,7 @@ class OnlineTrainer:
         self.replay2 = ReplayBuffer(self.config.stage2.replay_size)
         self.lock = threading.RLock()
         self.infer_lock = threading.RLock()
+        self.networks = TrainerNetworks(model_config, self.config, self.lock, self.infer_lock)
         # Labels a loaded prior was trained on, per stage, when the prior was taught by this
         # memory's own teacher: they count toward warm-up (not toward agreement or stats).
         self.prior_labels: dict[str, int] = {"stage1": 0, "stage2": 0}
@@ -189,81 +156,22 @@ class OnlineTrainer:
     @property
     def torch_built(self) -> bool:
         """Whether the networks are in torch yet (see the class docstring)."""
-        return self._t is not None
+        return self.networks.built
 
-    def _torch_nets(self) -> _TorchNets:
-        """The torch half, built on first use (imports torch). Call it holding no lock but
-        ``lock`` (never ``infer_lock`` alone: see ``predict_stage1``)."""
-        t = self._t
-        if t is None:
-            with self.lock, self.infer_lock:
-                if self._t is None:
-                    self._t = self._build_torch()
-                    self._weights = self._opt_states = None
-                t = self._t
-        return t
-
-    def _build_torch(self) -> _TorchNets:
-        import torch
-
-        from .models import Stage1Net, Stage2Net
-
-        device = resolve_device(self.config.device)
-        torch.manual_seed(self.config.seed)
-        s1 = Stage1Net(self.model_config).to(device).eval()
-        s2 = Stage2Net(self.model_config).to(device).eval()
-        if self._weights is not None:
-            s1.load_state_dict(torchfile.as_tensors(self._weights["stage1"], device))
-            s2.load_state_dict(torchfile.as_tensors(self._weights["stage2"], device))
-        o1 = self._optimiser(s1, self.config.stage1, self._lr_scale)
-        o2 = self._optimiser(s2, self.config.stage2, self._lr_scale)
-        if self._opt_states is not None:
-            o1.load_state_dict(torchfile.as_tensors(self._opt_states[0], device))
-            o2.load_state_dict(torchfile.as_tensors(self._opt_states[1], device))
-        return _TorchNets(s1, s2, o1, o2, device)
-
-    stage1 = property(lambda self: self._torch_nets().stage1, doc="The stage-1 network being trained (torch).")
-    stage2 = property(lambda self: self._torch_nets().stage2, doc="The stage-2 network being trained (torch).")
-    infer1 = property(lambda self: self._torch_nets().infer1, doc="Stage 1's inference copy (torch).")
-    infer2 = property(lambda self: self._torch_nets().infer2, doc="Stage 2's inference copy (torch).")
-    opt1 = property(lambda self: self._torch_nets().opt1, doc="Stage 1's optimiser.")
-    opt2 = property(lambda self: self._torch_nets().opt2, doc="Stage 2's optimiser.")
-    device = property(lambda self: self._torch_nets().device, doc="The networks' torch device.")
-    _traced = property(lambda self: self._torch_nets().traced)
-
-    def _publish(self) -> None:
-        """Copy the training networks' parameters into the inference copies (in place, so
-        the traces of ``infer1`` and ``infer2`` stay valid)."""
-        t = self._torch_nets()
-        with self.lock:
-            s1, s2 = t.stage1.state_dict(), t.stage2.state_dict()
-            with self.infer_lock:
-                t.infer1.load_state_dict(s1)
-                t.infer2.load_state_dict(s2)
-
-    @staticmethod
-    def _optimiser(net: "torch.nn.Module", st: StageTraining, scale: float = 1.0) -> "torch.optim.Optimizer":
-        """AdamW over two parameter groups (:func:`optimiser_groups`): the network's own
-        parameters at ``st.lr``, its skip heads at ``st.skip_lr``, both scaled by ``scale``."""
-        import torch
-
-        skip = [p for n, p in net.named_parameters() if "skip" in n]
-        rest = [p for n, p in net.named_parameters() if "skip" not in n]
-        return torch.optim.AdamW([{"params": rest, "lr": st.lr * scale}, {"params": skip, "lr": st.skip_lr * scale}],
-                                 lr=st.lr * scale, weight_decay=st.weight_decay)
+    stage1 = property(lambda self: self.networks.torch().stage1, doc="The stage-1 network being trained (torch).")
+    stage2 = property(lambda self: self.networks.torch().stage2, doc="The stage-2 network being trained (torch).")
+    infer1 = property(lambda self: self.networks.torch().infer1, doc="Stage 1's inference copy (torch).")
+    infer2 = property(lambda self: self.networks.torch().infer2, doc="Stage 2's inference copy (torch).")
+    opt1 = property(lambda self: self.networks.torch().opt1, doc="Stage 1's optimiser.")
+    opt2 = property(lambda self: self.networks.torch().opt2, doc="Stage 2's optimiser.")
+    device = property(lambda self: self.networks.torch().device, doc="The networks' torch device.")
+    _traced = property(lambda self: self.networks.torch().traced)
 
     # ------------------------------------------------------------------ predict
-    def _numpy_weights(self, stage: str) -> Any:
-        """The loaded weights inference runs on in numpy, or None once torch holds the
-        networks (or when none were loaded: a random initialisation is made in torch).
-        Read under ``infer_lock``."""
-        weights = self._weights
-        return weights[stage] if weights is not None and self._t is None else None
-
     def predict_stage1(self, feats: Stage1Features) -> np.ndarray:
         """Logits over the candidates (length ``feats.n_candidates``)."""
         with self.infer_lock:
-            weights = self._numpy_weights("stage1")
+            weights = self.networks.numpy_weights("stage1")
             if weights is not None:
                 with blas_threads(self.config.threads):
                     logits = stage1_logits(weights, self.model_config, feats)
@@ -272,7 +180,7 @@ class OnlineTrainer:
 
         from .models import collate_stage1, torch_threads
 
-        t = self._torch_nets()  # before infer_lock: building takes lock, then infer_lock
+        t = self.networks.torch()  # before infer_lock: building takes lock, then infer_lock
         with self.infer_lock, torch.inference_mode(), torch_threads(self.config.threads):
             b = collate_stage1([feats], t.device)
             logits = self._inference("stage1", b)[0]
@@ -285,7 +193,7 @@ class OnlineTrainer:
         are traced symbolically, so one trace serves every closure. It shares the eager
         network's parameters, so the parameter copies of ``_publish`` reach it. Tracing is
         lazy; a network that fails to trace runs eagerly from then on (held as None)."""
-        nets = self._torch_nets()
+        nets = self.networks.torch()
         net = nets.infer1 if stage == "stage1" else nets.infer2
         if self.config.trace_inference and stage not in nets.traced:
             from .models import trace
@@ -297,7 +205,7 @@ class OnlineTrainer:
     def predict_stage2(self, feats: Stage2Features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(type (N, 4), demote (N, A), group (N, N)) logits."""
         with self.infer_lock:
-            weights = self._numpy_weights("stage2")
+            weights = self.networks.numpy_weights("stage2")
             if weights is not None:
                 with blas_threads(self.config.threads):
                     types, demote, group = stage2_logits(weights, self.model_config, feats)
@@ -306,7 +214,7 @@ class OnlineTrainer:
 
         from .models import collate_stage2, torch_threads
 
-        nets = self._torch_nets()
+        nets = self.networks.torch()
         with self.infer_lock, torch.inference_mode(), torch_threads(self.config.threads):
             t, d, g = self._inference("stage2", collate_stage2([feats], nets.device))
         return t[0].double().cpu().numpy(), d[0].double().cpu().numpy(), g[0].double().cpu().numpy()
@@ -399,14 +307,14 @@ class OnlineTrainer:
             return 0
         from .models import torch_threads
 
-        self._torch_nets()  # torch from here on (the first training builds it)
+        self.networks.torch()  # torch from here on (the first training builds it)
         with torch_threads(self.config.threads):
             if batch1:
                 steps += self._train1(batch1)
             if batch2:
                 steps += self._train2(batch2)
         if steps:
-            self._publish()
+            self.networks.publish()
         return steps
 
     def _batch(self, pending: list, replay: ReplayBuffer, st: StageTraining) -> list:
@@ -522,47 +430,24 @@ class OnlineTrainer:
             temps = {"stage1": float(state["temperature"]["stage1"])}
             platt, rows = _decision_fit(state)
             labelled = {k: int(state["labelled"][k]) for k in ("stage1", "stage2")}
-            if self._t is None:  # numpy until the first training (see the class docstring)
-                weights = {k: self._checked(state[k], k) for k in ("stage1", "stage2")}
+            if not self.networks.built:  # numpy until the first training (see the class docstring)
+                weights = {k: self.networks.checked(state[k], k) for k in ("stage1", "stage2")}
                 nets = None
             else:
-                nets = self._torch_copy(state["stage1"], state["stage2"], None, scale)
+                nets = self.networks.torch_copy(state["stage1"], state["stage2"], None, scale)
         except Exception as exc:
             raise CheckpointError(f"the prior does not fit the model: {exc}") from None
         with self.lock, self.infer_lock:
             if nets is None:
-                self._weights, self._opt_states, self._lr_scale = weights, None, scale
+                self.networks.install_numpy(weights, None, scale)
             else:
-                self._t = nets
+                self.networks.install_torch(nets)
             if trusted:
                 for k, t in temps.items():
                     self.calib[k].temperature = t
                 if platt is not None:
                     self.decision_calib.load(platt, rows)
                 self.prior_labels = labelled
-
-    def _checked(self, weights: Any, stage: str) -> Any:
-        """A stage's loaded weights as numpy (a state dict), checked as ``load_state_dict``
-        would check them (ValueError)."""
-        weights = torchfile.as_numpy(weights)
-        check_weights(weights, parameter_shapes(self.model_config, stage))
-        return weights
-
-    def _torch_copy(self, s1_state: Any, s2_state: Any, opt_states: tuple[Any, Any] | None,
-                    scale: float = 1.0) -> _TorchNets:
-        """New torch networks (and optimisers) loaded with these states, checked by torch."""
-        from .models import Stage1Net, Stage2Net
-
-        device = self._torch_nets().device
-        s1, s2 = Stage1Net(self.model_config).to(device), Stage2Net(self.model_config).to(device)
-        s1.load_state_dict(torchfile.as_tensors(torchfile.as_numpy(s1_state), device))
-        s2.load_state_dict(torchfile.as_tensors(torchfile.as_numpy(s2_state), device))
-        o1 = self._optimiser(s1, self.config.stage1, scale)
-        o2 = self._optimiser(s2, self.config.stage2, scale)
-        if opt_states is not None:
-            o1.load_state_dict(torchfile.as_tensors(torchfile.as_numpy(opt_states[0]), device))
-            o2.load_state_dict(torchfile.as_tensors(torchfile.as_numpy(opt_states[1]), device))
-        return _TorchNets(s1.eval(), s2.eval(), o1, o2, device)
 
     def save(self, path_or_buffer: str | Path | IO[bytes]) -> None:
         """Write a checkpoint to a path or a binary file object."""
@@ -577,9 +462,11 @@ class OnlineTrainer:
         the networks are still the ones loaded (they have not trained here), else by
         ``torch.save`` of :meth:`state_dict`."""
         with self.lock:
-            if self._t is None and self._weights is not None and self._opt_states is not None:
-                loaded = (self._weights["stage1"], self._weights["stage2"])
-                return torchfile.write_checkpoint(self._checkpoint(loaded, self._opt_states), tensors=False)
+            loaded = self.networks.loaded()
+            if loaded is not None:
+                weights, opt_states = loaded
+                return torchfile.write_checkpoint(self._checkpoint((weights["stage1"], weights["stage2"]), opt_states),
+                                                  tensors=False)
             return torchfile.write_checkpoint(self.state_dict(), tensors=True)
 
     def load_bytes(self, data: bytes) -> None:
@@ -606,7 +493,7 @@ class OnlineTrainer:
         # Read without torch (torchfile) unless torch holds the networks already; a file
         # torchfile does not understand is read by torch.
         try:
-            state = torchfile.read_checkpoint(data, torch_first=self._t is not None)
+            state = torchfile.read_checkpoint(data, torch_first=self.networks.built)
         except Exception as exc:  # torch raises many types for corrupt or foreign files
             raise CheckpointError(f"cannot read checkpoint: {exc}") from None
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
@@ -621,14 +508,14 @@ class OnlineTrainer:
             detail = ", ".join(f"{k}: checkpoint {a}, model {b}" for k, (a, b) in diffs.items())
             raise CheckpointError(f"checkpoint has other dimensions ({detail})")
         try:
-            if self._t is None:  # numpy until the first training
-                weights = {k: self._checked(state[k], k) for k in ("stage1", "stage2")}
+            if not self.networks.built:  # numpy until the first training
+                weights = {k: self.networks.checked(state[k], k) for k in ("stage1", "stage2")}
                 opt_states = (torchfile.as_numpy(state["opt1"]), torchfile.as_numpy(state["opt2"]))
                 for opt_state, stage in zip(opt_states, ("stage1", "stage2")):
                     check_optimiser_state(opt_state, optimiser_groups(parameter_shapes(self.model_config, stage)))
                 nets = None
             else:
-                nets = self._torch_copy(state["stage1"], state["stage2"], (state["opt1"], state["opt2"]))
+                nets = self.networks.torch_copy(state["stage1"], state["stage2"], (state["opt1"], state["opt2"]))
             known = StageCounters.__dataclass_fields__
             counters = {k: StageCounters(**{f: v for f, v in state["counters"][k].items() if f in known})
                         for k in ("stage1", "stage2")}
@@ -638,9 +525,9 @@ class OnlineTrainer:
             raise CheckpointError(f"checkpoint does not fit the model: {exc}") from None
         with self.lock, self.infer_lock:
             if nets is None:
-                self._weights, self._opt_states, self._lr_scale = weights, opt_states, 1.0
+                self.networks.install_numpy(weights, opt_states, 1.0)
             else:
-                self._t = nets  # re-traced on the new networks at the next prediction
+                self.networks.install_torch(nets)  # re-traced on the new networks at the next prediction
             self.counters = counters
             for k, t in temps.items():
                 self.calib[k].temperature = t
