@@ -70,6 +70,7 @@ from .chat import (
 from .dense import DenseIndex
 from .lexical import LexicalIndex, can_stem, shared_stemmer, tokenize, tokenize_many
 from .slot_state import set_slot_state, slot_state
+from .tree_priors import aspect_groups, topic_boost, topic_match
 
 #: Rows an index allocates one at a time before it doubles its capacity: a namespace of a few facts holds no spare
 #: rows (an empty 384-d row is 1.5 KB), and from here on the capacities are the powers of two they always were.
@@ -186,7 +187,7 @@ class _Query:
     allowed: np.ndarray | None  # filter_ids as slots
     tree: Any
     former: tuple[np.ndarray, np.ndarray] | None  # FactIndex._former_cos
-    topics: dict[str, float]  # matching aspect -> z (FactIndex._topic_match)
+    topics: dict[str, float]  # matching aspect -> z (tree_priors.topic_match)
     walked: list[str]  # query terms scored from their posting lists
     deferred: list[str]  # common query terms (fast mode) read from the candidates' fields
 
@@ -490,7 +491,9 @@ class FactIndex:
                filter_ids: Iterable[Hashable] | None) -> _Query | None:
         """The query side of a search; None when ``filter_ids`` names no fact held."""
         cfg = self.config
-        qvec = self._query_vec(query, query_embedding)
+        if query_embedding is None and self.embed_query is not None:
+            query_embedding = self.embed_query(self.dense_query_text(query))
+        qvec = self._dense.query(query_embedding)
         allowed = None
         if filter_ids is not None:
             allowed = np.array([self._slot[f] for f in filter_ids if f in self._slot], dtype=np.int64)
@@ -501,8 +504,8 @@ class FactIndex:
         use_ann = (mode == "fast" and dense and self._dense.has_graph and n_emb >= cfg.ann_min_facts
                    and allowed is None)
         former = self._former_cos(qvec) if dense and qvec is not None else None
-        topics = (self._topic_match(tree, qvec) if tree is not None and dense and qvec is not None
-                  and topic_weight(cfg) else {})
+        topics = (topic_match(tree, qvec, cfg, lambda q: self._dense.cos_moments(q, len(self._ids)))
+                  if tree is not None and dense and qvec is not None and topic_weight(cfg) else {})
         # Lexical: walk only posting lists. In fast mode (ANN on) the lists of common terms
         # (df > common_df * N) are not walked: their weights are read from the candidates'
         # own fields (_fused), so candidate scores stay exact.
@@ -559,10 +562,11 @@ class FactIndex:
         cfg = self.config
         base = self._chat.boost_speaker(q.text, cand, score)
         score = self._chat.add_session_prior(cand, base)
+        ids = [self._ids[s] for s in cand] if q.tree is not None else []
         if q.tree is not None and cfg.tree_aspect_prior:
-            score = score + cfg.tree_aspect_prior * group_max(self._aspect_groups(q.tree, cand), base)
+            score = score + cfg.tree_aspect_prior * group_max(aspect_groups(q.tree, ids), base)
         if q.topics:
-            score = score + topic_weight(cfg) * cfg.dense_weight * self._topic_boost(q.tree, q.topics, cand)
+            score = score + topic_weight(cfg) * cfg.dense_weight * topic_boost(q.tree, q.topics, ids)
         return score
 
     # -------------------------------------------------------------- internals
@@ -618,11 +622,6 @@ class FactIndex:
         self._dense.grow(new)
         self._chat.grow(new)
 
-    def _query_vec(self, query: str, query_embedding: Any) -> np.ndarray | None:
-        if query_embedding is None and self.embed_query is not None:
-            query_embedding = self.embed_query(self.dense_query_text(query))
-        return self._dense.query(query_embedding)
-
     def _former_cos(self, qvec: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(sorted slots, best cosine with ``qvec`` over each one's former versions), or None
         when no fact has a former version with an embedding (or ``former_dense`` is off).
@@ -646,54 +645,3 @@ class FactIndex:
         if not owners.size:
             return None
         return owners, np.maximum.reduceat(mat @ qvec, starts)
-
-    def _topic_match(self, tree: Any, qvec: np.ndarray) -> dict[str, float]:
-        """The aspects matching the query (class docstring, "Topic match") -> their z."""
-        cfg = self.config
-        q = qvec.astype(np.float64)
-        scored: dict[str, float] = {}
-        for a in tree.aspects():
-            node = tree.node(a)
-            if node.n_facts < cfg.tree_topic_min_facts:
-                continue
-            c = -1.0
-            for v in (node.embedding, node.mean_embedding):
-                if v is not None:
-                    norm = float(np.linalg.norm(v))
-                    if norm > 0:
-                        c = max(c, float(v @ q) / norm)
-            if c > -1.0:
-                scored[a] = c
-        if not scored:
-            return {}
-        mean, std = self._dense.cos_moments(q, len(self._ids))
-        best = max(scored.values())
-        if std <= 1e-12 or (best - mean) / std < cfg.tree_topic_min_z:
-            return {}
-        return {a: (c - mean) / std for a, c in scored.items() if c >= best - cfg.tree_topic_margin}
-
-    def _topic_boost(self, tree: Any, topics: dict[str, float], cand: np.ndarray) -> np.ndarray:
-        """Each candidate's best matching ancestor's z (0 when none matches)."""
-        out = np.zeros(cand.size)
-        for i, s in enumerate(cand):
-            node = self._ids[s]
-            if node not in tree:
-                continue
-            p = tree.parent(node)
-            while p is not None:
-                if p in topics:
-                    out[i] = max(out[i], topics[p])
-                p = tree.parent(p)
-        return out
-
-    def _aspect_groups(self, tree: Any, cand: np.ndarray) -> np.ndarray:
-        """Group number of each candidate's parent aspect; -1 when under the root."""
-        nums: dict[str, int] = {}
-        out = np.full(cand.size, -1, dtype=np.int64)
-        for i, s in enumerate(cand):
-            fid = self._ids[s]
-            if fid in tree:
-                p = tree.parent(fid)
-                if p is not None and p != tree.root_id:
-                    out[i] = nums.setdefault(p, len(nums))
-        return out
