@@ -5,7 +5,7 @@
 - no import cycle between the package's modules, counting every import: at module level,
   inside functions (lazy) and under ``TYPE_CHECKING``;
 - no module (the benchmarks included: they measure what a user can call) touches a private
-  member (``obj._name``) that another module of the package defines: modules talk through public operations (memory.py's
+  member (``obj._name``) that another module of the package defines: modules talk through public operations (memory's
   namespaces through forest.py's :class:`Forest`, the insert graph through its
   ``InsertHost``).
 """
@@ -123,7 +123,7 @@ def foreign_private_uses(name: str, tree: ast.Module, others: dict[str, set[str]
 def test_the_package_imports_no_module_in_a_cycle():
     trees, inits = modules(), packages()
     graph = {name: imported(name, tree, set(trees), is_package=name in inits) for name, tree in trees.items()}
-    assert graph[f"{PACKAGE}.memory_parts"] >= {f"{PACKAGE}.storage.forest", f"{PACKAGE}.insert.graph"}  # the reader works
+    assert graph[f"{PACKAGE}.memory.parts"] >= {f"{PACKAGE}.storage.forest", f"{PACKAGE}.insert.graph"}  # the reader works
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -139,14 +139,12 @@ ALLOWED: dict[str, set[str]] = {
     "students": {"errors", "tree", "index", "teachers"},
     "retrieval": {"errors", "tree", "index", "storage", "teachers"},
     "insert": {"errors", "tree", "index", "storage", "teachers", "students"},
-    "memory": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert", "memory_parts"},
-    "memory_parts": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert"},
-    "integrations": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert", "memory",
-                     "memory_parts"},
+    "memory": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert"},
+    "integrations": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert", "memory"},
     "bench": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert", "memory",
-              "memory_parts", "integrations"},
+              "integrations"},
     "cli": {"errors", "tree", "index", "storage", "teachers", "students", "retrieval", "insert", "memory",
-            "memory_parts", "integrations", "bench"},
+            "integrations", "bench"},
 }
 
 

@@ -10,7 +10,7 @@ text that was embedded, and its metadata holds
 
 Public methods are thin wrappers over operations that take the namespace's lock, so many
 threads add and search at once. The work lies in :mod:`.config` (settings, validated, frozen),
-:mod:`.memory_parts` (the parts built from them), :mod:`.forest` (namespaces), :mod:`.writes` (dedupe, memory operations, placement, deletes),
+:mod:`.parts` (the parts built from them), :mod:`.forest` (namespaces), :mod:`.writes` (dedupe, memory operations, placement, deletes),
 :mod:`.reads` (records, history, search across namespaces), :mod:`.background` (learner,
 trainer thread, checkpoints, counters) and :mod:`.shutdown` (flush and close at exit).
 """
@@ -25,27 +25,27 @@ from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, ParamSp
 
 from langchain_core.embeddings import Embeddings
 
-from .errors import InvalidOperationError
-from .index.facts import RetrievalConfig
-from .insert import shutdown
-from .insert.background import CHECKPOINT_NAME  # noqa: F401 - importable as before
-from .insert.config import LearnerConfig, MemoryConfig, check_max_loaded
-from .insert.formation import extractive_summary
-from .insert.operations import OperationDecision
-from .insert.stats import ForestStats, MemoryStats
-from .memory_parts import MemoryParts
-from .retrieval import reads
-from .storage.base import Storage
-from .teachers.resolve import resolve_teacher
-from .tree.archive import working_id
-from .tree.filters import check_filter
-from .tree.inputs import Namespace, as_namespace, as_timestamp, check_text
-from .tree.kinds import check_kinds
-from .tree.records import MemoryRecord
-from .tree.tree import MembrainTree
+from ..errors import InvalidOperationError
+from ..index.facts import RetrievalConfig
+from ..insert import shutdown
+from ..insert.background import CHECKPOINT_NAME  # noqa: F401 - importable as before
+from ..insert.config import LearnerConfig, MemoryConfig, check_max_loaded
+from ..insert.formation import extractive_summary
+from ..insert.operations import OperationDecision
+from ..insert.stats import ForestStats, MemoryStats
+from ..retrieval import reads
+from ..storage.base import Storage
+from ..teachers.resolve import resolve_teacher
+from ..tree.archive import working_id
+from ..tree.filters import check_filter
+from ..tree.inputs import Namespace, as_namespace, as_timestamp, check_text
+from ..tree.kinds import check_kinds
+from ..tree.records import MemoryRecord
+from ..tree.tree import MembrainTree
+from .parts import MemoryParts
 
 if TYPE_CHECKING:  # multistep imports LangChain's chat models: not on every start
-    from .retrieval.multistep import Retrieved
+    from ..retrieval.multistep import Retrieved
 
 
 class _Forward:
@@ -423,7 +423,7 @@ class MembrainMemory:
         steps) and the trace of every tool call. ``multistep.retrieval_graph`` is the same
         as a LangGraph subgraph."""
         query = check_text(query, "the query")
-        from .retrieval.multistep import retrieve
+        from ..retrieval.multistep import retrieve
 
         return retrieve(self, query, as_namespace(namespace), llm, max_steps=max_steps)
 
@@ -454,7 +454,7 @@ class MembrainMemory:
     def as_retriever(self, namespace: str | Sequence[str] | None = None, *, k: int = 4,
                      filter: dict[str, Any] | None = None):
         """A LangChain retriever over one namespace (and the namespaces below it)."""
-        from .retrieval.retriever import MembrainRetriever
+        from ..retrieval.retriever import MembrainRetriever
 
         return MembrainRetriever(memory=self, namespace=as_namespace(namespace), k=k, filter=filter)
 

@@ -6,7 +6,7 @@ teacher's seat and the operation decider, the storage, the search settings, the
 :class:`~.forest.Forest` of namespaces, the :class:`~.background.Background` learner, the
 insert pipeline and the writers. It also holds the write plumbing the public verbs share
 (the read-only check, the embedded text of a value, the items of ``add_many`` and ``put``)
-and the namespace listing, so that memory.py keeps the public verbs and their contracts.
+and the namespace listing, so that the memory keeps the public verbs and their contracts.
 
 Behaviour follows the config and what the teacher says of itself (``names_topics``,
 ``choose_operation``: teachers.base), never the teacher's class.
@@ -20,31 +20,31 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
-from .errors import InvalidOperationError, ReadOnlyError
-from .index.embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
-from .index.facts import FactIndex, RetrievalConfig, resolve_topic_weight
-from .insert.background import Background, own_config
-from .insert.config import MemoryConfig
-from .insert.formation import Candidate
-from .insert.formation_writer import FormationWriter, Input, mark_formed
-from .insert.graph import InsertPipeline
-from .insert.operations import OperationDecider
-from .insert.writes import Writer, prepare
-from .insert.writes import progress as progress_bar
-from .retrieval import reads
-from .retrieval.recency import resolve_recency
-from .storage import open_storage
-from .storage.base import Storage
-from .storage.forest import Forest
-from .storage.index_cache import IndexCache
-from .students.operation import OperationStudent
-from .students.prior import load_operation_prior
-from .teachers.base import names_topics
-from .teachers.resolve import resolve_teacher
-from .teachers.seat import TeacherSeat
-from .tree.inputs import Namespace, as_namespace, check_text
-from .tree.inputs import json_copy as _json_copy
-from .tree.kinds import check_kinds
+from ..errors import InvalidOperationError, ReadOnlyError
+from ..index.embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
+from ..index.facts import FactIndex, RetrievalConfig, resolve_topic_weight
+from ..insert.background import Background, own_config
+from ..insert.config import MemoryConfig
+from ..insert.formation import Candidate
+from ..insert.formation_writer import FormationWriter, Input, mark_formed
+from ..insert.graph import InsertPipeline
+from ..insert.operations import OperationDecider
+from ..insert.writes import Writer, prepare
+from ..insert.writes import progress as progress_bar
+from ..retrieval import reads
+from ..retrieval.recency import resolve_recency
+from ..storage import open_storage
+from ..storage.base import Storage
+from ..storage.forest import Forest
+from ..storage.index_cache import IndexCache
+from ..students.operation import OperationStudent
+from ..students.prior import load_operation_prior
+from ..teachers.base import names_topics
+from ..teachers.resolve import resolve_teacher
+from ..teachers.seat import TeacherSeat
+from ..tree.inputs import Namespace, as_namespace, check_text
+from ..tree.inputs import json_copy as _json_copy
+from ..tree.kinds import check_kinds
 
 
 class MemoryParts:
