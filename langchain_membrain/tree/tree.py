@@ -4,10 +4,8 @@ Definitions (README, Concepts):
 
 - The **root** is the subject; **aspects** are inner nodes (sub-topics); **facts** are the
   memories and are always leaves. Every non-root node has exactly one parent.
-- The **two-layer subtree** of a node ``n`` is ``n`` followed by its children.
-- The **closure** of a fact ``f`` is ``f``, its siblings, its parent, the parent's siblings
-  (the *uncles*) and the grandparent; when the parent is the root (no grandparent) it is
-  ``f``, its siblings and its parent.
+- The reads of its shape (paths, depths, the two-layer subtree of a node, the closure of a
+  fact) are the base class :class:`~.shape.TreeShape`.
 - The **archive** holds what left the tree without being lost (README, Memories that
   change): *history* entries (a fact superseded by an UPDATE or invalidated by a DELETE,
   with its text, times and the key of what replaced it) and *ignored* entries (items the
@@ -35,8 +33,7 @@ from __future__ import annotations
 import gc
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Sequence
 
 import networkx as nx
 import numpy as np
@@ -49,40 +46,15 @@ from .nodes import ARCHIVE_KINDS, Node, as_vector, check_text, copy_node
 from .nodes import NodeKind as NodeKind  # re-exported, as SERIAL_VERSION: public names of this module
 from .rows import SERIAL_VERSION as SERIAL_VERSION
 from .rows import TreeRows
-
-Role = Literal["self", "sibling", "parent", "uncle", "grandparent"]
+from .shape import Closure as Closure  # public names of this module
+from .shape import ClosureMember as ClosureMember
+from .shape import Role as Role
+from .shape import TreeShape
 
 ROOT_ID = "root"
 #: The metadata key of a current fact that holds the time its version became valid (set by
 #: an UPDATE; a fact never updated is valid from its ``created_at``).
 VALID_FROM_KEY = "valid_from"
-
-
-@dataclass(frozen=True)
-class ClosureMember:
-    node_id: str
-    role: Role
-
-
-@dataclass(frozen=True)
-class Closure:
-    """The closure of ``fact_id``: members in a stable order (self, siblings, parent,
-    uncles, grandparent), each tagged with its role."""
-
-    fact_id: str
-    parent_id: str
-    grandparent_id: str | None
-    members: tuple[ClosureMember, ...]
-
-    @property
-    def node_ids(self) -> list[str]:
-        return [m.node_id for m in self.members]
-
-    def role_of(self, node_id: str) -> Role | None:
-        for m in self.members:
-            if m.node_id == node_id:
-                return m.role
-        return None
 
 
 def check_max_height(max_height: Any) -> int | None:
@@ -94,7 +66,7 @@ def check_max_height(max_height: Any) -> int | None:
     return max_height
 
 
-class MembrainTree(TreeArchive, TreeRows):
+class MembrainTree(TreeShape, TreeArchive, TreeRows):
     """A tree of memories for one subject, backed by a :class:`networkx.DiGraph`.
 
     Edges go parent -> child; children keep the order in which they were attached.
@@ -119,108 +91,13 @@ class MembrainTree(TreeArchive, TreeRows):
         now = self.clock()
         self.graph.add_node(root_id, node=Node(root_id, "root", check_text(subject, "subject"), None, now, now))
 
-    # ------------------------------------------------------------------ reads
-    @property
-    def subject(self) -> str:
-        return self.node(self.root_id).text
-
-    def __contains__(self, node_id: object) -> bool:
-        return node_id in self.graph
-
-    def __len__(self) -> int:
-        return self.graph.number_of_nodes()
-
     def node(self, node_id: str) -> Node:
+        """The record of ``node_id``; NodeNotFoundError if the tree has none."""
         try:
             # networkx's own node dict, not the ``nodes`` view: read hundreds of times per insert
             return self.graph._node[node_id]["node"]
         except (KeyError, TypeError):
             raise NodeNotFoundError(f"no node {node_id!r} in the tree") from None
-
-    def parent(self, node_id: str) -> str | None:
-        self.node(node_id)
-        preds = list(self.graph.predecessors(node_id))
-        return preds[0] if preds else None
-
-    def children(self, node_id: str) -> list[str]:
-        self.node(node_id)
-        return list(self.graph.successors(node_id))
-
-    def child_aspects(self, node_id: str) -> list[str]:
-        return [c for c in self.children(node_id) if self.node(c).kind == "aspect"]
-
-    def child_facts(self, node_id: str) -> list[str]:
-        return [c for c in self.children(node_id) if self.node(c).kind == "fact"]
-
-    def path(self, node_id: str) -> list[str]:
-        """Ids from the root down to ``node_id``, both included."""
-        out = [node_id]
-        cur = self.parent(node_id)
-        while cur is not None:
-            out.append(cur)
-            cur = self.parent(cur)
-        return out[::-1]
-
-    def depth(self, node_id: str) -> int:
-        return len(self.path(node_id)) - 1
-
-    def height(self) -> int:
-        """Largest depth of any node (0 for a lone root)."""
-        lengths = nx.single_source_shortest_path_length(self.graph, self.root_id)
-        return max(lengths.values())
-
-    def has_room(self, parent_id: str, levels: int) -> bool:
-        """Whether ``levels`` more levels may hang below ``parent_id`` under ``max_height``:
-        ``depth(parent_id) + levels <= max_height`` (always, without a bound). A new aspect
-        needs two (itself and its facts)."""
-        return self.max_height is None or self.depth(parent_id) + levels <= self.max_height
-
-    def levels_below(self, node_id: str) -> int:
-        """The levels that ``node_id`` with its subtree takes under a new parent: 1 for a
-        fact; for an aspect, counting every aspect inside as needing a level of facts below
-        it (empty or not), ``1 + max(d(n) + [n is an aspect])`` over the nodes ``n`` of its
-        subtree, ``d`` their depth below ``node_id``."""
-        lengths = nx.single_source_shortest_path_length(self.graph, node_id)
-        return 1 + max(d + (self.node(n).kind == "aspect") for n, d in lengths.items())
-
-    def facts(self) -> list[str]:
-        return [n for n, d in self.graph.nodes(data="node") if d.kind == "fact"]
-
-    def aspects(self) -> list[str]:
-        return [n for n, d in self.graph.nodes(data="node") if d.kind == "aspect"]
-
-    def descendants(self, node_id: str) -> list[str]:
-        self.node(node_id)
-        return list(nx.dfs_preorder_nodes(self.graph, node_id))[1:]
-
-    def facts_below(self, node_id: str) -> list[str]:
-        return [n for n in self.descendants(node_id) if self.node(n).kind == "fact"]
-
-    def fact_count(self, node_id: str) -> int:
-        """Number of facts at or below ``node_id`` (maintained incrementally)."""
-        return self.node(node_id).n_facts
-
-    def mean_embedding(self, node_id: str) -> np.ndarray | None:
-        return self.node(node_id).mean_embedding
-
-    def two_layer_subtree(self, node_id: str) -> list[str]:
-        """``node_id`` followed by its children, in attachment order."""
-        return [node_id, *self.children(node_id)]
-
-    def closure(self, fact_id: str) -> Closure:
-        node = self.node(fact_id)
-        if node.kind != "fact":
-            raise InvalidOperationError(f"a closure is built from a fact; {fact_id!r} is a {node.kind}")
-        parent = self.parent(fact_id)
-        assert parent is not None
-        grandparent = self.parent(parent)
-        members = [ClosureMember(fact_id, "self")]
-        members += [ClosureMember(s, "sibling") for s in self.children(parent) if s != fact_id]
-        members.append(ClosureMember(parent, "parent"))
-        if grandparent is not None:
-            members += [ClosureMember(u, "uncle") for u in self.children(grandparent) if u != parent]
-            members.append(ClosureMember(grandparent, "grandparent"))
-        return Closure(fact_id, parent, grandparent, tuple(members))
 
     # ----------------------------------------------------------------- writes
     def add_aspect(
