@@ -112,36 +112,33 @@ __all__ = [
 ]
 
 
-#: Module paths of 0.1 -> where they live now (one release of DeprecationWarning).
-_MOVED: dict[str, str] = {
-    "actions": "tree.actions", "background": "insert.background", "batches": "insert.batches",
-    "calibration": "students.calibration", "chat": "index.chat", "config": "insert.config",
-    "decoding": "students.decoding", "dense": "index.dense", "embeddings": "index.embeddings",
-    "evaluation": "tree.evaluation", "export": "tree.export", "features": "students.features",
-    "filters": "tree.filters", "forest": "storage.forest", "formation": "insert.formation",
-    "formation_student": "students.formation", "formation_writer": "insert.formation_writer",
-    "graph": "insert.graph", "index_cache": "storage.index_cache", "inputs": "tree.inputs",
-    "insert_records": "insert.records", "labels": "tree.labels", "ledger": "insert.ledger",
-    "lexical": "index.lexical", "losses": "students.losses", "minilm": "index.minilm",
-    "models": "students.models", "multistep": "retrieval.multistep", "nets": "students.nets",
-    "nodes": "tree.nodes", "operation_rule": "teachers.operation_rule",
-    "operation_student": "students.operation", "operation_types": "tree.operation_types",
-    "operations": "insert.operations", "pipeline": "insert.pipeline", "placement": "tree.placement",
-    "prior": "students.prior", "reads": "retrieval.reads", "recency": "retrieval.recency",
-    "records": "tree.records", "replay": "students.replay", "retriever": "retrieval.retriever",
-    "scores": "retrieval.scores", "shadow": "students.shadow", "shutdown": "insert.shutdown",
-    "slot_state": "index.slot_state", "stats": "insert.stats", "store": "integrations.store",
-    "tools": "integrations.tools", "torchfile": "students.torchfile",
-    "training": "students.training", "training_config": "students.training_config",
-    "tree_archive": "tree.archive", "tree_rows": "tree.rows", "writes": "insert.writes",
-}
-#: Where the names that a 0.1 module re-exported (without defining them) are defined.
-_REEXPORTED_FROM: dict[str, tuple[str, ...]] = {
-    "formation": ("tree.kinds",),
-    "models": ("students.nets",),
-    "operations": ("students.operation", "teachers.operation_rule", "tree.operation_types"),
-    "pipeline": ("insert.config", "insert.records", "insert.ledger", "tree.placement", "tree.labels", "teachers.base"),
-    "training": ("students.training_config", "students.weights"),
+#: Module paths of 0.1 -> where each lives now (one release of DeprecationWarning), then
+#: where the names it re-exported without defining them are defined.
+_MOVED: dict[str, tuple[str, ...]] = {
+    "actions": ("tree.actions",), "background": ("insert.background",), "batches": ("insert.batches",),
+    "calibration": ("students.calibration",), "chat": ("index.chat",), "config": ("insert.config",),
+    "decoding": ("students.decoding",), "dense": ("index.dense",), "embeddings": ("index.embeddings",),
+    "evaluation": ("tree.evaluation",), "export": ("tree.export",), "features": ("students.features",),
+    "filters": ("tree.filters",), "forest": ("storage.forest",),
+    "formation": ("insert.formation", "tree.kinds"), "formation_student": ("students.formation",),
+    "formation_writer": ("insert.formation_writer",), "graph": ("insert.graph",),
+    "index_cache": ("storage.index_cache",), "inputs": ("tree.inputs",),
+    "insert_records": ("insert.records",), "labels": ("tree.labels",), "ledger": ("insert.ledger",),
+    "lexical": ("index.lexical",), "losses": ("students.losses",), "minilm": ("index.minilm",),
+    "models": ("students.models", "students.nets"), "multistep": ("retrieval.multistep",),
+    "nets": ("students.nets",), "nodes": ("tree.nodes",), "operation_rule": ("teachers.operation_rule",),
+    "operation_student": ("students.operation",), "operation_types": ("tree.operation_types",),
+    "operations": ("insert.operations", "students.operation", "teachers.operation_rule", "tree.operation_types"),
+    "pipeline": ("insert.pipeline", "insert.config", "insert.records", "insert.ledger", "tree.placement",
+                 "tree.labels", "teachers.base"),
+    "placement": ("tree.placement",), "prior": ("students.prior",), "reads": ("retrieval.reads",),
+    "recency": ("retrieval.recency",), "records": ("tree.records",), "replay": ("students.replay",),
+    "retriever": ("retrieval.retriever",), "scores": ("retrieval.scores",), "shadow": ("students.shadow",),
+    "shutdown": ("insert.shutdown",), "slot_state": ("index.slot_state",), "stats": ("insert.stats",),
+    "store": ("integrations.store",), "tools": ("integrations.tools",), "torchfile": ("students.torchfile",),
+    "training": ("students.training", "students.training_config", "students.weights"),
+    "training_config": ("students.training_config",), "tree_archive": ("tree.archive",),
+    "tree_rows": ("tree.rows",), "writes": ("insert.writes",),
 }
 
 
@@ -172,7 +169,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: Any) -> types.ModuleType:
         old = spec.name[len(__name__) + 1:]
         module = _MovedModule(spec.name)
-        module.__targets__ = [f"{__name__}.{m}" for m in (_MOVED[old], *_REEXPORTED_FROM.get(old, ()))]
+        module.__targets__ = [f"{__name__}.{m}" for m in _MOVED[old]]
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:

@@ -69,18 +69,25 @@ def test_configs_are_frozen_and_a_memory_keeps_the_one_it_was_made_with():
 
     from langchain_membrain.index.facts import RetrievalConfig
     from langchain_membrain.insert.config import LearnerConfig
+    from langchain_membrain.teachers.heuristic import HeuristicConfig
 
     learner = LearnerConfig()
     before = dataclasses.replace(learner)
     for frozen, field in ((MemoryConfig(), "dedupe"), (learner, "seed"), (learner.training, "device"),
                           (learner.stage1, "warmup"), (learner.model, "dim"), (learner.decode, "idle_margin"),
-                          (learner.training.stage1, "lr"), (RetrievalConfig(), "k1")):
+                          (learner.training.stage1, "lr"), (RetrievalConfig(), "k1"),
+                          (HeuristicConfig(), "theta0")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(frozen, field, getattr(frozen, field))
     with MembrainMemory(embeddings=WordEmbeddings(), learner=learner, device="cpu", dedupe=False,
                         background=False, prior=False) as mem:
         assert mem.config.dedupe is False and mem.config.learner is learner and mem.config.device == "cpu"
-        mem.add("Maya is allergic to peanuts")
+        key = mem.add("Maya is allergic to peanuts")
+        record = mem.get(key)
+        assert record is not None
+        with pytest.raises(dataclasses.FrozenInstanceError):  # a record handed out is a copy nobody changes
+            record.text = "changed"  # type: ignore[misc]
+        assert mem.get(key) == record and mem.search("peanuts")[0].text == "Maya is allergic to peanuts"
         assert mem._learner is not None and mem._learner.config.training.device == "cpu"
         assert mem._learner.config.model.dim == WordEmbeddings().dimensions
     assert learner == before and learner.training.device is None and learner.model.dim == 384
