@@ -85,6 +85,8 @@ class GuardedTeacher(ElementaryQuestions, FormationQuestions, BaseTeacher):
         breaker: the :class:`~.budget.CircuitBreaker` for failed requests (default: 3
             failures in a row, back-off 10 s doubling up to 300 s); its settings and clock
             are copied for the second breaker, the one for answers slower than a deadline.
+        formation: the teacher forms facts, experiences and a session summary from each
+            input (README, Memory kinds); off by default, as it costs a question per input.
     """
 
     name = "llm"
