@@ -239,11 +239,6 @@ class FactIndex:
         """The embedding dimension (None until the first embedding)."""
         return self._dense.dim
 
-    @property
-    def _stemmer(self) -> Any:
-        """The stemmer of this index's terms (this thread's, see shared_stemmer), or None."""
-        return shared_stemmer() if self._stem else None
-
     # ------------------------------------------------------------------ reads
     def __len__(self) -> int:
         return len(self._slot)
@@ -265,7 +260,7 @@ class FactIndex:
 
     def terms(self, text: str) -> list[str]:
         """The lexical terms of ``text`` as this index sees them."""
-        return tokenize(text, self._stemmer)
+        return tokenize(text, shared_stemmer() if self._stem else None)  # this thread's stemmer
 
     def field_of(self, fact_id: Hashable) -> dict[str, float]:
         """The lexical field of a fact (term -> weight), see the module docstring."""
@@ -320,7 +315,7 @@ class FactIndex:
         emb_slots: list[int] = []
         touched: dict[int, None] = {}  # slots whose field is computed below, in slot order
         self._grow(len(self._ids) + len(items))
-        terms = tokenize_many([it[1] for it in items], self._stemmer)
+        terms = tokenize_many([it[1] for it in items], shared_stemmer() if self._stem else None)
         for (item_id, text, embedding, metadata, context), own in zip(items, terms):
             if context:
                 key = self._chat.session_key(metadata or {})
