@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 from langchain_membrain import InvalidOperationError, MembrainError
 from langchain_membrain.index.facts import RetrievalConfig
 from langchain_membrain.insert.config import LearnerConfig
+from langchain_membrain.insert.decisions import stage1_feats
 from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.students.training_config import Policy, StageTraining, TrainingConfig
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
@@ -258,7 +259,7 @@ def _model_choice(mem: MembrainMemory) -> list[float]:
     sub = Subtree(tree, tree.root_id, stage1_candidates(tree, tree.root_id, vec))
     with mem._learner_lock:
         learner = mem._bg.learner_for(vec.size)
-        return np.round(learner.trainer.predict_stage1(learner._feats1(tree, fact, sub)), 5).tolist()
+        return np.round(learner.trainer.predict_stage1(stage1_feats(learner.config, tree, fact, sub)), 5).tolist()
 
 
 def test_two_memories_share_one_database(tmp_path):

@@ -50,7 +50,7 @@ from ..teachers.seat import TeacherSeat
 from ..tree.inputs import Namespace
 from ..tree.labels import LABELLED_FACTS, offline_label, relabel_avoid, stale_aspects, typical_facts
 from ..tree.tree import MembrainTree
-from .batches import batch_view, carry_out
+from .batches import answer_batch, batch_view, carry_out
 from .config import DEFAULT_BATCH, LearnerConfig
 from .ledger import QUESTION_KINDS
 from .operations import OperationDecider
@@ -266,7 +266,7 @@ class Background:
                 return
             with self.lock:
                 view, live = batch_view(tree, job.records)
-        plans = learner.answer_batch(view, live) if live else None
+        plans = answer_batch(learner, view, live) if live else None
         if plans is None:
             return
         learner.trainer.train_ready()
