@@ -315,6 +315,19 @@ def test_graph_is_the_pipeline_and_composes_as_a_subgraph():
         assert result["reply"].startswith("stored ") and mem.get(result["key"], namespace="me")
 
 
+def test_the_insert_graph_runs_under_a_checkpointer_and_holds_nothing_beside_its_state():
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    with memory() as mem:
+        graph = mem.graph.copy(update={"checkpointer": InMemorySaver()})
+        config = {"configurable": {"thread_id": "t"}}
+        out = graph.invoke({"text": "the dog needs a bath", "namespace": "me"}, config)
+        assert mem.get(out["key"], namespace="me").text == "the dog needs a bath"
+        saved = graph.get_state(config).values  # checkpointed: the insert in flight is not
+        assert saved["key"] == out["key"] and "inflight" not in saved
+        assert mem.stats().inserts_in_flight == 0
+
+
 async def test_async_parity():
     with memory() as mem:
         key = await mem.aadd("the cat chases mice", namespace="me")
@@ -420,7 +433,7 @@ def test_adds_and_searches_do_not_wait_for_a_slow_teacher():
         mem.tree("me").check_invariants()
 
 
-def test_a_failed_compiled_graph_run_leaves_no_record_behind_for_long():
+def test_a_failed_compiled_graph_run_leaves_nothing_in_flight():
     with memory() as mem:
         # enough facts for the teacher to group some (a subject groups from about 20 facts)
         mem.add_many([f"{fact} (note {i})" for i in range(3) for fact in all_facts()], namespace="me")
@@ -428,10 +441,7 @@ def test_a_failed_compiled_graph_run_leaves_no_record_behind_for_long():
         aspect = mem.tree("me").aspects()[0]
         with pytest.raises(InvalidOperationError):  # the key names an aspect: attach refuses
             mem.graph.invoke({"text": "the dog needs a bath", "namespace": "me", "key": aspect})
-        assert mem.stats()["inserts_in_flight"] == 1  # kept, for a resumed run
-        mem._pipeline.ABANDONED_AFTER_S = 0.0
-        mem.graph.invoke({"text": "the cat needs a bath", "namespace": "me"})
-        assert mem.stats()["inserts_in_flight"] == 0
+        assert mem.stats()["inserts_in_flight"] == 0  # its record went with its state
         with pytest.raises(InvalidOperationError):  # through add: cleaned up at once
             mem.put("me", aspect, {"content": "the cat sleeps"})
         assert mem.stats()["inserts_in_flight"] == 0
