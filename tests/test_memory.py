@@ -391,6 +391,23 @@ def test_a_process_that_does_not_train_survives_a_corrupt_checkpoint(tmp_path):
         other.close(), trainer.close()
 
 
+class SilentTeacher(HeuristicTeacher):
+    """A teacher that never says where a fact goes (it answers the memory operations)."""
+
+    def place(self, new_fact, tree):
+        raise RuntimeError("no answer")
+
+
+def test_an_add_whose_placement_got_no_answer_counts_as_one_without_the_teacher():
+    told = Policy(execute="teacher", query="always")
+    with memory(teacher=SilentTeacher(), learner=LearnerConfig(stage1=told, stage2=told), background=False) as mem:
+        keys = mem.add_many(all_facts()[:4], namespace="me")
+        assert all(mem.get(k, namespace="me") is not None for k in keys)  # stored all the same
+        assert mem.stats()["without_teacher"] == 3  # the first, in an empty tree, had nothing to ask
+        mem.graph.invoke({"text": "the dog needs a bath", "namespace": "me"})  # an insert, not an add
+        assert mem.stats()["without_teacher"] == 3
+
+
 class GatedTeacher(HeuristicTeacher):
     """A slow teacher, as an LLM is: the worker's questions wait until ``release`` is set."""
 
