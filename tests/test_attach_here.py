@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from helpers import small_learner, small_trainer
 
+from langchain_membrain.insert.decisions import attach_here
 from langchain_membrain.students.features import (
     ATTACH_HERE_COLUMNS,
     S1,
@@ -80,20 +81,20 @@ def test_the_learner_proposes_the_students_stop_and_leaves_it_to_the_teacher_unt
     learner = small_learner(DIM)
     stop_level, go_level = level(0.30, 0.29, 0.5), level(0.7, 0.3, 0.2)
     logits = np.array([-5.0, 5.0, 0.0, 0.0])  # the networks: go down into candidate 1, sure
-    assert learner._attach_here(stop_level, logits, 1, 0.99) == (1, 0.99)  # not fitted: the networks'
+    assert attach_here(learner.trainer, learner.config, stop_level, logits, 1, 0.99) == (1, 0.99)  # not fitted: the networks'
     for _ in range(400):
         f, y = balance_rule(rng)
         learner.trainer.observe_stage1(f, 0 if y else 1, learner.trainer.predict_stage1(f), calibrate=False)
     gate = learner.config.stage1.confidence
-    choice, conf = learner._attach_here(stop_level, logits, 1, 0.99)
+    choice, conf = attach_here(learner.trainer, learner.config, stop_level, logits, 1, 0.99)
     assert choice == 0 and conf < gate  # proposed, and asked: its stops have not agreed at the gate yet
-    choice, conf = learner._attach_here(go_level, logits, 1, 0.99)
+    choice, conf = attach_here(learner.trainer, learner.config, go_level, logits, 1, 0.99)
     assert choice == 1 and conf == pytest.approx(min(0.99, 1 - learner.trainer.attach.prob(go_level)))
-    choice, _ = learner._attach_here(go_level, np.array([5.0, 1.0, 2.0, 0.0]), 0, 0.99)
+    choice, _ = attach_here(learner.trainer, learner.config, go_level, np.array([5.0, 1.0, 2.0, 0.0]), 0, 0.99)
     assert choice == 2  # the networks stopped, the student goes down: into their best child
     learner.trainer.attach.stops_proposed.clear()
     learner.trainer.attach.stops_proposed.extend([True] * 40)  # its stops now agree with the teacher's
-    assert learner._attach_here(stop_level, logits, 1, 0.99)[1] == pytest.approx(
+    assert attach_here(learner.trainer, learner.config, stop_level, logits, 1, 0.99)[1] == pytest.approx(
         learner.trainer.attach.prob(stop_level))
 
 

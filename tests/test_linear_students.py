@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from helpers import small_learner, small_trainer
 
+from langchain_membrain.insert.decisions import second_opinion
 from langchain_membrain.students.features import S1, STAGE1_NUM, STAGE2_NUM, Stage1Features
 from langchain_membrain.students.linear import LinearIdle, LinearStage1
 
@@ -46,11 +47,11 @@ def test_where_the_network_is_unsure_the_linear_student_decides_once_its_gate_is
     rng = np.random.default_rng(1)
     learner = small_learner(DIM)
     feats, target = level(rng)
-    assert learner._linear_second_opinion(feats, 0, 0.3) == (0, 0.3)  # nothing fitted: the network's
+    assert second_opinion(learner.trainer, learner.config, feats, 0, 0.3) == (0, 0.3)  # nothing fitted: the network's
     for _ in range(100):  # labels of a new teacher, observed as supervise() does
         f, y = level(rng)
         learner.trainer.observe_stage1(f, y, learner.trainer.predict_stage1(f), calibrate=False)
-    taken = [learner._linear_second_opinion(f, -1, 0.3) for f, _ in (level(rng) for _ in range(50))]
+    taken = [second_opinion(learner.trainer, learner.config, f, -1, 0.3) for f, _ in (level(rng) for _ in range(50))]
     alone = [c for c, conf in taken if c != -1]
     assert alone and all(conf >= 0.9 for c, conf in taken if c != -1)
 

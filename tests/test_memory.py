@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 from langchain_membrain import InvalidOperationError, MembrainError
 from langchain_membrain.index.facts import RetrievalConfig
 from langchain_membrain.insert.config import LearnerConfig
+from langchain_membrain.insert.decisions import stage1_feats
 from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.students.training_config import Policy, StageTraining, TrainingConfig
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
@@ -258,7 +259,7 @@ def _model_choice(mem: MembrainMemory) -> list[float]:
     sub = Subtree(tree, tree.root_id, stage1_candidates(tree, tree.root_id, vec))
     with mem._learner_lock:
         learner = mem._bg.learner_for(vec.size)
-        return np.round(learner.trainer.predict_stage1(learner._feats1(tree, fact, sub)), 5).tolist()
+        return np.round(learner.trainer.predict_stage1(stage1_feats(learner.config, tree, fact, sub)), 5).tolist()
 
 
 def test_two_memories_share_one_database(tmp_path):
@@ -312,6 +313,19 @@ def test_graph_is_the_pipeline_and_composes_as_a_subgraph():
         outer.add_edge("respond", END)
         result = outer.compile().invoke({"text": "pizza on saturday", "namespace": "me"})
         assert result["reply"].startswith("stored ") and mem.get(result["key"], namespace="me")
+
+
+def test_the_insert_graph_runs_under_a_checkpointer_and_holds_nothing_beside_its_state():
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    with memory() as mem:
+        graph = mem.graph.copy(update={"checkpointer": InMemorySaver()})
+        config = {"configurable": {"thread_id": "t"}}
+        out = graph.invoke({"text": "the dog needs a bath", "namespace": "me"}, config)
+        assert mem.get(out["key"], namespace="me").text == "the dog needs a bath"
+        saved = graph.get_state(config).values  # checkpointed: the insert in flight is not
+        assert saved["key"] == out["key"] and "inflight" not in saved
+        assert mem.stats().inserts_in_flight == 0
 
 
 async def test_async_parity():
@@ -377,6 +391,23 @@ def test_a_process_that_does_not_train_survives_a_corrupt_checkpoint(tmp_path):
         other.close(), trainer.close()
 
 
+class SilentTeacher(HeuristicTeacher):
+    """A teacher that never says where a fact goes (it answers the memory operations)."""
+
+    def place(self, new_fact, tree):
+        raise RuntimeError("no answer")
+
+
+def test_an_add_whose_placement_got_no_answer_counts_as_one_without_the_teacher():
+    told = Policy(execute="teacher", query="always")
+    with memory(teacher=SilentTeacher(), learner=LearnerConfig(stage1=told, stage2=told), background=False) as mem:
+        keys = mem.add_many(all_facts()[:4], namespace="me")
+        assert all(mem.get(k, namespace="me") is not None for k in keys)  # stored all the same
+        assert mem.stats()["without_teacher"] == 3  # the first, in an empty tree, had nothing to ask
+        mem.graph.invoke({"text": "the dog needs a bath", "namespace": "me"})  # an insert, not an add
+        assert mem.stats()["without_teacher"] == 3
+
+
 class GatedTeacher(HeuristicTeacher):
     """A slow teacher, as an LLM is: the worker's questions wait until ``release`` is set."""
 
@@ -419,7 +450,7 @@ def test_adds_and_searches_do_not_wait_for_a_slow_teacher():
         mem.tree("me").check_invariants()
 
 
-def test_a_failed_compiled_graph_run_leaves_no_record_behind_for_long():
+def test_a_failed_compiled_graph_run_leaves_nothing_in_flight():
     with memory() as mem:
         # enough facts for the teacher to group some (a subject groups from about 20 facts)
         mem.add_many([f"{fact} (note {i})" for i in range(3) for fact in all_facts()], namespace="me")
@@ -427,10 +458,7 @@ def test_a_failed_compiled_graph_run_leaves_no_record_behind_for_long():
         aspect = mem.tree("me").aspects()[0]
         with pytest.raises(InvalidOperationError):  # the key names an aspect: attach refuses
             mem.graph.invoke({"text": "the dog needs a bath", "namespace": "me", "key": aspect})
-        assert mem.stats()["inserts_in_flight"] == 1  # kept, for a resumed run
-        mem._pipeline.ABANDONED_AFTER_S = 0.0
-        mem.graph.invoke({"text": "the cat needs a bath", "namespace": "me"})
-        assert mem.stats()["inserts_in_flight"] == 0
+        assert mem.stats()["inserts_in_flight"] == 0  # its record went with its state
         with pytest.raises(InvalidOperationError):  # through add: cleaned up at once
             mem.put("me", aspect, {"content": "the cat sleeps"})
         assert mem.stats()["inserts_in_flight"] == 0

@@ -12,6 +12,7 @@ from helpers import insert_by_teacher
 
 from langchain_membrain.errors import CheckpointError
 from langchain_membrain.insert.config import LearnerConfig
+from langchain_membrain.insert.decisions import stage2_feats
 from langchain_membrain.insert.graph import insert_fact, place_fact
 from langchain_membrain.insert.pipeline import Learner
 from langchain_membrain.students.calibration import Calibrator
@@ -429,7 +430,7 @@ def test_stage2_confidence_follows_the_decision_fit_alone(trained):
     learner, _, _, tree = trained
     tr = learner.trainer
     fact = tree.facts()[0]
-    feats = learner._feats2(tree, fact)
+    feats = stage2_feats(learner.config, tree, fact)
     types, _, _ = tr.predict_stage2(feats)
     mask = feats.type_mask()
     z = np.where(mask, types, -np.inf)

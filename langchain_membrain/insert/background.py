@@ -50,7 +50,7 @@ from ..teachers.seat import TeacherSeat
 from ..tree.inputs import Namespace
 from ..tree.labels import LABELLED_FACTS, offline_label, relabel_avoid, stale_aspects, typical_facts
 from ..tree.tree import MembrainTree
-from .batches import batch_view, carry_out
+from .batches import answer_batch, batch_view, carry_out
 from .config import DEFAULT_BATCH, LearnerConfig
 from .ledger import QUESTION_KINDS
 from .operations import OperationDecider
@@ -162,7 +162,6 @@ class Background:
         self.recent_calls: deque[int] = deque(maxlen=100)  # teacher calls of the last inserts
         self.last_worker_error: str | None = None
         self.checkpoint_error: str | None = None
-        self._local = threading.local()  # per thread: whether the current insert went without the teacher
         self.queue: queue.Queue = queue.Queue()  # its bound follows the teacher (_fit_teacher)
         self.offline_names = False
         self._fit_teacher()
@@ -219,8 +218,6 @@ class Background:
     def placed(self, ns: Namespace, record: PlaceRecord) -> None:
         """An insert was placed: count it, then train on it (now, or in the worker)."""
         self.counts["inserts"] += 1
-        if record.deferred:
-            self.went_untaught()
         if not self.is_trainer:
             self.recent_calls.append(record.teacher_calls)
             self.maybe_reload_checkpoint()
@@ -266,7 +263,7 @@ class Background:
                 return
             with self.lock:
                 view, live = batch_view(tree, job.records)
-        plans = learner.answer_batch(view, live) if live else None
+        plans = answer_batch(learner, view, live) if live else None
         if plans is None:
             return
         learner.trainer.train_ready()
@@ -276,19 +273,6 @@ class Background:
                 carry_out(tree, live, plans, learner.rewrite)
 
         self.forest.mutate(job.ns, write)
-
-    @contextlib.contextmanager
-    def insert_scope(self) -> Iterator[None]:
-        """One insert in this thread: counted in ``without_teacher`` when one of its
-        questions went unanswered (:meth:`went_untaught`). Not counted when it raises."""
-        self._local.untaught = False
-        yield
-        if self._local.untaught:
-            self.counts["without_teacher"] += 1
-
-    def went_untaught(self) -> None:
-        """A question of this thread's insert got no answer from the teacher."""
-        self._local.untaught = True
 
     # ------------------------------------------------------------------ learner
     def learner_for(self, dim: int) -> Learner:

@@ -28,8 +28,11 @@ State in: ``text``, and optionally ``namespace``, ``metadata``, ``key`` (and, fr
 operation that ran first, ``audit``: its audit draw, shared by the placement, and ``shared``:
 its question answered the placement too, so this insert's audit is not counted again). State out:
 ``key``, ``parent_path`` (aspect labels from the root to the new fact's parent),
-``teacher_calls``. The record of an insert in flight lives in the pipeline, keyed by
-``token``, so the graph state stays JSON-serialisable for users' checkpointers.
+``teacher_calls``. The insert in flight travels in the state itself (``inflight``: an
+:class:`InFlight`, its namespace, key and record), so nothing is held beside the graph. It
+is an in-process value: the compiled graph keeps it in a channel that is never
+checkpointed, so the state a user's checkpointer saves stays serialisable (a run resumed
+from a checkpoint in the middle of an insert raises; the insert is started again).
 
 The nodes reach the memory through :class:`InsertHost` alone: its namespaces (the
 :class:`~.forest.Forest`, which owns each namespace's tree, index and locks), its embedder,
@@ -43,10 +46,21 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol, TypedDict, TypeVar, cast
+from dataclasses import dataclass, replace
+from typing import (
+    Annotated,
+    Any,
+    Callable,
+    ContextManager,
+    Iterator,
+    Literal,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    cast,
+    get_type_hints,
+)
 
 import numpy as np
 
@@ -97,6 +111,18 @@ class InsertHost(Protocol):
         answer (``Learner.settle_batch``): now, or in the background for a slow teacher."""
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """An insert in flight, in the graph's state: its namespace, its key (None: the tree
+    names the fact), the embedded fact, and its record once the descent began it (the
+    Learner's steps fill the record as they decide)."""
+
+    ns: Namespace
+    key: str | None
+    fact: NewFact
+    record: PlaceRecord | None = None
+
+
 class InsertState(TypedDict, total=False):
     """The insert graph's state. Inputs: text, namespace, metadata, key."""
 
@@ -111,7 +137,7 @@ class InsertState(TypedDict, total=False):
     # ... and its answer (operations.Operation.placement), followed instead of asking again;
     # an in-process object: a compiled graph's caller leaves it out
     offered: Any
-    token: str
+    inflight: InFlight  # the insert in flight (an in-process value, never checkpointed)
     route: str
     parent_path: list[str]
     teacher_calls: int
@@ -120,55 +146,52 @@ class InsertState(TypedDict, total=False):
 Node = Callable[[InsertState], dict[str, Any]]
 
 
+def compiled_state() -> type:
+    """:class:`InsertState` for LangGraph: its ``inflight`` in a channel that is never
+    checkpointed (``UntrackedValue``)."""
+    from langgraph.channels.untracked_value import UntrackedValue
+
+    hints: dict[str, Any] = get_type_hints(InsertState)
+    hints["inflight"] = Annotated[InFlight, UntrackedValue(InFlight)]
+    return cast(type, TypedDict("InsertState", hints, total=False))  # type: ignore[operator]
+
+
 class InsertPipeline:
     """The nodes and routes of the insert graph, bound to one memory (its :class:`InsertHost`)."""
 
     NODES = ("embed", "stage1_descend", "stage1_teacher", "attach", "stage2_rewrite", "stage2_teacher",
              "apply_actions", "batch_teacher", "train")
 
-    # A record left behind by a run that raised inside a compiled graph is kept this long, so
-    # that a run resumed from the user's checkpointer can still find it, then dropped.
-    ABANDONED_AFTER_S = 3600.0
-
     def __init__(self, host: InsertHost):
         self.host = host
         self.forest = host.forest
-        # token -> (namespace, the NewFact then its PlaceRecord, key)
-        self._inflight: dict[str, tuple[tuple[str, ...], PlaceRecord | NewFact, str | None]] = {}
-        self._started: dict[str, float] = {}  # token -> time.monotonic() of its embed step
+        self._open = 0  # inserts started and not finished (stats: inserts_in_flight)
         self._guard = threading.Lock()
 
-    # ------------------------------------------------------------------ in-flight records
-    def _get(self, state: InsertState):
-        with self._guard:
-            try:
-                return self._inflight[state["token"]]
-            except KeyError:
-                raise InvalidOperationError("unknown insert token (was the state copied between runs?)") from None
+    # ------------------------------------------------------------------ the insert in flight
+    @staticmethod
+    def _flight(state: InsertState) -> InFlight:
+        flight = state.get("inflight")
+        if flight is None:
+            raise InvalidOperationError("no insert in flight in the state (a run resumed from a checkpoint "
+                                        "in the middle of an insert: start it again)")
+        return flight
 
-    def _set(self, token: str, entry) -> None:
-        with self._guard:
-            self._inflight[token] = entry
+    @classmethod
+    def _record(cls, state: InsertState) -> tuple[InFlight, PlaceRecord]:
+        flight = cls._flight(state)
+        if flight.record is None:
+            raise InvalidOperationError("the insert's descent has not begun")
+        return flight, flight.record
 
-    def _start(self, token: str, entry) -> None:
-        """Register a new insert, dropping records abandoned longer than ABANDONED_AFTER_S."""
-        now = time.monotonic()
+    def _opened(self, n: int) -> None:
         with self._guard:
-            for old in [t for t, t0 in self._started.items() if now - t0 > self.ABANDONED_AFTER_S]:
-                self._inflight.pop(old, None)
-                del self._started[old]
-            self._inflight[token], self._started[token] = entry, now
-
-    def _finish(self, token: str):
-        """Forget an insert's record; returns it (None if it was already gone)."""
-        with self._guard:
-            self._started.pop(token, None)
-            return self._inflight.pop(token, None)
+            self._open += n
 
     def in_flight(self) -> int:
-        """Inserts started and not finished (including any abandoned by a failed run)."""
+        """Inserts started and not finished (including any a failed compiled run left)."""
         with self._guard:
-            return len(self._inflight)
+            return self._open
 
     @contextlib.contextmanager
     def _session(self, ns: Namespace) -> Iterator[tuple[MembrainTree, Learner]]:
@@ -196,32 +219,33 @@ class InsertPipeline:
         ``key`` None: the tree names the fact."""
         with self.host.learner(int(np.asarray(new_fact.embedding).size)):
             pass  # created now, so that a wrong dimension fails before anything is stored
-        token = uuid.uuid4().hex
-        self._start(token, (ns, new_fact, key))
-        return {"token": token, "key": key, "teacher_calls": 0}
+        self._opened(1)
+        return {"inflight": InFlight(ns, key, new_fact), "key": key, "teacher_calls": 0}
 
     def stage1_descend(self, state: InsertState) -> dict[str, Any]:
         """Descend by the model's decisions until it attaches or the policy asks the teacher."""
-        ns, rec, key = self._get(state)
-        with self._session(ns) as (tree, learner):
-            if isinstance(rec, NewFact):
-                rec = learner.begin(tree, rec, audit=state.get("audit"), shared=bool(state.get("shared")),
+        flight = self._flight(state)
+        with self._session(flight.ns) as (tree, learner):
+            rec = flight.record
+            if rec is None:
+                rec = learner.begin(tree, flight.fact, audit=state.get("audit"), shared=bool(state.get("shared")),
                                     offered=state.get("offered"))
-                self._set(state["token"], (ns, rec, key))
+                flight = replace(flight, record=rec)
             asks = learner.descend_model(tree, rec)
-        return {"route": "teacher" if asks else "attach"}
+        return {"route": "teacher" if asks else "attach", "inflight": flight}
 
     def stage1_teacher(self, state: InsertState) -> dict[str, Any]:
         """Ask the teacher the joint question and follow its placement."""
-        ns, rec, _ = self._get(state)
-        with self._session(ns) as (tree, learner):
+        flight, rec = self._record(state)
+        with self._session(flight.ns) as (tree, learner):
             learner.teacher_place(tree, rec)
         return {}
 
     def attach(self, state: InsertState) -> dict[str, Any]:
         """Attach the fact (one committed write). A key that exists is replaced: its fact
         is removed and placed anew, keeping its created_at."""
-        ns, rec, key = self._get(state)
+        flight, rec = self._record(state)
+        key = flight.key
 
         def write(tree: MembrainTree) -> None:
             created = None
@@ -234,55 +258,54 @@ class InsertPipeline:
             with self.host.learner() as learner:
                 learner.attach(tree, rec, node_id=key, created_at=created)
 
-        self.forest.mutate(ns, write)
+        self.forest.mutate(flight.ns, write)
         return {}
 
     def stage2_rewrite(self, state: InsertState) -> dict[str, Any]:
         """The model's stage-2 actions on the new fact's closure."""
-        ns, rec, _ = self._get(state)
-        with self._session(ns) as (tree, learner):
+        flight, rec = self._record(state)
+        with self._session(flight.ns) as (tree, learner):
             asks = learner.propose_stage2(tree, rec)
         return {"route": "teacher" if asks else "apply"}
 
     def stage2_teacher(self, state: InsertState) -> dict[str, Any]:
         """Ask the teacher the joint question (its actions, and its parent if it differs)."""
-        ns, rec, _ = self._get(state)
-        with self._session(ns) as (tree, learner):
+        flight, rec = self._record(state)
+        with self._session(flight.ns) as (tree, learner):
             learner.teacher_stage2(tree, rec)
         return {}
 
     def apply_actions(self, state: InsertState) -> dict[str, Any]:
         """Apply the stage-2 actions (one committed write)."""
-        ns, rec, _ = self._get(state)
+        flight, rec = self._record(state)
 
         def write(tree: MembrainTree) -> None:
             with self.host.learner() as learner:
                 learner.apply_stage2(tree, rec)
 
-        self.forest.mutate(ns, write)
+        self.forest.mutate(flight.ns, write)
         with self.host.learner() as learner:
-            full = learner.wait_in_batch(ns, rec)
+            full = learner.wait_in_batch(flight.ns, rec)
         return {"route": "batch" if full else "train"}
 
     def batch_teacher(self, state: InsertState) -> dict[str, Any]:
         """Ask the batch question about the namespace's waiting inserts and carry out its
         answer (one committed write)."""
-        ns, rec, _ = self._get(state)
-        self.host.settle_batch(ns, rec)
+        flight, rec = self._record(state)
+        self.host.settle_batch(flight.ns, rec)
         return {}
 
     def train(self, state: InsertState) -> dict[str, Any]:
         """Hand the record to training (a background worker by default) and report."""
-        entry = self._finish(state["token"])
-        if entry is None:
-            raise InvalidOperationError("unknown insert token (was the state copied between runs?)")
-        ns, rec, _ = entry
+        flight, rec = self._record(state)
+        ns = flight.ns
         self.host.placed(ns, rec)
         path = []
         with self.forest.lock(ns):
             tree = self.forest.tree(ns, create=False)
             if tree is not None and rec.fact_id in tree:
                 path = [tree.node(a).text for a in tree.path(rec.fact_id)[1:-1]]
+        self._opened(-1)
         return {"key": rec.fact_id, "parent_path": path, "teacher_calls": rec.teacher_calls}
 
     # ------------------------------------------------------------------ routes
@@ -313,11 +336,11 @@ class InsertPipeline:
     # ------------------------------------------------------------------ running
     def compile(self):
         """The pipeline as a compiled LangGraph ``StateGraph``."""
-        from langgraph.graph import END, START, StateGraph
+        from langgraph.graph import END, START, StateGraph  # imported on first use: a slow import
 
-        builder = StateGraph(InsertState)
+        builder = StateGraph(compiled_state())
         for name in self.NODES:
-            builder.add_node(name, getattr(self, name))
+            builder.add_node(name, self.node(name))
         builder.add_edge(START, "embed")
         for src, dst in self.EDGES.items():
             builder.add_edge(src, dst)
@@ -331,15 +354,25 @@ class InsertPipeline:
         ``start`` ("stage1_descend" for a state that :meth:`start` made)."""
         state = InsertState(**state)  # a copy: the caller's dict is left as it was
         routes, node = self.routes(), start
-        try:
-            while True:
-                state.update(getattr(self, node)(state))
-                if node == "train":
-                    return state
-                node = routes[node](state) if node in routes else self.EDGES[node]
-        except BaseException:
-            self._finish(state.get("token", ""))
-            raise
+        while True:
+            state.update(cast(InsertState, self.node(node)(state)))
+            if node == "train":
+                return state
+            node = routes[node](state) if node in routes else self.EDGES[node]
+
+    def node(self, name: str) -> Node:
+        """The node ``name``; an insert whose node raises is no longer in flight (its
+        record, in the state, is dropped with it)."""
+        step: Node = getattr(self, name)
+
+        def run(state: InsertState) -> dict[str, Any]:
+            try:
+                return step(state)
+            except BaseException:
+                if state.get("inflight") is not None:
+                    self._opened(-1)
+                raise
+        return run
 
 
 # =============================================================================== a bare tree
@@ -463,5 +496,5 @@ def place_fact(tree: MembrainTree, learner: Learner, new_fact: NewFact, *,
     return host.record
 
 
-__all__ = ["BARE_TREE", "InsertHost", "InsertPipeline", "InsertResult", "InsertState", "Namespaces", "OneTree",
+__all__ = ["BARE_TREE", "InFlight", "InsertHost", "InsertPipeline", "InsertResult", "InsertState", "Namespaces", "OneTree",
            "TreeHost", "insert_fact", "place_fact"]

@@ -29,7 +29,7 @@ LangGraph meaning and always stores.
 The modules of the operation: operation_types.py (the question and answer types and
 :func:`validate_operation`), operation_rule.py (the offline rule and its text heuristics),
 operation_student.py (the student), and this one (asking the teacher, the decider and
-:func:`execute`). Their public names are importable from here too.
+:func:`operate`). Their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..storage.forest import Forest
 
 __all__ = [
-    "OperationCounters", "OperationDecider", "OperationDecision", "ask_teacher", "candidates_for", "execute",
+    "Operated", "OperationCounters", "OperationDecider", "OperationDecision", "ask_teacher", "candidates_for",
+    "execute", "operate",
 ]
 
 
@@ -98,14 +99,33 @@ def candidates_for(tree: MembrainTree, nearest: Sequence[tuple[str, float]]) -> 
 
 
 # ------------------------------------------------------------------ applying
+Place = Callable[[tuple[str, ...], dict[str, Any], str, np.ndarray], str]
+
+
 def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], value: dict[str, Any],
-            text: str, vec: np.ndarray, *, place: Callable[[tuple[str, ...], dict[str, Any], str, np.ndarray], str],
-            audit: bool | None = None) -> str | None:
+            text: str, vec: np.ndarray, *, place: Place, audit: bool | None = None) -> str | None:
     """Decide and apply the operation for one item added without a key; returns the key it
-    now has, or None for ADD (the caller then places it as always). Call holding the
-    namespace's insert lock. ``place`` places an item through the insert graph (a DELETE
-    that keeps its item places it) and returns its key. ``audit``: the caller's audit draw
-    for this item (see :meth:`OperationDecider.decide`).
+    now has, or None for ADD (the caller then places it as always): :func:`operate`'s key."""
+    return operate(forest, decider, ns, value, text, vec, place=lambda *item, decision: place(*item),
+                   audit=audit).key
+
+
+@dataclass(frozen=True)
+class Operated:
+    """What :func:`operate` did for one item: the key it now has (None: ADD, for the caller
+    to place) and the decision, this item's own."""
+
+    key: str | None
+    decision: OperationDecision
+
+
+def operate(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], value: dict[str, Any],
+            text: str, vec: np.ndarray, *, place: Callable[..., str], audit: bool | None = None) -> Operated:
+    """Decide and apply the operation for one item added without a key. Call holding the
+    namespace's insert lock. ``place(ns, value, text, vec, decision=...)`` places an item
+    through the insert graph (a DELETE that keeps its item places it), told the item's
+    decision, and returns its key. ``audit``: the caller's audit draw for this item (see
+    :meth:`OperationDecider.judge`).
 
     Crash safety: every change is one committed write (``forest.mutate``). An UPDATE
     archives the old version and writes the new one in the same transaction. A DELETE whose
@@ -122,12 +142,14 @@ def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], valu
         if not is_fast(decider.teacher):  # O(n), beside an LLM's latency
             snapshot = tree.copy() if tree is not None else MembrainTree("/".join(ns))
     question = OperationQuestion(text, vec, cands, ns, value, snapshot)
-    op = decider.decide(question, audit=audit)
+    decision = decider.judge(question, audit=audit)
+    op = decision.operation
     meta = {"value": value, "indexed": True}
     if op.kind == "ADD":
-        return None
+        return Operated(None, decision)
     if op.kind == "IGNORE":
-        return forest.mutate(ns, lambda t: t.log_ignored(None, text, embedding=vec, metadata=meta))
+        return Operated(forest.mutate(ns, lambda t: t.log_ignored(None, text, embedding=vec, metadata=meta)),
+                        decision)
     target = op.target
     if op.kind == "UPDATE":
         def update(t: MembrainTree) -> str | None:
@@ -136,9 +158,9 @@ def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], valu
             t.supersede(target, text, embedding=vec, metadata=meta)
             return target
 
-        return forest.mutate(ns, update)
+        return Operated(forest.mutate(ns, update), decision)
     # DELETE
-    new_key = place(ns, value, text, vec) if op.keep else None
+    new_key = place(ns, value, text, vec, decision=decision) if op.keep else None
 
     def delete(t: MembrainTree) -> str | None:
         logged = None
@@ -148,7 +170,7 @@ def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], valu
             t.retire(target, superseded_by=new_key or logged)
         return new_key or logged
 
-    return forest.mutate(ns, delete)
+    return Operated(forest.mutate(ns, delete), decision)
 
 
 # ------------------------------------------------------------------ the decider
@@ -231,13 +253,17 @@ class OperationDecider:
         self.counters = OperationCounters()
         self.last: OperationDecision | None = None  # the latest decision (a new object each time)
         self._guard = threading.Lock()
-        self._local = threading.local()
 
     def decide(self, question: OperationQuestion, *, audit: bool | None = None) -> Operation:
-        """The item's operation. ``audit``: whether this item is an audit (the teacher is
-        asked whatever the student's confidence), when the caller draws it (the memory
-        draws one per insert for the operation and the placement together); None: the
-        student draws its own at its ``audit_rate``."""
+        """The item's operation (:meth:`judge`'s)."""
+        return self.judge(question, audit=audit).operation
+
+    def judge(self, question: OperationQuestion, *, audit: bool | None = None) -> OperationDecision:
+        """The item's decision: its operation, who decided and what it cost. ``audit``:
+        whether this item is an audit (the teacher is asked whatever the student's
+        confidence), when the caller draws it (the memory draws one per insert for the
+        operation and the placement together); None: the student draws its own at its
+        ``audit_rate``."""
         c = self.counters
         student_op, trusted, gate = (None, False, False)
         compared = False  # the teacher answered and the student had proposed an answer
@@ -287,12 +313,7 @@ class OperationDecider:
             decision = OperationDecision(op, "student" if alone else by, tuple(c.key for c in question.candidates),
                                          not alone, None if alone else requests, not alone and failure is None)
             self.last = decision
-        self._local.decision = decision
-        return op
-
-    def last_here(self) -> OperationDecision | None:
-        """The latest decision taken on the calling thread (``last`` is any thread's)."""
-        return getattr(self._local, "decision", None)
+        return decision
 
     def stats(self) -> dict[str, Any]:
         out = self.counters.as_dict()

@@ -10,38 +10,51 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable, cast
+from dataclasses import replace
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
-from ..errors import DimensionError, InvalidOperationError, MembrainError
-from ..students.decoding import decode, encode_actions
-from ..students.features import S1, Stage1Features, Stage2Features, stage1_features, stage2_features
+from ..errors import MembrainError
+from ..students.decoding import encode_actions
+from ..students.features import S1
 from ..students.nets import ModelConfig
 from ..students.shadow import ShadowScores, same_actions, stage1_classes, stage2_classes
 from ..students.training import OnlineTrainer
 from ..students.training_config import Policy
-from ..teachers.base import BatchTeacher, RemoteTeacher, Teacher, ask_placement, capable, safe_choice
+from ..teachers.base import BatchTeacher, RemoteTeacher, Teacher, capable, safe_choice
 from ..teachers.budget import requests_sent
 from ..teachers.seat import SeatedTeacher, TeacherSeat
-from ..tree.actions import Action, Group, apply_actions
+from ..tree.actions import Action, apply_actions
 from ..tree.labels import fallback_label, name_groups
-from ..tree.placement import (
-    MAX_DESCENT,
-    NewFact,
-    Placement,
-    Subtree,
-    attach,
-    descend,
-    destination,
-    path_choices,
-    stage1_candidates,
-)
+from ..tree.placement import MAX_DESCENT, NewFact, Placement, Subtree, attach, descend, destination, stage1_candidates
 from ..tree.tree import MembrainTree
-from .batches import WaitingInserts, batch_view, carry_out
+from .asking import Asking, sent_since
+from .batches import WaitingInserts, answer_batch, batch_view, carry_out
 from .config import LearnerConfig
+from .decisions import (
+    attach_here,
+    check_fact,
+    model_descend_from,
+    model_stage2,
+    plan_labels,
+    second_opinion,
+    stage1_feats,
+    unsure,
+    warm,
+)
 from .ledger import QuestionLedger
-from .records import Correction, PlaceRecord, Stage1Decision, Stage1Label, Stage2Decision, SupervisionResult
+from .records import (
+    Audit,
+    Clock,
+    Correction,
+    Descent,
+    PlaceRecord,
+    Stage1Decision,
+    Stage1Label,
+    Stage2Decision,
+    SupervisionResult,
+)
 
 WAITING_TRACKED = 10_000  # parents whose waiting stage-2 decisions are counted (stage2_defer)
 
@@ -90,6 +103,7 @@ class Learner:
         self.shadow = shadow
         self.rng = np.random.default_rng(self.config.seed)
         self.ledger = QuestionLedger()  # the teacher questions asked, by kind
+        self.asking = Asking(self.seat, self.ledger)
         self.shadow_scores = ShadowScores()  # with a shadow: the student's own decisions against it
         self._count_lock = threading.Lock()
         self.inserts = 0
@@ -102,26 +116,13 @@ class Learner:
     def counters(self):
         return self.trainer.counters
 
-    def _warm(self, policy: Policy, stage: str) -> bool:
-        return self.trainer.labelled_count(stage) >= policy.warmup
-
-    def _unsure(self, policy: Policy, stage: str, confidence: float) -> bool:
-        """Whether this decision sends the insert to the teacher now: always under
-        execute="teacher"; under "auto", before warm-up or below ``policy.confidence``
-        (unless query="never"); never under "model"."""
-        if policy.execute == "teacher":
-            return True
-        if policy.execute == "model" or policy.query == "never":
-            return False
-        return not self._warm(policy, stage) or confidence < policy.confidence
-
-    def _unbiased(self, rec: PlaceRecord, policy: Policy, stage: str) -> bool:
+    def unbiased(self, rec: PlaceRecord, policy: Policy, stage: str) -> bool:
         """Whether a label of this insert may calibrate ``stage``: the question was not asked
         *because* the model was unsure (an audit draw, teacher forcing, warm-up, or
         query="always"). A question stage 2 asked calibrates stage 1 whatever this says
         (:meth:`teacher_stage2`)."""
-        return (rec.drawn or policy.execute == "teacher" or policy.query == "always"
-                or not self._warm(policy, stage))
+        return (rec.audit.drawn or policy.execute == "teacher" or policy.query == "always"
+                or not warm(self.trainer, policy, stage))
 
     # ------------------------------------------------------------------ the teacher
     def draw_audit(self) -> bool:
@@ -129,63 +130,10 @@ class Learner:
         insert's placement (``begin(audit=...)``) and its memory operation."""
         return bool(self.rng.random() < self.config.stage1.audit_rate)
 
-    def _count(self, kind: str, rec: PlaceRecord | SupervisionResult | None, *, failed: bool = False,
-               shared: bool = False, sent: int | None = None) -> None:
-        """Count one question in the ledger and on the insert it was asked for (``rec``)."""
-        counted = self.ledger.count(kind, failed=failed, shared=shared, sent=sent)
-        if rec is not None and counted is not None:
-            rec.teacher_calls += counted
-            rec.teacher_failures += failed
-
-    @staticmethod
-    def _sent_since(teacher: Teacher, before: int | None) -> int | None:
-        return None if before is None or (after := requests_sent(teacher)) is None else after - before
-
-    def _ask(self, tree: MembrainTree, new_fact: NewFact, kind: str,
-             rec: PlaceRecord | SupervisionResult, *, shared: bool = False,
-             offered: Placement | None = None) -> Placement | None:
-        """The joint question on ``tree`` (which must not hold the new fact): a placement
-        whose parent is a container of ``tree`` on a path from its root and whose actions
-        act on distinct nodes; else None (a counted failure). A placement its teacher's own
-        fallback chose (``fell_back``) is no answer of the teacher's: a failure too.
-        ``offered``: the answer given already (with the memory operation), taken when it is
-        still valid on ``tree`` without a request; else the question is asked."""
-        if offered is not None:
-            plan = self._valid_plan(tree, offered)
-            if plan is not None:
-                self._count(kind, rec, shared=True, sent=0)
-                return plan
-        teacher = self.teacher  # read once: a question is asked of, and counted for, one teacher
-        before = requests_sent(teacher)
-        try:
-            answer = ask_placement(teacher, new_fact, tree)
-        except Exception:  # an untrusted teacher: any exception is a failed answer
-            answer = None
-        plan = self._valid_plan(tree, answer) if answer is not None else None
-        self._count(kind, rec, failed=plan is None, shared=shared, sent=self._sent_since(teacher, before))
-        return plan
-
-    @staticmethod
-    def _valid_plan(tree: MembrainTree, plan: Placement) -> Placement | None:
-        """``plan`` with its path on ``tree`` when it is a teacher's answer that fits it (see
-        :meth:`_ask`), else None."""
-        if plan.fell_back:
-            return None  # the teacher gave no usable answer: its fallback chose
-        parent = plan.parent_id
-        if parent not in tree or tree.node(parent).kind == "fact":
-            return None
-        touched: list[str] = []
-        for act in plan.actions:
-            touched += list(act.node_ids) if isinstance(act, Group) else [act.node_id]
-        if len(touched) != len(set(touched)):
-            return None  # a node acted on twice
-        plan.path = tree.path(parent)
-        return plan
-
     def name_aspect(self, texts: list[str]) -> str:
         """A label from the teacher (counted in ``naming_calls``), or the model's own
         labeller's when it fails (a counted failure)."""
-        teacher = self.teacher  # read once (see _ask)
+        teacher = self.teacher  # read once (see Asking.ask)
         before = requests_sent(teacher)
         # a remote teacher's try_ raises where it would fall back silently
         ask = teacher.try_name_aspect if capable(teacher, RemoteTeacher) else teacher.name_aspect
@@ -194,7 +142,7 @@ class Learner:
         except Exception:
             label = None
         ok = isinstance(label, str) and bool(label.strip())
-        self._count("naming", None, failed=not ok, sent=self._sent_since(teacher, before))
+        self.asking.count("naming", None, failed=not ok, sent=sent_since(teacher, before))
         return cast(str, label) if ok else self.label_aspect(texts, [])  # ok: a str
 
     def rewrite(self, tree: MembrainTree, actions: list[Action]) -> list[Action]:
@@ -205,199 +153,135 @@ class Learner:
                                    embed_label=self.embed_label, allow_aspects=self.config.allow_aspects)
         return applied
 
-    def _plan_labels(self, tree: MembrainTree, new_fact: NewFact, plan: Placement, calibrate: bool) -> list[Stage1Label]:
-        """Stage-1 labels of every level on the teacher's path, on ``tree`` (without the fact)."""
-        return [Stage1Label(self._feats1(tree, new_fact, sub), i, calibrate)
-                for sub, i in path_choices(tree, new_fact, plan.path, top_k=self.config.model.top_k)]
-
-    # ------------------------------------------------------------------ features
-    def _feats1(self, tree: MembrainTree, new_fact: NewFact, sub: Subtree) -> Stage1Features:
-        return stage1_features(tree, new_fact, sub, max_facts=self.config.model.max_context_facts)
-
-    def _feats2(self, tree: MembrainTree, fact_id: str) -> Stage2Features:
-        return stage2_features(tree, tree.closure(fact_id), max_facts=self.config.model.max_closure_facts)
-
-    def _model_stage2(self, tree: MembrainTree, fact_id: str) -> tuple[Stage2Features, np.ndarray, list[Action], float] | None:
-        """The model's stage-2 decision on the fact's closure: (features, type logits,
-        decoded actions, calibrated confidence); None when only Idle is possible."""
-        feats = self._feats2(tree, fact_id)
-        mask = feats.type_mask()
-        if not mask[:, 1:].any():
-            return None
-        t_logits, d_logits, g_logits = self.trainer.predict_stage2(feats)
-        actions = decode(tree, feats, t_logits, d_logits, g_logits, self.config.decode)
-        return feats, t_logits, actions, self.trainer.confidence_stage2(t_logits, mask)
-
-    def _model_descend_from(self, tree: MembrainTree, new_fact: NewFact, node_id: str) -> str:
-        """Where the model alone would attach ``new_fact``, descending from ``node_id``."""
-        def choose(sub: Subtree) -> int:
-            return int(np.argmax(self.trainer.predict_stage1(self._feats1(tree, new_fact, sub))))
-        return destination(descend(tree, new_fact, choose, top_k=self.config.model.top_k, start=node_id))
-
-    def _check_fact(self, tree: MembrainTree, new_fact: NewFact) -> None:
-        dim = self.config.model.dim
-        emb = np.asarray(new_fact.embedding)
-        if emb.ndim != 1 or emb.size != dim:
-            raise DimensionError(f"the new fact's embedding has shape {emb.shape}, the model reads {dim}")
-        if tree.dim is not None and tree.dim != dim:
-            raise DimensionError(f"the tree holds {tree.dim}-d embeddings, the model reads {dim}")
-
     # The insert's steps (graph.py runs them as its nodes). Each takes the tree as it is when
-    # it runs (the graph may run them under separate locks), so each re-validates the ids it reads.
+    # it runs (the graph may run them under separate locks), so each re-validates the ids it
+    # reads. Each replaces the record's decisions it takes (records.Audit, Descent, Answer, Clock).
     def begin(self, tree: MembrainTree, new_fact: NewFact, *, audit: bool | None = None,
               shared: bool = False, offered: Placement | None = None) -> PlaceRecord:
         """Start an insert at the root and draw whether it is an audit (every insert under
         query="always"). One draw per insert, whatever the model's confidence, so audited
         inserts are an unbiased sample; ``audit``: the caller's draw (:meth:`draw_audit`)
-        instead. ``shared``, ``offered``: see :class:`PlaceRecord`."""
-        self._check_fact(tree, new_fact)
-        rec = PlaceRecord("", new_fact, tree.root_id, [], None, [], cursor=tree.root_id, shared=shared,
-                          offered=offered)
+        instead. ``shared``, ``offered``: see :class:`~.records.Audit`."""
+        check_fact(self.config, tree, new_fact)
         pol = self.config.stage1
         draw = self.draw_audit() if audit is None else bool(audit)
-        rec.drawn = pol.query == "always" or (pol.query == "uncertain" and draw)
-        rec.clock = (time.perf_counter(), time.process_time(), 0.0)
-        return rec
+        drawn = pol.query == "always" or (pol.query == "uncertain" and draw)
+        return PlaceRecord("", new_fact, tree.root_id, [], None, [], audit=Audit(drawn, shared, offered),
+                           descent=Descent(tree.root_id), clock=Clock(time.perf_counter(), time.process_time()))
 
     def _shadow_time(self, rec: PlaceRecord, seconds: float) -> None:
         self.shadow_scores.seconds += seconds
-        t0, c0, s = rec.clock
-        rec.clock = (t0, c0, s + seconds)
+        rec.clock = replace(rec.clock, shadow_s=rec.clock.shadow_s + seconds)
 
     def descend_model(self, tree: MembrainTree, rec: PlaceRecord) -> bool:
-        """Descend by the model's decisions from ``rec.cursor``. Returns True, and stops, at
-        the first level where the model is unsure (the teacher is then asked the joint
-        question); False once it attaches (``rec.descended``)."""
-        if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
-            rec.cursor = tree.root_id  # the tree changed under us: start again
-        new_fact, pol = rec.new_fact, self.config.stage1
+        """Descend by the model's decisions from the descent's cursor. Returns True, and
+        stops, at the first level where the model is unsure (the teacher is then asked the
+        joint question); False once it attaches (``Descent.done``)."""
+        cursor = rec.descent.cursor
+        if cursor not in tree or tree.node(cursor).kind == "fact":
+            cursor = tree.root_id  # the tree changed under us: start again
+        new_fact, pol, tr = rec.new_fact, self.config.stage1, self.trainer
         for _ in range(MAX_DESCENT):
-            cands = stage1_candidates(tree, rec.cursor, new_fact.embedding, self.config.model.top_k)
+            cands = stage1_candidates(tree, cursor, new_fact.embedding, self.config.model.top_k)
             if len(cands) == 1:
                 break  # no child aspect: nothing to decide, attach here
-            sub = Subtree(tree, rec.cursor, cands)
-            feats = self._feats1(tree, new_fact, sub)
-            logits = self.trainer.predict_stage1(feats)
-            conf = self.trainer.confidence_stage1(logits)
+            sub = Subtree(tree, cursor, cands)
+            feats = stage1_feats(self.config, tree, new_fact, sub)
+            logits = tr.predict_stage1(feats)
+            conf = tr.confidence_stage1(logits)
             mchoice = int(np.argmax(logits))
-            if self._unsure(pol, "stage1", conf):
-                mchoice, conf = self._linear_second_opinion(feats, mchoice, conf)
-            mchoice, conf = self._attach_here(feats, logits, mchoice, conf)
+            if unsure(tr, pol, "stage1", conf):
+                mchoice, conf = second_opinion(tr, self.config, feats, mchoice, conf)
+            mchoice, conf = attach_here(tr, self.config, feats, logits, mchoice, conf)
             best_cos = feats.num[1:1 + feats.n_candidates, S1["is_best_cos"]]
             trivial = int(np.argmax(best_cos)) if best_cos.max() > 0 else 0
-            step = Stage1Decision(rec.cursor, cands, feats, logits, mchoice, conf, mchoice, "model",
+            step = Stage1Decision(cursor, cands, feats, logits, mchoice, conf, mchoice, "model",
                                   trivial_choice=trivial)
             if self.shadow is not None:
                 s0 = time.perf_counter()
                 step.shadow_choice = self._shadow1(rec.new_fact, sub)
                 self._shadow_time(rec, time.perf_counter() - s0)
             rec.steps.append(step)
-            self.trainer.counters["stage1"].decisions += 1
-            if not rec.asked and self._unsure(pol, "stage1", conf):
+            tr.counters["stage1"].decisions += 1
+            if not rec.answer.asked and unsure(tr, pol, "stage1", conf):
+                rec.descent = replace(rec.descent, cursor=cursor)
                 return True
-            self.trainer.counters["stage1"].model_executed += 1
+            tr.counters["stage1"].model_executed += 1
             if step.shadow_choice is not None:
                 self.shadow_scores.add("stage1", mchoice == step.shadow_choice, stage1_classes(mchoice, step.shadow_choice))
             if mchoice == 0:
                 break
-            rec.cursor = cands[mchoice]
-        rec.descended = True
+            cursor = cands[mchoice]
+        rec.descent = replace(rec.descent, cursor=cursor, done=True)
         return False
-
-    def _linear_second_opinion(self, feats: Stage1Features, choice: int, conf: float) -> tuple[int, float]:
-        """Where the network is unsure: the linear student's choice and confidence when its
-        own calibrated confidence passes the gate (students.LinearStage1), else the
-        network's. The linear student is trusted only once its calibration was fitted."""
-        linear = self.trainer.linear1
-        if not linear.calib.fitted:
-            return choice, conf
-        logits = linear.logits(feats)
-        lconf = linear.confidence(logits)
-        if self._unsure(self.config.stage1, "stage1", lconf):
-            return choice, conf
-        return int(np.argmax(logits)), lconf
-
-    def _attach_here(self, feats: Stage1Features, logits: np.ndarray, choice: int, conf: float) -> tuple[int, float]:
-        """Stop or go down as the fitted attach-here student says (students.AttachHere): here
-        where its balanced probability is >= 1/2, else into the networks' choice (their best
-        child if they stopped). The confidence is the lower of the choice's and the student's
-        probability of its side (a doubtful level goes to the teacher); a stop is the
-        teacher's to confirm until the student's stops agreed at the gate."""
-        student = self.trainer.attach
-        if not student.ready or not feats.num[:, S1["is_best_aff"]].any():
-            return choice, conf
-        p_stop = student.prob(feats)
-        if student.balanced(feats) >= 0.5:
-            gate = self.config.stage1.confidence
-            return 0, p_stop if student.stops_agree_at(gate) else min(p_stop, 0.5 * gate)
-        if choice == 0:
-            probs = self.trainer.calib["stage1"].probs(logits)
-            choice = 1 + int(np.argmax(probs[1:]))
-            conf = float(probs[choice] / max(probs[1:].sum(), 1e-12))
-        return choice, min(conf, 1.0 - p_stop)
 
     def teacher_place(self, tree: MembrainTree, rec: PlaceRecord) -> None:
         """Ask the joint question now and follow its path; if the answer is not valid, the
         model descends on its own from where it stopped. With batch questions the insert
         waits instead, where the model's descent ends (:meth:`settle_batch`)."""
-        if rec.descended:
+        descent = rec.descent
+        if descent.done:
             return
-        if self.batching and not rec.shared:
-            rec.batched, rec.descended = "stage1", True
-            rec.cursor, rec.placed_by = self._model_descend_from(tree, rec.new_fact, rec.cursor), "model"
+        if self.batching and not rec.audit.shared:
+            rec.answer = replace(rec.answer, batched="stage1")
+            cursor = model_descend_from(self.trainer, self.config, tree, rec.new_fact, descent.cursor)
+            rec.descent = replace(descent, cursor=cursor, done=True, placed_by="model")
             return
-        rec.asked = True
         self.ledger.unsure["stage1"] += 1
-        if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
-            rec.cursor = tree.root_id
-        plan = self._ask(tree, rec.new_fact, "placement", rec, offered=rec.offered)
-        rec.offered = None
+        cursor = descent.cursor
+        if cursor not in tree or tree.node(cursor).kind == "fact":
+            cursor = tree.root_id
+        offered, rec.audit = rec.audit.offered, replace(rec.audit, offered=None)
+        plan = self.asking.ask(tree, rec.new_fact, "placement", rec, offered=offered)
         if plan is None:  # no answer: decided without the teacher, asked again in supervise
-            rec.deferred = "stage1"
-            rec.cursor, rec.placed_by = self._descend_without_teacher(tree, rec.new_fact, rec.cursor)
+            rec.answer = replace(rec.answer, asked=True, deferred="stage1")
+            cursor, by = self._descend_without_teacher(tree, rec.new_fact, cursor)
             for step in rec.steps[-1:]:
-                step.by = "offline rule" if rec.placed_by == "offline rule" else step.by
+                step.by = "offline rule" if by == "offline rule" else step.by
         else:
-            rec.plan, rec.cursor, rec.placed_by = plan, plan.parent_id, "teacher"
-            rec.labels1 = self._plan_labels(tree, rec.new_fact, plan,
-                                            self._unbiased(rec, self.config.stage1, "stage1"))
+            labels1 = plan_labels(self.config, tree, rec.new_fact, plan,
+                                  self.unbiased(rec, self.config.stage1, "stage1"))
+            rec.answer = replace(rec.answer, asked=True, plan=plan, labels1=labels1)
+            cursor, by = plan.parent_id, "teacher"
             for step in rec.steps[-1:]:
                 step.by = "teacher"
-        rec.descended = True
+        rec.descent = replace(descent, cursor=cursor, placed_by=by, done=True)
 
     def _descend_without_teacher(self, tree: MembrainTree, new_fact: NewFact, node_id: str) -> tuple[str, str]:
         """Where the fact goes when the teacher gave no answer, and who chose: the model once
         stage 1 is warm, the ``stand_in`` (the offline rule) before, and always where the
         model executes nothing (execute="teacher")."""
         pol = self.config.stage1
-        if self.stand_in is not None and (pol.execute == "teacher" or not self._warm(pol, "stage1")):
+        if self.stand_in is not None and (pol.execute == "teacher" or not warm(self.trainer, pol, "stage1")):
             stand_in = self.stand_in
             return destination(descend(tree, new_fact, lambda sub: safe_choice(stand_in, new_fact, sub),
                                        top_k=self.config.model.top_k, start=node_id)), "offline rule"
-        return self._model_descend_from(tree, new_fact, node_id), "model"
+        return model_descend_from(self.trainer, self.config, tree, new_fact, node_id), "model"
 
     def attach(self, tree: MembrainTree, rec: PlaceRecord, *, node_id: str | None = None,
                created_at: float | None = None) -> str:
         """Attach the new fact where the descent stopped (the root if that node is gone).
         An audited insert the model decided alone keeps a snapshot of the tree first."""
-        new_fact = rec.new_fact
+        new_fact, descent, answer = rec.new_fact, rec.descent, rec.answer
         shadow = self.shadow
         if shadow is not None:
             s0 = time.perf_counter()
             try:
-                rec.shadow_parent = destination(descend(tree, new_fact, lambda s: shadow.choose_stage1(new_fact, s),
-                                                        top_k=self.config.model.top_k))
+                shadow_parent: str | None = destination(descend(
+                    tree, new_fact, lambda s: shadow.choose_stage1(new_fact, s), top_k=self.config.model.top_k))
             except Exception:
-                rec.shadow_parent = None
+                shadow_parent = None
+            descent = replace(descent, shadow_parent=shadow_parent)
             self._shadow_time(rec, time.perf_counter() - s0)
-        if (rec.drawn and not rec.asked and not rec.batched) or rec.deferred:
-            rec.snapshot = tree.copy()
-        if rec.cursor not in tree or tree.node(rec.cursor).kind == "fact":
-            rec.cursor = tree.root_id
-        if rec.placed_by == "forced" and rec.steps:
-            rec.placed_by = "model"
-        rec.placed_under = rec.cursor
-        rec.fact_id = attach(tree, new_fact, rec.cursor, node_id=node_id, created_at=created_at)
+        if (rec.audit.drawn and not answer.asked and not answer.batched) or answer.deferred:
+            rec.audit = replace(rec.audit, snapshot=tree.copy())
+        if descent.cursor not in tree or tree.node(descent.cursor).kind == "fact":
+            descent = replace(descent, cursor=tree.root_id)
+        if descent.placed_by == "forced" and rec.steps:
+            descent = replace(descent, placed_by="model")
+        rec.descent = descent
+        rec.placed_under = descent.cursor
+        rec.fact_id = attach(tree, new_fact, descent.cursor, node_id=node_id, created_at=created_at)
         self.inserts += 1
         return rec.fact_id
 
@@ -405,19 +289,20 @@ class Learner:
         """The stage-2 decision on the new fact's closure: the teacher's actions when the
         joint question was answered, else the model's. True when the model is unsure and
         the teacher has not been asked yet (it is then asked now)."""
-        if rec.fact_id not in tree or rec.batched:
+        answer, tr = rec.answer, self.trainer
+        if rec.fact_id not in tree or answer.batched:
             return False  # a waiting insert's stage 2 comes with its batch's answer
         try:
-            decided = self._model_stage2(tree, rec.fact_id)
+            decided = model_stage2(tr, self.config, tree, rec.fact_id)
         except MembrainError:
             return False  # stage 2 is an improvement; a failure in it must never undo the insert
-        calibrate = self._unbiased(rec, self.config.stage2, "stage2")
-        if rec.plan is not None:
-            actions = rec.plan.bind(rec.fact_id)
+        calibrate = self.unbiased(rec, self.config.stage2, "stage2")
+        if answer.plan is not None:
+            actions = answer.plan.bind(rec.fact_id)
             if decided is not None:
                 feats, logits, mine, conf = decided
                 rec.stage2 = Stage2Decision(feats, logits, mine, conf, actions, "teacher", actions, calibrate,
-                                            gate_sample=calibrate or rec.move_to is None)
+                                            gate_sample=calibrate or answer.move_to is None)
             elif actions:  # e.g. aspect moves, which the model does not decide: executed, not learned
                 rec.applied = actions
             return False
@@ -425,15 +310,16 @@ class Learner:
             return False
         feats, logits, mine, conf = decided
         rec.stage2 = Stage2Decision(feats, logits, mine, conf, mine, "model", None, calibrate, gate_sample=calibrate)
-        if rec.asked or not self._unsure(self.config.stage2, "stage2", conf):
+        if answer.asked or not unsure(tr, self.config.stage2, "stage2", conf):
             return False
         # Unsure: Idle alone when the network proposes Idle and the linear student is sure of it.
-        idle = self.trainer.idle2.prob(feats) if not mine and len(feats.fact_tok) else 0.0
-        if self.trainer.idle2.sure(idle) and not self._unsure(self.config.stage2, "stage2", idle):
+        idle = tr.idle2.prob(feats) if not mine and len(feats.fact_tok) else 0.0
+        if tr.idle2.sure(idle) and not unsure(tr, self.config.stage2, "stage2", idle):
             rec.stage2.confidence = idle
             return False
-        if self.batching and not rec.shared:
-            rec.batched, rec.stage2, rec.snapshot = "stage2", None, None
+        if self.batching and not rec.audit.shared:
+            rec.answer, rec.stage2 = replace(answer, batched="stage2"), None
+            rec.audit = replace(rec.audit, snapshot=None)
             return False
         if self._waits(tree, rec.fact_id):
             rec.stage2.executed = []  # Idle until the parent's turn to ask comes
@@ -463,18 +349,19 @@ class Learner:
         """Ask the joint question now, about the tree without the new fact; its stage-2
         actions replace the model's, and a parent that differs moves the fact (both are
         carried out by :meth:`apply_stage2`)."""
-        if rec.asked or rec.fact_id not in tree:
+        if rec.answer.asked or rec.fact_id not in tree:
             return
-        rec.asked, rec.snapshot = True, None  # asked now: an audit has nothing left to ask
+        # asked now: an audit has nothing left to ask
+        offered, rec.audit = rec.audit.offered, replace(rec.audit, offered=None, snapshot=None)
         self.ledger.unsure["stage2"] += 1
         view = tree.copy()
         view.remove(rec.fact_id)
-        plan = self._ask(view, rec.new_fact, "placement", rec, offered=rec.offered)
-        rec.offered = None
+        plan = self.asking.ask(view, rec.new_fact, "placement", rec, offered=offered)
         if plan is None:  # no answer: the model's stage 2 stands; asked again in supervise, on view
-            rec.deferred, rec.snapshot = "stage2", view
+            rec.answer = replace(rec.answer, asked=True, deferred="stage2")
+            rec.audit = replace(rec.audit, snapshot=view)
             return
-        rec.plan, rec.placed_by = plan, "teacher"
+        rec.descent = replace(rec.descent, placed_by="teacher")
         # Stage 1 was sure at every level (it would have asked otherwise): its labels here are
         # a sample of what its gate let through, so they calibrate it. They keep its window
         # fresh after warm-up, where 2% audits alone barely renew it (a new teacher's gate
@@ -482,10 +369,10 @@ class Learner:
         # calibrated on stage 1's questions the other way round: its gate never sees those
         # inserts, and they are harder for it, so its gate would shut more often than it
         # should (bench/RESULTS.md, economy).
-        rec.labels1 = self._plan_labels(view, rec.new_fact, plan, True)
-        if plan.parent_id != tree.parent(rec.fact_id):
-            rec.move_to = plan.parent_id
-        elif rec.stage2 is not None:
+        labels1 = plan_labels(self.config, view, rec.new_fact, plan, True)
+        move_to = plan.parent_id if plan.parent_id != tree.parent(rec.fact_id) else None
+        rec.answer = replace(rec.answer, asked=True, plan=plan, labels1=labels1, move_to=move_to)
+        if move_to is None and rec.stage2 is not None:
             actions = plan.bind(rec.fact_id)
             dec = rec.stage2
             dec.teacher_actions, dec.executed, dec.by = actions, actions, "teacher"
@@ -494,9 +381,9 @@ class Learner:
         """Move the fact where the teacher put it (if it said elsewhere), apply the chosen
         stage-2 actions (each re-validated) and close the record."""
         try:
-            if rec.move_to is not None and rec.fact_id in tree and rec.move_to in tree \
-                    and tree.node(rec.move_to).kind != "fact":
-                tree.move(rec.fact_id, rec.move_to)
+            move_to = rec.answer.move_to
+            if move_to is not None and rec.fact_id in tree and move_to in tree and tree.node(move_to).kind != "fact":
+                tree.move(rec.fact_id, move_to)
                 rec.stage2 = None
                 self.propose_stage2(tree, rec)  # the teacher's actions, on the new closure
             dec = rec.stage2
@@ -521,9 +408,9 @@ class Learner:
                 rec.applied = self.rewrite(tree, rec.applied)
         except MembrainError:
             pass  # stage 2 is an improvement; a failure in it must never undo the insert
-        t0, c0, shadow_s = rec.clock
-        rec.place_ms = (time.perf_counter() - t0 - shadow_s) * 1000
-        rec.place_cpu_ms = max(time.process_time() - c0 - shadow_s, 0.0) * 1000
+        clock = rec.clock
+        rec.clock = replace(clock, place_ms=(time.perf_counter() - clock.wall0 - clock.shadow_s) * 1000,
+                            place_cpu_ms=max(time.process_time() - clock.cpu0 - clock.shadow_s, 0.0) * 1000)
         return rec.applied
 
     # ------------------------------------------------------------------ batch questions
@@ -535,57 +422,16 @@ class Learner:
 
     def wait_in_batch(self, key: Any, rec: PlaceRecord) -> bool:
         """Queue a waiting insert under ``key`` (its namespace); whether that batch is full."""
-        return bool(rec.batched) and self.waiting.add(key, rec, self.config.batch or 1)
+        return bool(rec.answer.batched) and self.waiting.add(key, rec, self.config.batch or 1)
 
     def settle_batch(self, tree: MembrainTree, records: list[PlaceRecord], carrier: PlaceRecord | None = None) -> int:
         """Ask the batch question about the waiting inserts ``records`` and carry out its
-        answer on ``tree`` (batches.batch_view, :meth:`answer_batch`, batches.carry_out in
+        answer on ``tree`` (batches.batch_view, batches.answer_batch, batches.carry_out in
         turn); returns how many facts it placed. ``carrier``: the insert whose question
         this is (its ``teacher_calls`` count the requests)."""
         view, live = batch_view(tree, records)
-        plans = self.answer_batch(view, live, carrier) if live else None
+        plans = answer_batch(self, view, live, carrier) if live else None
         return 0 if plans is None else carry_out(tree, live, plans, self.rewrite)
-
-    def answer_batch(self, view: MembrainTree, live: list[PlaceRecord],
-                     carrier: PlaceRecord | None = None) -> list[Placement] | None:
-        """The teacher's placements of ``live`` on ``view`` (which this changes), checked one
-        after another (each parent a container, each action applicable once the earlier ones
-        are applied), and each fact's labels, read as from a joint answer (stage 1 along its
-        path, stage 2 on its closure), queued for training. None, a counted failure, when the
-        answer is unusable: the facts then stay where the student put them. Reads no live
-        tree, so a slow teacher is asked holding no lock."""
-        teacher = self.teacher  # read once (see _ask)
-        before = requests_sent(teacher)
-        learned: list[tuple[list[Stage1Label], Stage2Decision | None]] = []
-        try:
-            plans = list(cast(BatchTeacher, teacher).place_batch([(r.fact_id, r.new_fact) for r in live], view))
-            if len(plans) != len(live):
-                raise InvalidOperationError(f"{len(plans)} placements for {len(live)} facts")
-            for r, plan in zip(live, plans):
-                if plan.fell_back or plan.parent_id not in view or view.node(plan.parent_id).kind == "fact":
-                    raise InvalidOperationError(f"the parent of {r.fact_id!r} is not a container")
-                plan.path = view.path(plan.parent_id)
-                calibrate1 = r.batched == "stage2" or self._unbiased(r, self.config.stage1, "stage1")
-                labels1 = self._plan_labels(view, r.new_fact, plan, calibrate1)
-                attach(view, r.new_fact, plan.parent_id, node_id=r.fact_id)
-                actions = plan.bind(r.fact_id)
-                decided = self._model_stage2(view, r.fact_id)
-                dec = None
-                if decided is not None:
-                    calibrate2 = self._unbiased(r, self.config.stage2, "stage2")
-                    dec = Stage2Decision(*decided, actions, "teacher", actions, calibrate2,
-                                         gate_sample=calibrate2 or r.batched == "stage1")
-                _, skipped = apply_actions(view, actions, name_aspect=lambda texts: "group")
-                if skipped:
-                    raise InvalidOperationError(f"an action does not apply: {skipped[0][1]}")
-                learned.append((labels1, dec))
-        except Exception:  # an untrusted teacher: any exception is a failed answer
-            self._count("placement", carrier, failed=True, sent=self._sent_since(teacher, before))
-            return None
-        self._count("placement", carrier, sent=self._sent_since(teacher, before))
-        for labels1, dec in learned:
-            self._observe(labels1, dec)
-        return plans
 
     def _shadow1(self, new_fact: NewFact, sub: Subtree) -> int | None:
         try:
@@ -610,21 +456,22 @@ class Learner:
         only queued: the caller runs ``trainer.train_ready()`` itself.
         """
         res = SupervisionResult([], [], 0, 0, 0, 0.0)
-        if record.supervised:
+        audit, answer = record.audit, record.answer
+        if audit.done:
             return res
-        record.supervised = True
+        record.audit = replace(audit, snapshot=None, done=True)
         tr = self.trainer
-        view, record.snapshot = record.snapshot, None
+        view = audit.snapshot
         # An insert asked already, or with nothing decided, has nothing to audit. An insert
         # whose question got no answer (deferred) is asked now, its own placement question.
-        if view is not None and (not record.asked or record.deferred) and (record.steps or record.stage2 is not None):
-            kind = "placement" if record.deferred else "audit"
-            plan = self._ask(view, record.new_fact, kind, res, shared=record.shared, offered=record.offered)
+        if view is not None and (not answer.asked or answer.deferred) and (record.steps or record.stage2 is not None):
+            kind = "placement" if answer.deferred else "audit"
+            plan = self.asking.ask(view, record.new_fact, kind, res, shared=audit.shared, offered=audit.offered)
             if plan is not None:
-                record.plan = plan
                 # Asked because stage 1 was unsure: a label for calibration only when unbiased.
-                calibrate = record.deferred != "stage1" or self._unbiased(record, self.config.stage1, "stage1")
-                record.labels1 = self._plan_labels(view, record.new_fact, plan, calibrate)
+                calibrate = answer.deferred != "stage1" or self.unbiased(record, self.config.stage1, "stage1")
+                record.answer = replace(answer, plan=plan,
+                                        labels1=plan_labels(self.config, view, record.new_fact, plan, calibrate))
                 actions = plan.bind(record.fact_id)
                 if plan.parent_id != record.placed_under:
                     res.corrections.append(Correction(record.fact_id, record.placed_under, plan.parent_id))
@@ -635,14 +482,14 @@ class Learner:
                         res.actions = actions
                 elif actions:
                     res.actions = actions
-        self._observe(record.labels1, record.stage2)
+        self.observe(record.answer.labels1, record.stage2)
         if train:
             t0 = time.perf_counter()
             res.steps = tr.train_ready()
             res.train_ms = (time.perf_counter() - t0) * 1000
         return res
 
-    def _observe(self, labels1: list[Stage1Label], dec: Stage2Decision | None) -> None:
+    def observe(self, labels1: Sequence[Stage1Label], dec: Stage2Decision | None) -> None:
         """Queue an insert's labels for training (each scored first: prequential)."""
         tr = self.trainer
         for lab in labels1:

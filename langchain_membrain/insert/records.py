@@ -1,14 +1,18 @@
 """What an insert's steps decide and carry: the records a :class:`~.pipeline.Learner`
 fills as an insert runs (graph.py's nodes), and what its supervision returns.
 
-A :class:`PlaceRecord` travels through every step of one insert; its
-:class:`Stage1Decision` per descent level and :class:`Stage2Decision` hold the features,
-the model's logits and who decided, so that the supervision can score and train on them.
+A :class:`PlaceRecord` travels through every step of one insert, in the insert graph's
+state; its :class:`Stage1Decision` per descent level and :class:`Stage2Decision` hold the
+features, the model's logits and who decided, so that the supervision can score and train
+on them. What the steps decide about the insert as a whole are immutable values, each
+replaced whole by the step that decides it: the :class:`Audit` (drawn at begin), the
+:class:`Descent` (stage 1), the :class:`Answer` (the joint question), the :class:`Clock`
+and the :class:`Tally` of the questions it cost.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -76,22 +80,91 @@ class Correction:
     reason: str = "stage1"
 
 
+@dataclass(frozen=True)
+class Audit:
+    """Whether an insert is audited, decided when it begins, and what its audit needs.
+
+    ``drawn``: this insert is an audit; when the model decided it alone, the teacher is
+    asked later on ``snapshot``, a copy of the tree before the attach. ``shared``: the
+    teacher was already asked about this item (its memory operation, in one request that
+    also answers the placement), so that audit is not counted again; ``offered``: that
+    answer, until a placement question takes it. ``done``: supervised (the audit asked, or
+    nothing left to ask)."""
+
+    drawn: bool = False
+    shared: bool = False
+    offered: Placement | None = None
+    snapshot: MembrainTree | None = None
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class Descent:
+    """Where stage 1's descent stands: ``cursor``, the node it stands on; ``done``, it
+    ended (the fact attaches at ``cursor``); ``placed_by``, who chose the fact's parent:
+    "teacher", "model", "offline rule" (the ``stand_in``, when the teacher gave no answer
+    and the model is not warm yet) or "forced" (nothing to choose). ``shadow_parent``: the
+    evaluation teacher's parent for the same fact (metrics only)."""
+
+    cursor: str
+    done: bool = False
+    placed_by: str = "forced"
+    shadow_parent: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The insert's joint question and what came of it.
+
+    ``asked``: the question was asked during the insert (``plan`` holds a valid answer,
+    unless ``deferred``). ``deferred``: the teacher gave no answer during the insert
+    ("stage1" or "stage2", the stage that asked; it failed, was not asked while its circuit
+    breaker was open, or ran past the insert's budget): the insert was decided without it,
+    and the question is asked again on the audit's snapshot by
+    :meth:`~.pipeline.Learner.supervise`, like an audit. ``batched``: the unsure stage,
+    while the insert is placed by the student to wait for its batch question.
+    ``move_to``: the teacher's parent, when it differs from the model's. ``labels1``: the
+    stage-1 labels read from ``plan``."""
+
+    asked: bool = False
+    plan: Placement | None = None
+    labels1: tuple[Stage1Label, ...] = ()
+    deferred: str | None = None
+    batched: str | None = None
+    move_to: str | None = None
+
+
+@dataclass(frozen=True)
+class Clock:
+    """An insert's time: its start (wall clock and CPU time of this process) and the
+    shadow teacher's seconds, left out of ``place_ms`` and ``place_cpu_ms`` (from begin to
+    apply_stage2)."""
+
+    wall0: float = 0.0
+    cpu0: float = 0.0
+    shadow_s: float = 0.0
+    place_ms: float = 0.0
+    place_cpu_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The teacher questions an insert cost: requests counted (``calls``) and failures."""
+
+    calls: int = 0
+    failures: int = 0
+
+    def add(self, calls: int, failed: bool) -> Tally:
+        return Tally(self.calls + calls, self.failures + failed)
+
+
 @dataclass
 class PlaceRecord:
     """What an insert's steps decided, for :meth:`~.pipeline.Learner.supervise` and the caller.
 
-    ``asked``: the joint question was asked during the insert (``plan`` holds a valid
-    answer). ``drawn``: this insert is an audit; when the model decided it alone, the
-    teacher is asked later on ``snapshot``, a copy of the tree before the attach.
-    ``shared``: the teacher was already asked about this item (its memory operation, in one
-    request that also answers the placement), so that audit is not counted again.
-    ``deferred``: the teacher gave no answer during the insert ("stage1" or "stage2", the
-    stage that asked; it failed, was not asked while its circuit breaker was open, or ran
-    past the insert's budget): the insert was decided without it (``placed_by``), and the
-    question is asked again on ``snapshot`` by :meth:`~.pipeline.Learner.supervise`, like an audit.
-    ``placed_by``: who chose the fact's parent: "teacher", "model", "offline rule" (the
-    ``stand_in``, when the teacher gave no answer and the model is not warm yet) or "forced"
-    (nothing to choose).
+    Each step returns its decision as an immutable value (:class:`Audit`, :class:`Descent`,
+    :class:`Answer`, :class:`Clock`, :class:`Tally`) that replaces the record's; the
+    properties read what callers read of them.
     """
 
     fact_id: str
@@ -100,26 +173,55 @@ class PlaceRecord:
     steps: list[Stage1Decision]
     stage2: Stage2Decision | None
     applied: list[Action]
-    teacher_calls: int = 0
-    teacher_failures: int = 0
-    place_ms: float = 0.0  # wall-clock time from begin to apply_stage2, the shadow teacher excluded
-    place_cpu_ms: float = 0.0  # CPU time of this process over the same steps, shadow excluded
-    shadow_parent: str | None = None
-    supervised: bool = False
-    cursor: str = ""  # the node the descent stands on
-    descended: bool = False  # the descent ended (attach at ``cursor``)
-    drawn: bool = False
-    asked: bool = False
-    shared: bool = False  # the memory operation's one-call question answered the placement too
-    offered: Placement | None = None  # ... and that answer, until a placement question takes it
-    deferred: str | None = None  # the stage whose question got no answer: asked again in supervise
-    batched: str | None = None  # the unsure stage, while placed by the student to wait for its batch question
-    placed_by: str = "forced"
-    plan: Placement | None = None
-    move_to: str | None = None  # the teacher's parent, when it differs from the model's
-    labels1: list[Stage1Label] = field(default_factory=list)
-    snapshot: MembrainTree | None = None
-    clock: tuple[float, float, float] = (0.0, 0.0, 0.0)  # (wall start, CPU start, shadow seconds)
+    audit: Audit = Audit()
+    descent: Descent = Descent("")
+    answer: Answer = Answer()
+    clock: Clock = Clock()
+    tally: Tally = Tally()
+
+    def charge(self, calls: int, failed: bool) -> None:
+        """Count a question asked for this insert."""
+        self.tally = self.tally.add(calls, failed)
+
+    @property
+    def teacher_calls(self) -> int:
+        return self.tally.calls
+
+    @property
+    def teacher_failures(self) -> int:
+        return self.tally.failures
+
+    @property
+    def place_ms(self) -> float:
+        return self.clock.place_ms
+
+    @property
+    def place_cpu_ms(self) -> float:
+        return self.clock.place_cpu_ms
+
+    @property
+    def placed_by(self) -> str:
+        return self.descent.placed_by
+
+    @property
+    def shadow_parent(self) -> str | None:
+        return self.descent.shadow_parent
+
+    @property
+    def asked(self) -> bool:
+        return self.answer.asked
+
+    @property
+    def plan(self) -> Placement | None:
+        return self.answer.plan
+
+    @property
+    def labels1(self) -> tuple[Stage1Label, ...]:
+        return self.answer.labels1
+
+    @property
+    def deferred(self) -> str | None:
+        return self.answer.deferred
 
 
 @dataclass
@@ -134,5 +236,11 @@ class SupervisionResult:
     steps: int
     train_ms: float
 
+    def charge(self, calls: int, failed: bool) -> None:
+        """Count a question asked by this supervision."""
+        self.teacher_calls += calls
+        self.teacher_failures += failed
 
-__all__ = ["By", "Correction", "PlaceRecord", "Stage1Decision", "Stage1Label", "Stage2Decision", "SupervisionResult"]
+
+__all__ = ["Answer", "Audit", "By", "Clock", "Correction", "Descent", "PlaceRecord", "Stage1Decision", "Stage1Label",
+           "Stage2Decision", "SupervisionResult", "Tally"]

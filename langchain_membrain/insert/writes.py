@@ -3,7 +3,8 @@
 An embedded item goes through, in order: the duplicate check (``dedupe``), the memory
 operation (ADD, UPDATE, DELETE or IGNORE: operations.py), and the insert graph that places
 it (graph.py), all under the teacher's time budget for that one item. What the insert
-graph hands to training is the :class:`~.background.Background`'s.
+graph hands to training is the :class:`~.background.Background`'s. What one insert cost
+travels with it, an :class:`InsertAccount`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, cast
 
 import numpy as np
@@ -24,8 +26,7 @@ from ..tree.placement import Placement
 from ..tree.tree import MembrainTree
 from .background import Background
 from .graph import InsertPipeline
-from .operations import OperationDecider, OperationDecision
-from .operations import execute as execute_operation
+from .operations import OperationDecider, OperationDecision, operate
 
 
 def normalised(text: str) -> str:
@@ -83,6 +84,17 @@ def asked_teacher(decision: OperationDecision | None) -> bool:
     return decision is not None and decision.asked and decision.requests != 0
 
 
+@dataclass
+class InsertAccount:
+    """What one insert cost, counted on it as it runs (never from differences of counters
+    that other threads' inserts change meanwhile): ``placements``, the teacher questions each
+    of its placements counted (its record's ``teacher_calls``); ``untaught``, whether one of
+    its questions got no answer (the stat ``without_teacher``)."""
+
+    placements: list[int] = field(default_factory=list)
+    untaught: bool = False
+
+
 class Writer:
     """The write path of one memory over its forest, insert graph and memory operations."""
 
@@ -94,21 +106,20 @@ class Writer:
         self.background = background
 
     def place(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
-              key: str | None = None, *, audit: bool | None = None, shared: bool = False,
-              offered: Placement | None = None) -> str:
-        """Place one embedded memory through the insert pipeline; returns its key. ``audit``,
-        ``shared`` and ``offered``: see ``InsertState``."""
-        return self.place_counted(ns, value, text, vec, key, audit=audit, shared=shared, offered=offered)[0]
-
-    def place_counted(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
-                      key: str | None = None, *, audit: bool | None = None, shared: bool = False,
-                      offered: Placement | None = None) -> tuple[str, int]:
-        """:meth:`place`, and the teacher questions the insert's own record counted."""
+              key: str | None = None, *, account: InsertAccount | None = None, audit: bool | None = None,
+              shared: bool = False, offered: Placement | None = None) -> str:
+        """Place one embedded memory through the insert pipeline; returns its key, and
+        counts what it cost on ``account``. ``audit``, ``shared`` and ``offered``: see
+        ``InsertState``."""
         # The graph's state types an embedding as a list (JSON); its embed step takes an array too.
         done = self.pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
                                   "embedding": cast(Any, vec), "audit": audit, "shared": shared,
                                   "offered": offered})
-        return cast(str, done["key"]), int(done.get("teacher_calls") or 0)
+        record = done["inflight"].record
+        if account is not None and record is not None:
+            account.placements.append(record.teacher_calls)
+            account.untaught |= record.deferred is not None
+        return cast(str, done["key"])
 
     def insert(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str, vec: np.ndarray, *,
                budget: float | None, merge: bool = False, operate: bool = False) -> str:
@@ -119,16 +130,19 @@ class Writer:
         decides first whether it is added, updates or deletes an old fact, or is ignored.
         The teacher's questions wait ``budget`` seconds at most, together."""
         bg = self.background
-        with bg.insert_scope():
-            with bg.lock:
-                bg.learner_for(int(vec.size))  # the models' first load is not the teacher's time
-            with teacher_deadline(budget):
-                return self._insert_now(ns, key, value, text, vec, merge=merge, operate=operate)
+        account = InsertAccount()
+        with bg.lock:
+            bg.learner_for(int(vec.size))  # the models' first load is not the teacher's time
+        with teacher_deadline(budget):
+            done = self._insert_now(ns, key, value, text, vec, account, merge=merge, operate=operate)
+        if account.untaught:
+            bg.counts["without_teacher"] += 1
+        return done
 
     def _insert_now(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str,
-                    vec: np.ndarray, *, merge: bool, operate: bool) -> str:
+                    vec: np.ndarray, account: InsertAccount, *, merge: bool, operate: bool) -> str:
         if not merge and not operate:
-            return self.place(ns, value, text, vec, key)
+            return self.place(ns, value, text, vec, key, account=account)
         with self.forest.insert_lock(ns):
             dup = None
             if merge:
@@ -145,10 +159,11 @@ class Writer:
                     self.background.counts["merged"] += 1
                     return dup
             if not operate:
-                return self.place(ns, value, text, vec)
-            return self._operate(ns, value, text, vec)
+                return self.place(ns, value, text, vec, account=account)
+            return self._operate(ns, value, text, vec, account)
 
-    def _operate(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray) -> str:
+    def _operate(self, ns: Namespace, value: dict[str, Any], text: str, vec: np.ndarray,
+                 account: InsertAccount) -> str:
         """Run the memory operation for one item, then place it unless the operation did.
         Call holding the namespace's insert lock.
 
@@ -160,33 +175,30 @@ class Writer:
         one-call mode, the operation's question answers the placement too, and its deferred
         audit is not counted again).
 
-        Counted from this item's own decision and this insert's own record, never from
-        differences of the memory's counters, which other threads' inserts change meanwhile."""
+        Counted from this item's own decision and this insert's own records (``account``)."""
         bg, ops = self.background, self.operations
         teacher = bg.teacher
         joint = not (capable(teacher, RemoteTeacher) and teacher.mode == "per_decision")
         with bg.lock:
             audit = bg.learner_for(int(vec.size)).draw_audit()
-        placements: list[int] = []  # the questions each placement of this item counted
+        placements = account.placements
 
-        def place(ns_: Namespace, value_: dict[str, Any], text_: str, vec_: np.ndarray) -> str:
-            decided = ops.last_here()  # this item's decision (execute decided it on this thread)
-            shared = joint and asked_teacher(decided)
+        def place(ns_: Namespace, value_: dict[str, Any], text_: str, vec_: np.ndarray, *,
+                  decision: OperationDecision) -> str:
+            shared = joint and asked_teacher(decision)
             # the teacher's placement, when it answered it with the operation
-            offered = decided.operation.placement if decided is not None and decided.by == "teacher" else None
-            key, calls = self.place_counted(ns_, value_, text_, vec_, audit=audit, shared=shared, offered=offered)
-            placements.append(calls)
-            return key
+            offered = decision.operation.placement if decision.by == "teacher" else None
+            return self.place(ns_, value_, text_, vec_, account=account, audit=audit, shared=shared, offered=offered)
 
-        done = execute_operation(self.forest, ops, ns, value, text, vec, place=place, audit=audit)
-        decision = ops.last_here()
+        operated = operate(self.forest, ops, ns, value, text, vec, place=place, audit=audit)
+        decision, done = operated.decision, operated.key
         op_asked = asked_teacher(decision)
-        if decision is not None and decision.asked and not decision.answered:
-            bg.went_untaught()
+        if decision.asked and not decision.answered:
+            account.untaught = True
         placed = len(placements)
         if done is None:
-            done = place(ns, value, text, vec)
-        if decision is not None and decision.requests is not None:
+            done = place(ns, value, text, vec, decision=decision)
+        if decision.requests is not None:
             # A teacher that sends requests: every request of the operation's question is
             # counted, as an operation question (its one-call answer may place the fact
             # too: the learner then counts no placement request).
