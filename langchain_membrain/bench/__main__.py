@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "cold": "cold open to first search of a SQLite memory by size, bulk index load against per fact",
     "economy": "teacher questions per insert through the product, tree shape and insert cost",
     "tenants": "resident memory of many small namespaces in one process, in memory and on SQLite",
+    "adds": "add() p50/p95 against the namespace's size (1k to 20k facts), embeddings excluded",
     "workers": "add/search right after another process's write: refresh by change against reload",
     "updates": "memory operations (ADD/UPDATE/DELETE/IGNORE) on persona chains of changes",
     "scores": "calibrated relevance: fit hit.score on data/relevance.json, AUROC, threshold, reliability",

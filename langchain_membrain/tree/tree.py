@@ -420,6 +420,10 @@ class MembrainTree(TreeShape, TreeArchive, TreeRows):
 
     # ----------------------------------------------------------------- copies
     def copy(self) -> "MembrainTree":
+        """An independent copy: :meth:`deep_copy`."""
+        return self.deep_copy()
+
+    def deep_copy(self) -> "MembrainTree":
         """An independent copy: same ids, texts, order, sums and version, an empty change
         journal. Writes to either tree never show in the other. O(n); the embedding and sum
         arrays are shared, not copied, since a tree replaces them and never writes one in
