@@ -19,6 +19,7 @@ import networkx as nx
 import numpy as np
 
 from ..errors import InvariantError, MembrainError
+from .cow import CowGraph
 from .nodes import ARCHIVE_KINDS, Node, as_vector, check_text
 
 SERIAL_VERSION = 1
@@ -31,7 +32,7 @@ class TreeRows:
     drained as rows, rows applied, a tree rebuilt from rows or from :meth:`to_dict`."""
 
     # What MembrainTree provides (tree.py); declared here for the type checker.
-    graph: nx.DiGraph
+    graph: CowGraph
     root_id: str
     dim: int | None
     version: int
@@ -52,6 +53,8 @@ class TreeRows:
         def _claim_dim(self, vec: np.ndarray | None) -> None: ...
 
         def _add_to_ancestors(self, node_id: str, sign: int) -> None: ...
+
+        def _writable(self, node_id: str) -> Node: ...
 
     def node_row(self, node_id: str) -> dict[str, Any]:
         """One node (or archived entry, whose parent is the root) as a JSON-compatible row
@@ -144,7 +147,7 @@ class TreeRows:
         else:
             self._apply_nodes(incoming, removed)
         if root_row is not None:
-            root = self.node(self.root_id)
+            root = self._writable(self.root_id)
             root.text = check_text(root_row["text"], "subject")
             root.created_at, root.updated_at = float(root_row["created_at"]), float(root_row["updated_at"])
             root.metadata = dict(root_row["metadata"] or {})
@@ -212,7 +215,7 @@ class TreeRows:
                 old = self.node(nid)
                 if old.kind != node.kind:
                     raise InvariantError(f"node {nid!r} changed kind from {old.kind} to {node.kind}")
-                self.graph.nodes[nid]["node"] = node  # children edges stay
+                self.graph.add_node(nid, node=node)  # replaces the record; children edges stay
                 old_parent = self.parent(nid)
                 if old_parent == parent and old.seq == node.seq:
                     continue  # same place among the same siblings
@@ -259,7 +262,7 @@ class TreeRows:
         set is current when its parent sums it)."""
         depth = {nid: len(self.path(nid)) for nid in containers}
         for nid in sorted(containers, key=depth.__getitem__, reverse=True):
-            node = self.node(nid)
+            node = self._writable(nid)
             n_facts, count, total = 0, 0, None
             for child in self.graph.successors(nid):
                 c = self.node(child)
@@ -300,7 +303,7 @@ class TreeRows:
                 raise InvariantError("the rows must hold exactly one root, without a parent")
             root = roots[0]
             tree = cls(check_text(root["text"], "subject"), root_id=root["id"], dim=dim)
-            rnode = tree.node(tree.root_id)
+            rnode = tree._writable(tree.root_id)
             rnode.created_at, rnode.updated_at = root["created_at"], root["updated_at"]
             rnode.metadata = dict(root["metadata"] or {})
             by_parent: dict[str, list[dict[str, Any]]] = {}

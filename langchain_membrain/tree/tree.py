@@ -42,6 +42,7 @@ from ..errors import InvalidOperationError, InvariantError, NodeNotFoundError
 from .archive import HISTORY_KEY as HISTORY_KEY  # public names of this module
 from .archive import TreeArchive
 from .archive import working_id as working_id
+from .cow import CowGraph
 from .nodes import ARCHIVE_KINDS, Node, as_vector, check_text, copy_node
 from .nodes import NodeKind as NodeKind  # re-exported, as SERIAL_VERSION: public names of this module
 from .rows import SERIAL_VERSION as SERIAL_VERSION
@@ -77,7 +78,7 @@ class MembrainTree(TreeShape, TreeArchive, TreeRows):
         # What stamps created_at / updated_at / archive times (seconds since the epoch): the
         # wall clock, or a caller's (tests, replays of dated data).
         self.clock = clock
-        self.graph: nx.DiGraph = nx.DiGraph()
+        self.graph: CowGraph = CowGraph()
         self.root_id = root_id
         self.dim = dim
         self.max_height = check_max_height(max_height)
@@ -246,6 +247,7 @@ class MembrainTree(TreeShape, TreeArchive, TreeRows):
         node = self.node(fact_id)
         if node.kind != "fact":
             raise InvalidOperationError(f"{fact_id!r} is a {node.kind}, not a fact")
+        node = self._writable(fact_id)
         if text is not None:
             check_text(text, "fact text")
         vec = as_vector(embedding, self.dim)
@@ -275,6 +277,7 @@ class MembrainTree(TreeShape, TreeArchive, TreeRows):
             raise InvalidOperationError("metadata must be a dict")
         vec = as_vector(embedding, self.dim)
         self._claim_dim(vec)
+        node = self._writable(aspect_id)
         node.text = label
         if vec is not None:
             node.embedding = vec
@@ -349,6 +352,12 @@ class MembrainTree(TreeShape, TreeArchive, TreeRows):
             self._dirty[node_id] = None
             self._removed.pop(node_id, None)
 
+    def _writable(self, node_id: str) -> Node:
+        """``node_id``'s record, this tree's own (:meth:`CowGraph.own`): every write to a
+        node's fields goes through it, so a copy sharing the record never sees the write."""
+        self.graph.own(node_id)
+        return self.node(node_id)
+
     def _forget(self, node_id: str) -> None:
         self._dirty.pop(node_id, None)
         self._removed[node_id] = None
@@ -386,7 +395,7 @@ class MembrainTree(TreeShape, TreeArchive, TreeRows):
         node = self.node(node_id)
         cur = self.parent(node_id)
         while cur is not None:
-            anc = self.node(cur)
+            anc = self._writable(cur)
             anc.n_facts += sign * node.n_facts
             if node.emb_count:
                 assert node.emb_sum is not None  # a node with embedded facts below has their sum
@@ -399,7 +408,7 @@ class MembrainTree(TreeShape, TreeArchive, TreeRows):
             cur = self.parent(cur)
 
     def _move(self, node_id: str, new_parent: str, *, prune: bool = True) -> None:
-        node = self.node(node_id)
+        node = self._writable(node_id)
         old_parent = self.parent(node_id)
         self._add_to_ancestors(node_id, -1)
         self.graph.remove_edge(old_parent, node_id)
@@ -420,17 +429,31 @@ class MembrainTree(TreeShape, TreeArchive, TreeRows):
 
     # ----------------------------------------------------------------- copies
     def copy(self) -> "MembrainTree":
-        """An independent copy: :meth:`deep_copy`."""
-        return self.deep_copy()
+        """An independent copy: same ids, texts, order, sums and version, an empty change
+        journal. Writes to either tree never show in the other.
+
+        Copy-on-write (:mod:`.cow`): the two trees share every node's record, and each
+        copies a node's record before its first write to it, so a copy costs three pointer
+        copies of the graph's outer dicts and one of the archive's (no per-node object) and
+        each later write O(records it touches). Archived entries are shared as they are: a
+        tree adds, replaces and removes them, never writes one.
+
+        Used to let a slow reader (an LLM teacher auditing an earlier insert, a stage-2
+        question) work on a frozen view while the tree itself keeps taking writes.
+        """
+        out = MembrainTree.__new__(MembrainTree)
+        out.root_id, out.dim, out.version, out._seq = self.root_id, self.dim, self.version, self._seq
+        out.max_height, out.clock = self.max_height, self.clock
+        out._dirty, out._removed = {}, {}
+        out.archive = dict(self.archive)
+        out.graph = self.graph.cow_copy()
+        return out
 
     def deep_copy(self) -> "MembrainTree":
-        """An independent copy: same ids, texts, order, sums and version, an empty change
-        journal. Writes to either tree never show in the other. O(n); the embedding and sum
-        arrays are shared, not copied, since a tree replaces them and never writes one in
-        place.
-
-        Used to let a slow reader (an LLM teacher auditing an earlier insert) work on a
-        frozen view while the tree itself keeps taking writes.
+        """An independent copy made node by node (what :meth:`copy` did before it was
+        copy-on-write): O(n), sharing nothing with this tree but the embedding and sum
+        arrays (a tree replaces them and never writes one in place). Kept as the reference
+        :meth:`copy` is tested and measured against.
         """
         # Thousands of small dicts in a row trigger the cyclic garbage collector again and
         # again, and each of its full passes walks every object alive: that, not the copying,
@@ -458,7 +481,7 @@ class MembrainTree(TreeShape, TreeArchive, TreeRows):
         for u, nbrs in succ.items():
             for v, data in nbrs.items():
                 pred[v][u] = data
-        graph = nx.DiGraph()
+        graph = CowGraph()
         graph._node = {nid: {"node": copy_node(data["node"])} for nid, data in src._node.items()}
         graph._adj = graph._succ = succ
         graph._pred = pred
