@@ -303,7 +303,7 @@ class TreeRows:
                 raise InvariantError("the rows must hold exactly one root, without a parent")
             root = roots[0]
             tree = cls(check_text(root["text"], "subject"), root_id=root["id"], dim=dim)
-            rnode = tree._writable(tree.root_id)
+            rnode = tree.node(tree.root_id)  # a new tree: it shares nothing, owns every record
             rnode.created_at, rnode.updated_at = root["created_at"], root["updated_at"]
             rnode.metadata = dict(root["metadata"] or {})
             by_parent: dict[str, list[dict[str, Any]]] = {}
