@@ -16,6 +16,10 @@ The paths, in the same run (paired: the same store, the same texts, alternating 
 - ``product``: the package as it is.
 - ``deep copies``: every ``MembrainTree.copy`` is a full copy of the tree
   (``MembrainTree.deep_copy``: what ``copy`` was before copy-on-write).
+- ``lag in inserts``: an add waits for the trainer whenever it is ``max_training_lag``
+  inserts behind, however long that takes (``background.LAG_WAIT_S = None``: the bound
+  before it was bounded in time too).
+- ``before``: both of the above, the release before.
 
     python -m langchain_membrain.bench adds [--facts 1000 5000 20000] [--adds 100] [--json out.json]
 """
@@ -36,7 +40,7 @@ from typing import Any
 from . import machine_description
 from .cold import NAMESPACE, WORDS, build_store
 
-PATHS = ("product", "deep copies")
+PATHS = ("product", "deep copies", "lag in inserts", "before")
 
 # One (size, path): open, warm up, time the adds; prints one "wall cpu" line per timed add.
 _CHILD = r"""
@@ -46,8 +50,11 @@ from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.tree.tree import MembrainTree
 db, path, warmup, adds, seed, words, ns = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
     int(sys.argv[5]), sys.argv[6].split(), sys.argv[7]
-if path == "deep copies":
+if path in ("deep copies", "before"):
     MembrainTree.copy = MembrainTree.deep_copy
+if path in ("lag in inserts", "before"):
+    import langchain_membrain.insert.background as background
+    background.LAG_WAIT_S = None
 rng = random.Random(seed)
 texts = [" ".join(rng.choice(words) for _ in range(6)) + f" (added {i})" for i in range(warmup + adds)]
 with MembrainMemory(db, embeddings=HashEmbeddings()) as memory:

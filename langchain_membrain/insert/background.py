@@ -69,8 +69,32 @@ logger = logging.getLogger("langchain_membrain")
 #: itself slow, or a very long queue, runs into it.
 DRAIN_MARGIN_S = 10.0
 
+#: The longest an ``add`` waits (seconds) for the trainer of an in-process teacher when it is
+#: ``max_training_lag`` inserts behind; past it the insert is queued beyond that bound, up to
+#: :data:`LAG_HARD_FACTOR` times it, where adds wait as long as it takes. So a slow step of
+#: the trainer (a checkpoint, a relabel, a long correction) no longer stalls the adds queued
+#: behind it, while a trainer slower than the adds on average still holds them to its pace.
+#: None: no time bound (adds wait whenever the trainer is ``max_training_lag`` behind).
+LAG_WAIT_S: float | None = 0.05
+LAG_HARD_FACTOR = 4
+
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
 OPERATIONS_CHECKPOINT = "operations"  # the operation student (operation_student.py), saved beside them
+
+
+def wait_for_trainer(q: queue.Queue, lag: int) -> None:
+    """While the trainer's ``q`` holds ``lag`` inserts or more (an in-process teacher's
+    queue: a bounded one), wait for it to take some, :data:`LAG_WAIT_S` seconds at most.
+    The queue's own bound (``lag`` times :data:`LAG_HARD_FACTOR`) is waited for by ``put``."""
+    if LAG_WAIT_S is None or not q.maxsize:
+        return
+    end = time.monotonic() + LAG_WAIT_S
+    with q.not_full:
+        while len(q.queue) >= lag:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            q.not_full.wait(left)
 
 
 def saved_questions(counters: dict[str, Any]) -> dict[str, int]:
@@ -194,8 +218,9 @@ class Background:
         # many inserts behind, so an insert's labels are trained on within that many inserts.
         # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add
         # never waits for an LLM's answer to someone else's insert.
+        hard = self.max_training_lag * (1 if LAG_WAIT_S is None else LAG_HARD_FACTOR)
         with self.queue.mutex:
-            self.queue.maxsize = self.max_training_lag if is_fast(teacher) else 0
+            self.queue.maxsize = hard if is_fast(teacher) else 0
             self.queue.not_full.notify_all()
         if self.current is not None:
             with self.lock:
@@ -226,6 +251,7 @@ class Background:
             self.supervise(ns, record)
             return
         self._start_worker()
+        wait_for_trainer(self.queue, self.max_training_lag)
         self.queue.put((ns, record))
 
     def _start_worker(self) -> None:

@@ -145,8 +145,14 @@ class MemoryConfig:
             next used (a small namespace costs about 50 KB loaded). Without storage
             every namespace stays (memory is its only copy).
         max_training_lag: inserts the background trainer may be behind before an
-            ``add`` waits for it (its labels are learned from within this many inserts),
-            with an in-process teacher (``fast``); with an LLM teacher adds never wait.
+            ``add`` waits for it, with an in-process teacher (``fast``); with an LLM
+            teacher adds never wait. The wait is bounded in time as well
+            (``background.LAG_WAIT_S``, 50 ms): past it the insert is queued beyond the
+            lag, up to four times it (``LAG_HARD_FACTOR``), where an add waits as long
+            as it takes. So one slow training step (a checkpoint, a relabel) does not
+            stall the adds behind it, and a trainer slower than the adds on average
+            still holds them to its pace; an insert's labels are learned from within
+            this many inserts usually, four times as many at most.
         operations: ``add``/``add_many`` without a key decide, for each item, ADD,
             UPDATE(old), DELETE(old) or IGNORE (operations.py; README, Memories that
             change): superseded and deleted facts are kept as history, ignored items in
