@@ -147,7 +147,7 @@ class MemoryConfig:
         max_training_lag: inserts the background trainer may be behind before an
             ``add`` waits for it, with an in-process teacher (``fast``); with an LLM
             teacher adds never wait. The wait is bounded in time as well
-            (``background.LAG_WAIT_S``, 50 ms): past it the insert is queued beyond the
+            (``background.LAG_WAIT_S``, 0.5 s): past it the insert is queued beyond the
             lag, up to four times it (``LAG_HARD_FACTOR``), where an add waits as long
             as it takes. So one slow training step (a checkpoint, a relabel) does not
             stall the adds behind it, and a trainer slower than the adds on average
