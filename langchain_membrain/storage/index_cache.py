@@ -3,9 +3,11 @@ beside its SQLite file, so that a new process searches a large namespace without
 every fact again.
 
 What is saved: everything the index holds (slots, terms, fields, posting lists, session
-orders, speakers, dates, former versions, the dense rows and moment sums) but the HNSW
-graph, which a restored index builds as a bulk-loaded one does (dense.py, "Bulk load":
-fast mode is exact until the writes that follow have built half of it). Where: the
+orders, speakers, dates, former versions, the dense rows and moment sums) and the HNSW
+graph as hnswlib's state (its large arrays raw, each with its CRC32), so that a restored
+index searches in fast mode from its first query as the saving process did. An index
+saved before its graph was built (a bulk load's, or one below ``ann_min_facts``) builds it
+as a bulk-loaded one does (dense.py, "Bulk load"). Where: the
 directory ``<database file>.index``, one file per namespace. When: at
 :meth:`~.memory.MembrainMemory.close` (and so at interpreter exit), for each loaded
 namespace of at least :data:`MIN_ENTRIES` indexed entries whose index changed since it was
@@ -43,12 +45,16 @@ import numpy as np
 from ..index.facts import FactIndex
 from ..tree.nodes import Node
 
-#: File format; a file of another is ignored (and replaced at the next save).
-FORMAT = 1
+#: File format; a file of another is ignored (and replaced at the next save). 2: with the
+#: HNSW graph.
+FORMAT = 2
 MAGIC = b"MBRNIDX\n"
 #: Namespaces with fewer indexed entries are indexed from their rows at load (a few ms)
 #: and never saved.
 MIN_ENTRIES = 2000
+#: The HNSW graph's arrays (hnswlib's state, int8 bytes) written raw after the rows, each
+#: with its CRC32, rather than copied through the pickle: nearly all of the graph's bytes.
+_GRAPH_RAW = ("data_level0", "link_lists")
 
 # The only globals a saved index's pickle may name (numpy 1 and 2 spell them differently).
 _ALLOWED = {("collections", "Counter"), ("numpy", "dtype"), ("numpy", "ndarray"),
@@ -79,6 +85,12 @@ class _Unpickler(pickle.Unpickler):
 
 def _config_key(index: FactIndex) -> str:
     return repr(index.config)
+
+
+def _read_raw(f: io.BufferedReader, into: np.ndarray, crc: int) -> bool:
+    """Fill the contiguous array ``into`` from ``f``; whether it read whole with CRC32 ``crc``."""
+    view = into.data.cast("B")
+    return f.readinto(view) == view.nbytes and zlib.crc32(view) == crc
 
 
 class IndexCache:
@@ -135,8 +147,16 @@ class IndexCache:
         if len(state["_ids"]) != rows or dense["_has_emb"].size != cap or dense["dim"] != dim:
             return None
         emb = dense["_emb"] = np.zeros((cap, dim or 0), dtype=np.float32)
-        view = emb[:rows].data.cast("B")
-        if f.readinto(view) != view.nbytes or f.read(1) or zlib.crc32(view) != head["emb_crc"]:
+        if not _read_raw(f, emb[:rows], head["emb_crc"]):
+            return None
+        graph = dense["_graph"]
+        for name, dtype, size, crc in head["graph_arrays"]:  # the graph's large arrays, raw
+            if graph is None or name not in _GRAPH_RAW or dtype != "int8":
+                return None
+            graph[name] = np.empty(int(size), dtype=np.int8)
+            if not _read_raw(f, graph[name], crc):
+                return None
+        if f.read(1):
             return None
         index.set_state(state)
         return index
@@ -154,15 +174,21 @@ class IndexCache:
             state = index.state()
             rows, dense = len(state["_ids"]), state["_dense"]
             emb = np.ascontiguousarray(dense.pop("_emb")[:rows])
+            graph = dense["_graph"]
+            raw = [(name, np.ascontiguousarray(graph.pop(name))) for name in _GRAPH_RAW] if graph else []
             blob = pickle.dumps(state, protocol=5)
             head = json.dumps({"format": FORMAT, "fingerprint": fp, "config": _config_key(index),
                                "pickle_bytes": len(blob), "pickle_crc": zlib.crc32(blob), "rows": rows,
                                "capacity": int(dense["_has_emb"].size), "dim": dense["dim"],
-                               "emb_crc": zlib.crc32(emb.data.cast("B"))}).encode("utf-8")
+                               "emb_crc": zlib.crc32(emb.data.cast("B")),
+                               "graph_arrays": [[name, str(a.dtype), a.size, zlib.crc32(a.data.cast("B"))]
+                                                for name, a in raw]}).encode("utf-8")
             with open(tmp, "wb") as f:
                 f.write(MAGIC + len(head).to_bytes(8, "little") + head)
                 f.write(blob)
                 f.write(emb.data.cast("B"))
+                for _, a in raw:
+                    f.write(a.data.cast("B"))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
