@@ -18,8 +18,8 @@ dense z-score, and the HNSW graph of the fast mode.
   anyway), which differ from the sums' by float32 rounding. Until the graph holds an
   embedding, every search scores it exactly beside the graph's candidates, and the fast
   mode scores every fact (it is exact) while the graph holds fewer than half of them
-  (:attr:`DenseIndex.has_graph`). :meth:`DenseIndex.build_graph` builds the whole graph at
-  once instead (a bulk build, on several threads).
+  (:attr:`DenseIndex.has_graph`). :meth:`DenseIndex.build_now` builds the sums and the whole
+  graph at once instead (a bulk build, the graph on several threads).
 - **Saved** (index_cache.py): the graph as hnswlib's own state, checked against the rows
   when it is read back (:meth:`DenseIndex.set_state`).
 
@@ -213,10 +213,13 @@ class DenseIndex:
         hnsw.set_num_threads(1)
         return hnsw
 
-    def build_graph(self, n_slots: int, threads: int) -> None:
-        """Insert every embedding waiting outside the graph now, on ``threads`` threads,
-        creating the graph once ``ann_min_facts`` embeddings exist: what the writes after a
-        bulk load would do a slice at a time, done at once (a bulk build)."""
+    def build_now(self, n_slots: int, threads: int) -> None:
+        """What the writes after a bulk load would build a slice at a time, done at once (a
+        bulk build): every row folded into sums being built, and every embedding waiting
+        outside the graph inserted into it, on ``threads`` threads (the graph created once
+        ``ann_min_facts`` embeddings exist)."""
+        while self._sums_upto is not None:
+            self._build_sums(n_slots, step=65536)
         if _hnswlib is None or (self._hnsw is None and self.n_emb < self._ann_min_facts):
             return
         if self._hnsw is None:
@@ -303,12 +306,12 @@ class DenseIndex:
         if self._hnsw is not None:
             self._backlog.update(dict.fromkeys(slots.tolist()))
 
-    def _build_sums(self, n_slots: int) -> None:
-        """Fold the next SUMS_BUILD_STEP rows into sums being built (no-op otherwise)."""
+    def _build_sums(self, n_slots: int, step: int = SUMS_BUILD_STEP) -> None:
+        """Fold the next ``step`` rows into sums being built (no-op otherwise)."""
         if self._sums_upto is None or self._m1 is None or self._m2 is None:
             return
         lo = self._sums_upto
-        hi = min(lo + SUMS_BUILD_STEP, n_slots)
+        hi = min(lo + step, n_slots)
         rows = self._emb[lo + np.flatnonzero(self._has_emb[lo:hi])].astype(np.float64)
         self._m1 += rows.sum(axis=0)
         self._m2 += rows.T @ rows

@@ -313,9 +313,10 @@ class FactIndex:
         float rounding. ValueError, and nothing indexed, for an id held or given twice or
         an embedding of the wrong shape.
 
-        ``graph_threads`` > 0: build the HNSW graph now, on that many threads, rather than
-        over the writes that follow (a bulk build: the index then has the graph adding the
-        facts one by one would give it, to the graph's own randomness)."""
+        ``graph_threads`` > 0: build the dense sums and the HNSW graph now (the graph on
+        that many threads) rather than over the writes that follow (a bulk build: the index
+        then holds what adding the facts one by one gives it, to float rounding and the
+        graph's own randomness)."""
         items = list(items)
         ids = [it[0] for it in items if not it[4]]
         if len(set(ids)) != len(ids) or any(i in self._slot for i in ids):
@@ -352,7 +353,7 @@ class FactIndex:
             self._refresh_field(s, around.get(s, []))
         self._dense.set_many(np.asarray(emb_slots, dtype=np.int64), vecs, len(self._ids))
         if graph_threads > 0:
-            self._dense.build_graph(len(self._ids), graph_threads)
+            self._dense.build_now(len(self._ids), graph_threads)
 
     def add_context(self, item_id: Hashable, text: str, metadata: dict[str, Any] | None = None) -> None:
         """Hold an item that is not a memory (an ignored turn) in its session's order: it is

@@ -78,6 +78,8 @@ class Loaded:
     # The stored version the saved index on disk reflects (index_cache.py): restored from
     # it or written to it; -1 when this process's index is not known to be saved.
     saved: int = -1
+    # The same for the saved tree (tree_cache.py).
+    tree_saved: int = -1
 
 
 @dataclass
@@ -301,14 +303,15 @@ class Forest:
         first (the order sessions read); None if it is not stored."""
         assert self.storage is not None
         with paused_gc():
-            found = self.storage.load_tree(ns)
+            saved = self._saved_tree(ns)
+            found = saved or self.storage.load_tree(ns)
             self._checked[ns] = time.monotonic()
             if found is None:
                 self.drop(ns)
                 return None
             tree, version = found
             tree.max_height, tree.clock = self.max_height, self.clock
-            state = self._loaded[ns] = Loaded(tree, synced=version)
+            state = self._loaded[ns] = Loaded(tree, synced=version, tree_saved=version if saved else -1)
             entries = _entries(tree)
             if self.bulk_load:
                 self._index_loaded(ns, state, entries)
@@ -316,6 +319,14 @@ class Forest:
                 self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
         self._touch(ns)
         return state
+
+    def _saved_tree(self, ns: Namespace) -> tuple[MembrainTree, int] | None:
+        """(tree, version) from the namespace's saved tree when one matches its stored head
+        (tree_cache.py), without reading its rows; None otherwise."""
+        cache = self.index_cache
+        head = None if cache is None else cache.stamp(ns)
+        tree = None if cache is None or head is None else cache.load_tree(ns, head, self.clock)
+        return None if tree is None or head is None else (tree, head[0])
 
     def _index_loaded(self, ns: Namespace, state: Loaded, entries: list[Node]) -> None:
         """Index a namespace just loaded: ``entries`` (its facts, raw and ignored items,
@@ -363,22 +374,31 @@ class Forest:
                 index.set_former(key, [(v.text, v.embedding) for v in former.get(key, [])])
 
     def save_indexes(self) -> int:
-        """Save the search index of each loaded namespace of at least ``MIN_ENTRIES``
-        indexed entries whose index changed since it was loaded or saved (index_cache.py);
-        how many were written. Nothing without an ``index_cache``."""
+        """Save the search index and the tree of each loaded namespace of at least
+        ``MIN_ENTRIES`` indexed entries, each when it changed since it was loaded or saved
+        (index_cache.py, tree_cache.py); how many files were written. Nothing without an
+        ``index_cache``. A tree is saved only at the stored head it reflects: not when
+        another process wrote the namespace since."""
         cache, written = self.index_cache, 0
         if cache is None or not cache.writable:
             return 0
         for ns in list(self._loaded):
             with self.lock(ns):
                 state = self._loaded.get(ns)
-                if state is None or state.index is None or not state.synced or state.saved == state.synced:
+                if state is None or not state.synced or (state.saved == state.tree_saved == state.synced):
                     continue
                 entries = _entries(state.tree)
-                if len(entries) >= index_cache.MIN_ENTRIES and \
+                if len(entries) < index_cache.MIN_ENTRIES:
+                    continue
+                if state.index is not None and state.saved != state.synced and \
                         cache.save(ns, state.index, index_cache.fingerprint(state.synced, entries)):
                     state.saved = state.synced
                     written += 1
+                if state.tree_saved != state.synced:
+                    head = cache.stamp(ns)
+                    if head is not None and head[0] == state.synced and cache.save_tree(ns, state.tree, head):
+                        state.tree_saved = state.synced
+                        written += 1
         return written
 
     def _new_tree(self, ns: Namespace) -> MembrainTree:

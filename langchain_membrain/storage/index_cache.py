@@ -36,6 +36,7 @@ import io
 import json
 import os
 import pickle
+import sqlite3
 import threading
 import zlib
 from typing import Any, Callable, Sequence
@@ -44,6 +45,8 @@ import numpy as np
 
 from ..index.facts import FactIndex
 from ..tree.nodes import Node
+from ..tree.tree import MembrainTree
+from . import tree_cache
 
 #: File format; a file of another is ignored (and replaced at the next save). 2: with the
 #: HNSW graph.
@@ -101,9 +104,10 @@ class IndexCache:
         writable: False for a database opened read-only: saved indexes are read, none written.
     """
 
-    def __init__(self, directory: str, *, writable: bool = True):
+    def __init__(self, directory: str, *, writable: bool = True, database: str | None = None):
         self.directory = directory
         self.writable = writable
+        self.database = database  # the SQLite file, whose namespaces' heads saved trees match
 
     @classmethod
     def for_storage(cls, storage: Any) -> IndexCache | None:
@@ -112,13 +116,27 @@ class IndexCache:
 
         if not isinstance(storage, SQLiteStorage) or storage.location in ("", ":memory:"):
             return None
-        return cls(os.path.abspath(storage.location) + ".index", writable=not storage.read_only)
+        location = os.path.abspath(storage.location)
+        return cls(location + ".index", writable=not storage.read_only, database=location)
 
-    def path(self, ns: Sequence[str]) -> str:
+    def path(self, ns: Sequence[str], suffix: str = ".idx") -> str:
+        """The namespace's saved index (``.idx``) or saved tree (``.tree``)."""
         from .base import encode_namespace
 
         name = hashlib.blake2b(encode_namespace(ns).encode("utf-8"), digest_size=16).hexdigest()
-        return os.path.join(self.directory, name + ".idx")
+        return os.path.join(self.directory, name + suffix)
+
+    def stamp(self, ns: Sequence[str]) -> tree_cache.Stamp | None:
+        """The namespace's stored head, which a saved tree must match (tree_cache.py); None
+        without a database or when it cannot be read (no tree is then saved or read)."""
+        from .base import encode_namespace
+
+        if self.database is None:
+            return None
+        try:
+            return tree_cache.stamp(self.database, encode_namespace(ns))
+        except sqlite3.Error:
+            return None
 
     # ------------------------------------------------------------------ read
     def load(self, ns: Sequence[str], fp: str, new_index: Callable[[], FactIndex]) -> FactIndex | None:
@@ -161,16 +179,21 @@ class IndexCache:
         index.set_state(state)
         return index
 
+    def load_tree(self, ns: Sequence[str], head: tree_cache.Stamp,
+                  clock: Callable[[], float]) -> MembrainTree | None:
+        """The namespace's saved tree (tree_cache.py) if it was saved at the stored head
+        ``head`` and reads whole; None otherwise."""
+        try:
+            with open(self.path(ns, ".tree"), "rb") as f:
+                return tree_cache.decode(f, head, clock)
+        except Exception:  # noqa: BLE001 - any unreadable file is rebuilt, never an error
+            return None
+
     # ------------------------------------------------------------------ write
     def save(self, ns: Sequence[str], index: FactIndex, fp: str) -> bool:
         """Write the namespace's index with its fingerprint ``fp`` (atomically: a reader sees
         the old file or the new one). False, and nothing written, when it cannot be."""
-        if not self.writable:
-            return False
-        path = self.path(ns)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            os.makedirs(self.directory, exist_ok=True)
+        def parts() -> list[bytes | memoryview]:
             state = index.state()
             rows, dense = len(state["_ids"]), state["_dense"]
             emb = np.ascontiguousarray(dense.pop("_emb")[:rows])
@@ -183,12 +206,28 @@ class IndexCache:
                                "emb_crc": zlib.crc32(emb.data.cast("B")),
                                "graph_arrays": [[name, str(a.dtype), a.size, zlib.crc32(a.data.cast("B"))]
                                                 for name, a in raw]}).encode("utf-8")
+            return [MAGIC + len(head).to_bytes(8, "little") + head, blob, emb.data.cast("B"),
+                    *(a.data.cast("B") for _, a in raw)]
+
+        return self._write(self.path(ns), parts)
+
+    def save_tree(self, ns: Sequence[str], tree: MembrainTree, head: tree_cache.Stamp) -> bool:
+        """Write the namespace's tree, stored at head ``head`` (tree_cache.py), atomically;
+        False, and nothing written, when it cannot be (a tree with unwritten changes)."""
+        return self._write(self.path(ns, ".tree"), lambda: tree_cache.encode(tree, head))
+
+    def _write(self, path: str, parts: Callable[[], list[bytes | memoryview]]) -> bool:
+        """Write ``parts()`` to ``path`` through a temporary file, fsynced and renamed over
+        it: a reader sees the old file or the new one. False, and nothing written, on error."""
+        if not self.writable:
+            return False
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            data = parts()
             with open(tmp, "wb") as f:
-                f.write(MAGIC + len(head).to_bytes(8, "little") + head)
-                f.write(blob)
-                f.write(emb.data.cast("B"))
-                for _, a in raw:
-                    f.write(a.data.cast("B"))
+                for part in data:
+                    f.write(part)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
