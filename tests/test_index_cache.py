@@ -210,7 +210,7 @@ def test_a_bad_or_stale_saved_index_is_rebuilt_silently(tmp_path, how, graph):
     with memory(db, **kw) as mem:
         for text, meta in chat_events(120):
             mem.add(text, namespace="chat", metadata=meta)
-    (name,) = os.listdir(str(db) + ".index")
+    (name,) = [n for n in os.listdir(str(db) + ".index") if n.endswith(".idx")]
     path = os.path.join(str(db) + ".index", name)
     if how == "stale":
         with reopened(db, **kw) as mem:

@@ -138,3 +138,21 @@ def test_a_tree_with_unwritten_changes_is_not_saved(tmp_path):
     tree = MembrainTree("subject", dim=4)  # its root not written yet
     with pytest.raises(ValueError):
         tree_cache.encode(tree, (1, 0.0, 4))
+
+
+def test_an_index_saved_at_the_saved_trees_head_is_used_without_its_fingerprint(tmp_path, monkeypatch):
+    """Tree and index saved at one stored head: a restart reads both, and does not hash
+    every entry to check the index. With the tree file damaged, the tree comes from the
+    rows and the index is checked by its fingerprint (and still used)."""
+    db = tmp_path / "m.db"
+    filled(db, 120)
+    calls = []
+    real = index_cache.fingerprint
+    monkeypatch.setattr(index_cache, "fingerprint", lambda *a: calls.append(1) or real(*a))
+    with opened(db) as mem:
+        assert state(mem).saved == state(mem).tree_saved == state(mem).synced and calls == []
+        got = hits(mem, "exact")
+    corrupt(tree_file(db), "flipped")
+    with opened(db) as mem:
+        assert state(mem).tree_saved == -1 and state(mem).saved == state(mem).synced and calls
+        assert hits(mem, "exact") == got

@@ -306,12 +306,13 @@ class DenseIndex:
         if self._hnsw is not None:
             self._backlog.update(dict.fromkeys(slots.tolist()))
 
-    def _build_sums(self, n_slots: int, step: int = SUMS_BUILD_STEP) -> None:
-        """Fold the next ``step`` rows into sums being built (no-op otherwise)."""
+    def _build_sums(self, n_slots: int, step: int | None = None) -> None:
+        """Fold the next ``step`` (default SUMS_BUILD_STEP) rows into sums being built
+        (no-op otherwise)."""
         if self._sums_upto is None or self._m1 is None or self._m2 is None:
             return
         lo = self._sums_upto
-        hi = min(lo + step, n_slots)
+        hi = min(lo + (step or SUMS_BUILD_STEP), n_slots)
         rows = self._emb[lo + np.flatnonzero(self._has_emb[lo:hi])].astype(np.float64)
         self._m1 += rows.sum(axis=0)
         self._m2 += rows.T @ rows

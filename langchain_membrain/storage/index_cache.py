@@ -16,7 +16,10 @@ loaded or saved. A process killed before it closes leaves the file it found.
 Trust: a saved index is used only when its **fingerprint** matches the namespace just read
 from storage: the stored version, and the ids, kinds, texts and update times of every
 indexed entry (facts, raw and ignored items, in load order), hashed; and when it was
-written with the same retrieval configuration and file format. Anything else (another
+written with the same retrieval configuration and file format. When the namespace's tree
+was itself read from a saved tree (tree_cache.py), an index saved at the same stored head
+(version, time of the last write, dimension) is of the same stored namespace and is used
+without computing the fingerprint. Anything else (another
 process wrote the namespace since, a file that is missing, truncated, corrupt or of another
 format) and the namespace is indexed from its rows as before, the file left to be replaced
 at the next save: never an error, never a lost memory (the index is derived from the
@@ -139,22 +142,30 @@ class IndexCache:
             return None
 
     # ------------------------------------------------------------------ read
-    def load(self, ns: Sequence[str], fp: str, new_index: Callable[[], FactIndex]) -> FactIndex | None:
-        """The namespace's saved index if its fingerprint is ``fp`` and it reads whole;
-        None otherwise (missing, stale, corrupt, another configuration or format)."""
+    def load(self, ns: Sequence[str], fp: str | Callable[[], str], new_index: Callable[[], FactIndex],
+             head: tree_cache.Stamp | None = None) -> FactIndex | None:
+        """The namespace's saved index if its fingerprint is ``fp`` (or ``fp()``: computed
+        only when needed) and it reads whole; None otherwise (missing, stale, corrupt,
+        another configuration or format). ``head``: the namespace's stored head when its
+        tree was just read from a saved tree of that head (tree_cache.py); an index saved
+        at the same head is of the same stored namespace, its fingerprint not computed."""
         try:
             with open(self.path(ns), "rb") as f:
-                return self._read(f, fp, new_index)
+                return self._read(f, fp, new_index, head)
         except Exception:  # noqa: BLE001 - any unreadable file is rebuilt, never an error
             return None
 
     @staticmethod
-    def _read(f: io.BufferedReader, fp: str, new_index: Callable[[], FactIndex]) -> FactIndex | None:
+    def _read(f: io.BufferedReader, fp: str | Callable[[], str], new_index: Callable[[], FactIndex],
+              stored: tree_cache.Stamp | None) -> FactIndex | None:
         if f.read(len(MAGIC)) != MAGIC:
             return None
         head = json.loads(f.read(int.from_bytes(f.read(8), "little")).decode("utf-8"))
         index = new_index()
-        if head.get("format") != FORMAT or head.get("fingerprint") != fp or head.get("config") != _config_key(index):
+        if head.get("format") != FORMAT or head.get("config") != _config_key(index):
+            return None
+        if (stored is None or head.get("stamp") != list(stored)) and \
+                head.get("fingerprint") != (fp if isinstance(fp, str) else fp()):
             return None
         blob = f.read(head["pickle_bytes"])
         if len(blob) != head["pickle_bytes"] or zlib.crc32(blob) != head["pickle_crc"]:
@@ -190,9 +201,10 @@ class IndexCache:
             return None
 
     # ------------------------------------------------------------------ write
-    def save(self, ns: Sequence[str], index: FactIndex, fp: str) -> bool:
-        """Write the namespace's index with its fingerprint ``fp`` (atomically: a reader sees
-        the old file or the new one). False, and nothing written, when it cannot be."""
+    def save(self, ns: Sequence[str], index: FactIndex, fp: str, head: tree_cache.Stamp | None = None) -> bool:
+        """Write the namespace's index with its fingerprint ``fp`` and, when known, the
+        stored head ``head`` it reflects (atomically: a reader sees the old file or the new
+        one). False, and nothing written, when it cannot be."""
         def parts() -> list[bytes | memoryview]:
             state = index.state()
             rows, dense = len(state["_ids"]), state["_dense"]
@@ -200,13 +212,14 @@ class IndexCache:
             graph = dense["_graph"]
             raw = [(name, np.ascontiguousarray(graph.pop(name))) for name in _GRAPH_RAW] if graph else []
             blob = pickle.dumps(state, protocol=5)
-            head = json.dumps({"format": FORMAT, "fingerprint": fp, "config": _config_key(index),
+            meta = json.dumps({"format": FORMAT, "fingerprint": fp, "config": _config_key(index),
+                               "stamp": None if head is None else list(head),
                                "pickle_bytes": len(blob), "pickle_crc": zlib.crc32(blob), "rows": rows,
                                "capacity": int(dense["_has_emb"].size), "dim": dense["dim"],
                                "emb_crc": zlib.crc32(emb.data.cast("B")),
                                "graph_arrays": [[name, str(a.dtype), a.size, zlib.crc32(a.data.cast("B"))]
                                                 for name, a in raw]}).encode("utf-8")
-            return [MAGIC + len(head).to_bytes(8, "little") + head, blob, emb.data.cast("B"),
+            return [MAGIC + len(meta).to_bytes(8, "little") + meta, blob, emb.data.cast("B"),
                     *(a.data.cast("B") for _, a in raw)]
 
         return self._write(self.path(ns), parts)
