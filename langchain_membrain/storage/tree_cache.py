@@ -41,7 +41,8 @@ MAGIC = b"MBRNTRE\n"
 
 # The only globals a saved tree's pickle may name (numpy 1 and 2 spell them differently).
 _ALLOWED = {("langchain_membrain.tree.tree", "MembrainTree"), ("langchain_membrain.tree.nodes", "Node"),
-            ("langchain_membrain.storage.tree_cache", "_digraph"), ("numpy", "dtype"), ("numpy", "ndarray"),
+            ("langchain_membrain.storage.tree_cache", "_digraph"), ("langchain_membrain.storage.tree_cache", "_clock"),
+            ("langchain_membrain.storage.tree_cache", "_row"), ("numpy", "dtype"), ("numpy", "ndarray"),
             ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
             ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar"),
             ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct")}
@@ -77,9 +78,11 @@ def _digraph(attrs: dict[str, Any], nodes: dict[str, Any], succ: dict[str, Any],
 
 
 class _Pickler(pickle.Pickler):
-    """Pickles a tree with its clock left out, its graph as its dicts (:func:`_digraph`)
-    and its nodes' embeddings collected into :attr:`vectors` (written raw), each named by
-    its row."""
+    """Pickles a tree with its clock left out (:func:`_clock`), its graph as its dicts
+    (:func:`_digraph`) and its nodes' embeddings collected into :attr:`vectors` (written
+    raw), each pickled as its row (:func:`_row`). A ``reducer_override`` rather than a
+    ``persistent_id``: the pickler calls it for objects other than plain containers,
+    strings and numbers only, not for each of the tree's millions of objects."""
 
     def __init__(self, file: io.BytesIO, tree: MembrainTree):
         super().__init__(file, protocol=5)
@@ -90,18 +93,26 @@ class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         if type(obj) is nx.DiGraph:
             return _digraph, (obj.graph, obj._node, obj._succ, obj._pred)
-        return NotImplemented
-
-    def persistent_id(self, obj: Any) -> Any:
         if obj is self.clock:
-            return "clock"
+            return _clock, ()
         if type(obj) is np.ndarray and obj.dtype == np.float32 and obj.ndim == 1 and obj.size == self.dim:
             row = self._seen.get(id(obj))
             if row is None:
                 row = self._seen[id(obj)] = len(self.vectors)
                 self.vectors.append(obj)
-            return row
-        return None
+            return _row, (row,)
+        return NotImplemented
+
+
+def _clock() -> None:
+    """Named in a saved tree where its clock was; the reader returns its own (never called)."""
+    raise pickle.UnpicklingError("a saved tree is read by tree_cache.decode only")
+
+
+def _row(row: int) -> None:
+    """Named in a saved tree for a node's embedding, the ``row``-th of the vectors after the
+    pickle; the reader returns that row (never called)."""
+    raise pickle.UnpicklingError("a saved tree is read by tree_cache.decode only")
 
 
 class _Unpickler(pickle.Unpickler):
@@ -112,14 +123,16 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in _ALLOWED:
             raise pickle.UnpicklingError(f"a saved tree does not name {module}.{name}")
+        if module == __name__ and name == "_clock":
+            return lambda: self.clock
+        if module == __name__ and name == "_row":
+            return self._vector
         return super().find_class(module, name)
 
-    def persistent_load(self, pid: Any) -> Any:
-        if pid == "clock":
-            return self.clock
-        if type(pid) is int and 0 <= pid < len(self.vectors):
-            return self.vectors[pid]
-        raise pickle.UnpicklingError("a saved tree names an unknown object")
+    def _vector(self, row: Any) -> np.ndarray:
+        if type(row) is not int or not 0 <= row < len(self.vectors):
+            raise pickle.UnpicklingError("a saved tree names an unknown vector")
+        return self.vectors[row]
 
 
 def encode(tree: MembrainTree, head: Stamp) -> list[bytes | memoryview]:
