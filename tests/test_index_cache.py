@@ -60,15 +60,49 @@ def test_a_saved_index_reads_back_as_it_was(tmp_path, config):
         same_hits(back.search(query, q, 10, mode="exact"), index.search(query, q, 10, mode="exact"), rel=1e-9)
 
 
-def test_a_restored_index_builds_its_graph_with_the_writes_that_follow(tmp_path):
-    """The graph is not saved: fast mode is exact after a restore until the next writes
-    have built it (dense.py, "Bulk load"), then it is used."""
+def graph_index(config: RetrievalConfig, n: int = 300) -> tuple[FactIndex, np.ndarray]:
+    """An index grown one fact at a time past its graph's size, and the embedding of the
+    fact it removed (marked deleted in the graph)."""
+    rng = np.random.default_rng(3)
+    index = FactIndex(config)
+    for i in range(n):
+        index.add(f"f{i}", f"w{i % 20}", rng.normal(size=DIM), {"speaker": "Alice", "session": i // 10})
+    removed = index._dense.vector(7)
+    index.remove("f7")
+    assert index._dense.has_graph and removed is not None
+    return index, removed
+
+
+def test_a_restored_index_keeps_its_graph_and_searches_as_the_saved_one(tmp_path):
+    """The HNSW graph is saved: a restored index is in fast mode from its first search,
+    with the saved index's results (the same graph); writes after it go on as before."""
+    config = RetrievalConfig(ann_min_facts=50, ann_candidates=20)
+    index, removed = graph_index(config)
+    cache = IndexCache(str(tmp_path / "db.index"))
+    assert cache.save(NS, index, "fp")
+    back = cache.load(NS, "fp", lambda: FactIndex(config))
+    assert back is not None and back._dense.has_graph and back._dense.waiting == 0
+    rng = np.random.default_rng(4)
+    for _ in range(10):
+        q = rng.normal(size=DIM)
+        for query in ("w3", "w11 w4", "nothing"):
+            assert back.search(query, q, 10, mode="fast") == index.search(query, q, 10, mode="fast")
+            assert back.nearest(q, 5) == index.nearest(q, 5)
+    assert "f7" not in {f for f, _ in back.nearest(removed, 3)}
+    for i in range(20):
+        back.add(f"n{i}", "w3", rng.normal(size=DIM))
+    back.update("f2", embedding=rng.normal(size=DIM))
+    q = rng.normal(size=DIM)
+    assert back._dense.has_graph and back.nearest(q, 1)[0][0] == back.search("", q, 1, mode="exact")[0][0]
+
+
+def test_an_index_saved_before_its_graph_was_built_builds_it_with_the_writes_that_follow(tmp_path):
+    """A bulk load saved before its next writes built the graph: fast mode is exact after
+    a restore until the writes that follow have built it (dense.py, "Bulk load")."""
     config = RetrievalConfig(ann_min_facts=50, ann_candidates=20)
     rng = np.random.default_rng(3)
     index = FactIndex(config)
-    for i in range(300):
-        index.add(f"f{i}", f"w{i % 20}", rng.normal(size=DIM))
-    assert index._dense.has_graph
+    index.add_many((f"f{i}", f"w{i % 20}", rng.normal(size=DIM), None, False) for i in range(300))
     cache = IndexCache(str(tmp_path / "db.index"))
     assert cache.save(NS, index, "fp")
     back = cache.load(NS, "fp", lambda: FactIndex(config))
@@ -78,6 +112,37 @@ def test_a_restored_index_builds_its_graph_with_the_writes_that_follow(tmp_path)
     for i in range(20):
         back.add(f"n{i}", "w3", rng.normal(size=DIM))
     assert back._dense.has_graph
+
+
+def graph_bytes_at(path: str) -> int:
+    """Where the graph's raw arrays start in a saved file (after the pickle and the rows)."""
+    data = open(path, "rb").read()
+    head_len = int.from_bytes(data[8:16], "little")
+    head = json.loads(data[16:16 + head_len])
+    return 16 + head_len + head["pickle_bytes"] + head["rows"] * head["dim"] * 4
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated", "labels"])
+def test_a_corrupt_or_mismatched_graph_is_not_trusted(tmp_path, how):
+    """A bit flipped in the graph's bytes, a file cut inside them, or a graph (with valid
+    CRCs) whose labels are not the rows' slots: nothing loads, so the namespace is indexed
+    from its rows."""
+    config = RetrievalConfig(ann_min_facts=50, ann_candidates=20)
+    index, _ = graph_index(config)
+    cache = IndexCache(str(tmp_path / "db.index"))
+    if how == "labels":
+        index._dense._hnsw.add_items(np.ones((1, DIM), dtype=np.float32), [10_000])
+    assert cache.save(NS, index, "fp")
+    path = cache.path(NS)
+    data = bytearray(open(path, "rb").read())
+    at = graph_bytes_at(path)
+    assert len(data) - at > 300 * DIM * 4  # the graph holds its own copy of the vectors
+    if how == "flipped":
+        data[at + 1000] ^= 0x10
+    elif how == "truncated":
+        data = data[:at + 1000]
+    open(path, "wb").write(bytes(data))
+    assert cache.load(NS, "fp", lambda: FactIndex(config)) is None
 
 
 def reopened(db, **kw):
@@ -132,30 +197,34 @@ def corrupt(path: str, how: str) -> None:
     open(path, "wb").write(data)
 
 
+@pytest.mark.parametrize("graph", [False, True], ids=["no-graph", "graph"])
 @pytest.mark.parametrize("how", ["truncated", "flipped", "garbage", "empty", "malicious", "missing", "stale"])
-def test_a_bad_or_stale_saved_index_is_rebuilt_silently(tmp_path, how):
+def test_a_bad_or_stale_saved_index_is_rebuilt_silently(tmp_path, how, graph):
     """Whatever happened to the file, or when another process wrote the namespace without
     saving its index, the namespace is indexed from its rows: nothing lost, the same search
-    results as a load without a saved index, and a good file written at close."""
+    results as a load without a saved index, and a good file written at close. ``graph``:
+    a namespace large enough for its HNSW graph, saved with it (the flipped bytes fall in
+    the graph's)."""
     db = tmp_path / "m.db"
-    with memory(db) as mem:
+    kw = {"retrieval": RetrievalConfig(ann_min_facts=30)} if graph else {}
+    with memory(db, **kw) as mem:
         for text, meta in chat_events(120):
             mem.add(text, namespace="chat", metadata=meta)
-    (name,) = os.listdir(str(db) + ".index")
+    (name,) = [n for n in os.listdir(str(db) + ".index") if n.endswith(".idx")]
     path = os.path.join(str(db) + ".index", name)
     if how == "stale":
-        with reopened(db) as mem:
+        with reopened(db, **kw) as mem:
             mem._forest.index_cache = None  # this process saves nothing
             mem.add("a new fact about the guitar", namespace="chat")
     elif how == "missing":
         os.remove(path)
     else:
         corrupt(path, how)
-    with reopened(db) as mem:
+    with reopened(db, **kw) as mem:
         assert state(mem).saved == -1  # rebuilt
         got = hits(mem, "exact")
         n = len(mem._forest.index(NS))
-    with reopened(db) as mem:
+    with reopened(db, **kw) as mem:
         assert state(mem).saved == state(mem).synced  # the file written at close is good
         assert hits(mem, "exact") == got and len(mem._forest.index(NS)) == n
         if how == "stale":

@@ -8,11 +8,11 @@ package, opens ``MembrainMemory(db)`` (its defaults: bundled MiniLM embedder, of
 teacher) and searches the namespace once; it reports the wall time since the parent
 started it and its CPU time (``time.process_time()``, every thread), both at the search's
 return (the exit is not counted). Two ways of indexing the loaded namespace, in the same
-run: ``saved`` (the index a previous process saved at close, read back: index_cache.py, this
-release; one untimed process opens the store and closes it first, to save it), ``bulk``
-(the saved index neither read nor written: ``FactIndex.add_many`` over the rows, the
-previous release) and ``per-fact`` (``Forest.bulk_load = False`` and the garbage collector
-left on: ``FactIndex.add`` per fact with the HNSW graph built at load, the releases before
+run: ``saved`` (the index and the tree a previous process saved at close, read back:
+index_cache.py, tree_cache.py; one untimed process opens the store and closes it first, to
+save them), ``bulk`` (the saved index and tree neither read nor written: the rows read
+and ``FactIndex.add_many`` over them) and ``per-fact`` (``Forest.bulk_load = False`` and the
+garbage collector left on: ``FactIndex.add`` per fact with the HNSW graph built at load, the releases before
 issue 48), the latter only up to ``--baseline-max`` facts.
 
     python -m langchain_membrain.bench cold [--facts 1000 5000 20000] [--runs 3] [--json out.json]

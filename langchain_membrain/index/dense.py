@@ -18,7 +18,10 @@ dense z-score, and the HNSW graph of the fast mode.
   anyway), which differ from the sums' by float32 rounding. Until the graph holds an
   embedding, every search scores it exactly beside the graph's candidates, and the fast
   mode scores every fact (it is exact) while the graph holds fewer than half of them
-  (:attr:`DenseIndex.has_graph`).
+  (:attr:`DenseIndex.has_graph`). :meth:`DenseIndex.build_now` builds the sums and the whole
+  graph at once instead (a bulk build, the graph on several threads).
+- **Saved** (index_cache.py): the graph as hnswlib's own state, checked against the rows
+  when it is read back (:meth:`DenseIndex.set_state`).
 
 Slots are the owning index's rows (:class:`~.retrieval.FactIndex`); ``n_slots`` arguments
 are the rows it has handed out so far.
@@ -62,8 +65,11 @@ ANN_BUILD_STEP = 64
 SUMS_BUILD_STEP = 1024
 
 
-#: What a saved index leaves out of a dense index: the graph and the slots waiting for it.
-_NOT_SAVED = ("_hnsw", "_pending", "_backlog")
+#: What a saved index holds of a dense index in another form: the graph, as hnswlib's own
+#: state (a dict of plain values and numpy arrays, see :meth:`DenseIndex.state`).
+_NOT_SAVED = ("_hnsw",)
+#: The graph state's values that must be plain (the arrays are checked by their shapes).
+_GRAPH_SCALARS = ("ser_version", "dim", "cur_element_count", "max_elements", "size_data_per_element")
 
 
 class DenseIndex:
@@ -163,15 +169,76 @@ class DenseIndex:
 
     # ----------------------------------------------------------------- writes
     def state(self) -> dict[str, Any]:
-        """Everything but the graph and its queues, for a saved index (index_cache.py); the
-        rows (``_emb``) are the index's own matrix, not a copy."""
-        return slot_state(self, _NOT_SAVED)
+        """Everything the index holds, for a saved index (index_cache.py): its fields, and
+        under ``"_graph"`` the HNSW graph as hnswlib's state (None without a graph). The rows
+        (``_emb``) are the index's own matrix, not a copy."""
+        graph = None if self._hnsw is None else self._hnsw.__getstate__()[0]
+        return {**slot_state(self, _NOT_SAVED), "_graph": graph}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Back from :meth:`state` (ValueError for another version's), without a graph: the
-        writes that follow build it, as after a bulk load."""
+        """Back from :meth:`state` (consumed; ValueError for another version's, or for a
+        graph that does not fit the rows). A state saved without its graph but with
+        embeddings enough for one leaves the graph to the writes that follow, as after a
+        bulk load."""
+        graph = state.pop("_graph", None)
         set_slot_state(self, state, _NOT_SAVED)
-        self._hnsw, self._pending, self._backlog = None, {}, {}
+        self._hnsw = None
+        if graph is not None:
+            self._hnsw = self._graph_from(graph)
+        elif self._pending or self._backlog:
+            raise ValueError("slots wait for a graph the saved state does not hold")
+
+    def _graph_from(self, graph: dict[str, Any]) -> Any:
+        """The HNSW graph back from its saved state, checked against the rows first: its
+        dimension and space, its labels distinct slots of the rows, and every embedded slot
+        that waits for no insertion among them (a removed fact's label stays in the graph,
+        marked deleted; a waiting slot's may hold its previous vector)."""
+        if _hnswlib is None:
+            raise ValueError("a saved graph needs hnswlib")
+        if not isinstance(graph, dict) or any(type(graph.get(k)) is not int for k in _GRAPH_SCALARS):
+            raise ValueError("not a saved graph")
+        labels = np.asarray(graph["label_lookup_external"]).astype(np.int64)
+        if labels.size and (labels.min() < 0 or labels.max() >= self._has_emb.size):
+            raise ValueError("the saved graph holds a slot the rows do not")
+        in_graph = np.zeros(self._has_emb.size, dtype=bool)
+        in_graph[labels] = True
+        expected = self._has_emb.copy()
+        expected[self._waiting_slots()] = False
+        if (graph["dim"] != self.dim or graph["space"] != "ip" or labels.size != graph["cur_element_count"]
+                or np.unique(labels).size != labels.size or not in_graph[expected].all()
+                or graph["data_level0"].size != graph["cur_element_count"] * graph["size_data_per_element"]):
+            raise ValueError("the saved graph does not fit the rows")
+        hnsw = _hnswlib.Index.__new__(_hnswlib.Index)
+        hnsw.__setstate__((graph,))
+        hnsw.set_num_threads(1)
+        return hnsw
+
+    def build_now(self, n_slots: int, threads: int) -> None:
+        """What the writes after a bulk load would build a slice at a time, done at once (a
+        bulk build): every row folded into sums being built, and every embedding waiting
+        outside the graph inserted into it, on ``threads`` threads (the graph created once
+        ``ann_min_facts`` embeddings exist)."""
+        while self._sums_upto is not None:
+            self._build_sums(n_slots, step=65536)
+        if _hnswlib is None or (self._hnsw is None and self.n_emb < self._ann_min_facts):
+            return
+        if self._hnsw is None:
+            self._new_graph()
+            self._backlog = dict.fromkeys(np.flatnonzero(self._has_emb[:n_slots]).tolist())
+        slots = self._waiting_slots()
+        self._pending.clear()
+        self._backlog.clear()
+        self._hnsw.set_num_threads(max(1, threads))
+        try:
+            self._insert(slots)
+        finally:
+            self._hnsw.set_num_threads(1)
+
+    def _new_graph(self) -> None:
+        self._hnsw = _hnswlib.Index(space="ip", dim=self.dim)
+        self._hnsw.init_index(max_elements=max(2 * self._emb.shape[0], 1024),
+                              ef_construction=self._hnsw_ef_construction, M=self._hnsw_m)
+        self._hnsw.set_num_threads(1)
 
     def grow(self, capacity: int) -> None:
         """Rows for at least ``capacity`` slots."""
@@ -199,10 +266,7 @@ class DenseIndex:
         if self._hnsw is None:
             if self.n_emb < self._ann_min_facts:
                 return  # built lazily once the index is large enough to need it
-            self._hnsw = _hnswlib.Index(space="ip", dim=self.dim)
-            self._hnsw.init_index(max_elements=max(2 * self._emb.shape[0], 1024),
-                                  ef_construction=self._hnsw_ef_construction, M=self._hnsw_m)
-            self._hnsw.set_num_threads(1)
+            self._new_graph()
             live = np.flatnonzero(self._has_emb[:n_slots])
             self._pending.clear()
             if live.size <= self._ann_min_facts:  # grown one write at a time: all of them now
@@ -242,12 +306,13 @@ class DenseIndex:
         if self._hnsw is not None:
             self._backlog.update(dict.fromkeys(slots.tolist()))
 
-    def _build_sums(self, n_slots: int) -> None:
-        """Fold the next SUMS_BUILD_STEP rows into sums being built (no-op otherwise)."""
+    def _build_sums(self, n_slots: int, step: int | None = None) -> None:
+        """Fold the next ``step`` (default SUMS_BUILD_STEP) rows into sums being built
+        (no-op otherwise)."""
         if self._sums_upto is None or self._m1 is None or self._m2 is None:
             return
         lo = self._sums_upto
-        hi = min(lo + SUMS_BUILD_STEP, n_slots)
+        hi = min(lo + (step or SUMS_BUILD_STEP), n_slots)
         rows = self._emb[lo + np.flatnonzero(self._has_emb[lo:hi])].astype(np.float64)
         self._m1 += rows.sum(axis=0)
         self._m2 += rows.T @ rows

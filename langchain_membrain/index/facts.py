@@ -297,7 +297,8 @@ class FactIndex:
         if vec is not None:
             self._dense.set(slot, vec, len(self._ids), defer_ann)
 
-    def add_many(self, items: Iterable[tuple[Hashable, str, Any, dict[str, Any] | None, bool]]) -> None:
+    def add_many(self, items: Iterable[tuple[Hashable, str, Any, dict[str, Any] | None, bool]], *,
+                 graph_threads: int = 0) -> None:
         """Index many facts and context entries at once, in order: each item ``(id, text,
         embedding, metadata, context)`` as :meth:`add` ``(id, text, embedding, metadata)``
         would, or :meth:`add_context` ``(id, text, metadata)`` when ``context``. The index
@@ -305,7 +306,12 @@ class FactIndex:
         embeddings), built in one pass; the dense sums and graph are built by later writes
         (dense.py, "Bulk load"). Search results are those of the calls in turn, scores to
         float rounding. ValueError, and nothing indexed, for an id held or given twice or
-        an embedding of the wrong shape."""
+        an embedding of the wrong shape.
+
+        ``graph_threads`` > 0: build the dense sums and the HNSW graph now (the graph on
+        that many threads) rather than over the writes that follow (a bulk build: the index
+        then holds what adding the facts one by one gives it, to float rounding and the
+        graph's own randomness)."""
         items = list(items)
         ids = [it[0] for it in items if not it[4]]
         if len(set(ids)) != len(ids) or any(i in self._slot for i in ids):
@@ -341,6 +347,8 @@ class FactIndex:
         for s in touched:
             self._refresh_field(s, around.get(s, []))
         self._dense.set_many(np.asarray(emb_slots, dtype=np.int64), vecs, len(self._ids))
+        if graph_threads > 0:
+            self._dense.build_now(len(self._ids), graph_threads)
 
     def add_context(self, item_id: Hashable, text: str, metadata: dict[str, Any] | None = None) -> None:
         """Hold an item that is not a memory (an ignored turn) in its session's order: it is

@@ -44,6 +44,7 @@ from ..tree.tree import MembrainTree, check_max_height
 from . import index_cache
 from .base import Storage
 from .index_cache import IndexCache
+from .tree_cache import Stamp
 
 T = TypeVar("T")
 #: What ``Storage.changes_since`` answers: (rows to upsert, ids removed, current version).
@@ -78,6 +79,8 @@ class Loaded:
     # The stored version the saved index on disk reflects (index_cache.py): restored from
     # it or written to it; -1 when this process's index is not known to be saved.
     saved: int = -1
+    # The same for the saved tree (tree_cache.py).
+    tree_saved: int = -1
 
 
 @dataclass
@@ -301,27 +304,37 @@ class Forest:
         first (the order sessions read); None if it is not stored."""
         assert self.storage is not None
         with paused_gc():
-            found = self.storage.load_tree(ns)
+            saved = self._saved_tree(ns)
+            found = saved[:2] if saved else self.storage.load_tree(ns)
             self._checked[ns] = time.monotonic()
             if found is None:
                 self.drop(ns)
                 return None
             tree, version = found
             tree.max_height, tree.clock = self.max_height, self.clock
-            state = self._loaded[ns] = Loaded(tree, synced=version)
+            state = self._loaded[ns] = Loaded(tree, synced=version, tree_saved=version if saved else -1)
             entries = _entries(tree)
             if self.bulk_load:
-                self._index_loaded(ns, state, entries)
+                self._index_loaded(ns, state, entries, saved[2] if saved else None)
             else:
                 self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
         self._touch(ns)
         return state
 
-    def _index_loaded(self, ns: Namespace, state: Loaded, entries: list[Node]) -> None:
+    def _saved_tree(self, ns: Namespace) -> tuple[MembrainTree, int, Stamp] | None:
+        """(tree, version, stored head) from the namespace's saved tree when one matches
+        its stored head (tree_cache.py), without reading its rows; None otherwise."""
+        cache = self.index_cache
+        head = None if cache is None else cache.stamp(ns)
+        tree = None if cache is None or head is None else cache.load_tree(ns, head, self.clock)
+        return None if tree is None or head is None else (tree, head[0], head)
+
+    def _index_loaded(self, ns: Namespace, state: Loaded, entries: list[Node], head: Stamp | None = None) -> None:
         """Index a namespace just loaded: ``entries`` (its facts, raw and ignored items,
         oldest first) in one :meth:`FactIndex.add_many`, then the former versions of its
         facts and the formed facts of its raw items; or restore its saved index instead
-        when one matches it (index_cache.py).
+        when one matches it (index_cache.py; ``head``: the stored head of the saved tree
+        the namespace was read from).
         The index, ``indexed``, ``unindexed`` and ``versioned`` are what :meth:`_sync_index`
         of each entry's row in turn gives them."""
         seen: dict[str, tuple[str, Any]] = {}
@@ -346,7 +359,7 @@ class Forest:
         state.indexed, state.unindexed, state.versioned = seen, unindexed or NO_IDS, versioned or NO_IDS
         cache = self.index_cache
         if cache is not None and len(entries) >= index_cache.MIN_ENTRIES:
-            state.index = cache.load(ns, index_cache.fingerprint(state.synced, entries), self.new_index)
+            state.index = cache.load(ns, lambda: index_cache.fingerprint(state.synced, entries), self.new_index, head)
             if state.index is not None:
                 state.saved = state.synced
                 return
@@ -363,21 +376,31 @@ class Forest:
                 index.set_former(key, [(v.text, v.embedding) for v in former.get(key, [])])
 
     def save_indexes(self) -> int:
-        """Save the search index of each loaded namespace of at least ``MIN_ENTRIES``
-        indexed entries whose index changed since it was loaded or saved (index_cache.py);
-        how many were written. Nothing without an ``index_cache``."""
+        """Save the search index and the tree of each loaded namespace of at least
+        ``MIN_ENTRIES`` indexed entries, each when it changed since it was loaded or saved
+        (index_cache.py, tree_cache.py); how many files were written. Nothing without an
+        ``index_cache``. A tree is saved only at the stored head it reflects: not when
+        another process wrote the namespace since."""
         cache, written = self.index_cache, 0
         if cache is None or not cache.writable:
             return 0
         for ns in list(self._loaded):
             with self.lock(ns):
                 state = self._loaded.get(ns)
-                if state is None or state.index is None or not state.synced or state.saved == state.synced:
+                if state is None or not state.synced or (state.saved == state.tree_saved == state.synced):
                     continue
                 entries = _entries(state.tree)
-                if len(entries) >= index_cache.MIN_ENTRIES and \
-                        cache.save(ns, state.index, index_cache.fingerprint(state.synced, entries)):
+                if len(entries) < index_cache.MIN_ENTRIES:
+                    continue
+                head = cache.stamp(ns)
+                if head is not None and head[0] != state.synced:
+                    head = None  # another process wrote since: the index is saved by its fingerprint only
+                if state.index is not None and state.saved != state.synced and \
+                        cache.save(ns, state.index, index_cache.fingerprint(state.synced, entries), head):
                     state.saved = state.synced
+                    written += 1
+                if state.tree_saved != state.synced and head is not None and cache.save_tree(ns, state.tree, head):
+                    state.tree_saved = state.synced
                     written += 1
         return written
 

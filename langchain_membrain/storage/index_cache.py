@@ -3,9 +3,11 @@ beside its SQLite file, so that a new process searches a large namespace without
 every fact again.
 
 What is saved: everything the index holds (slots, terms, fields, posting lists, session
-orders, speakers, dates, former versions, the dense rows and moment sums) but the HNSW
-graph, which a restored index builds as a bulk-loaded one does (dense.py, "Bulk load":
-fast mode is exact until the writes that follow have built half of it). Where: the
+orders, speakers, dates, former versions, the dense rows and moment sums) and the HNSW
+graph as hnswlib's state (its large arrays raw, each with its CRC32), so that a restored
+index searches in fast mode from its first query as the saving process did. An index
+saved before its graph was built (a bulk load's, or one below ``ann_min_facts``) builds it
+as a bulk-loaded one does (dense.py, "Bulk load"). Where: the
 directory ``<database file>.index``, one file per namespace. When: at
 :meth:`~.memory.MembrainMemory.close` (and so at interpreter exit), for each loaded
 namespace of at least :data:`MIN_ENTRIES` indexed entries whose index changed since it was
@@ -14,7 +16,10 @@ loaded or saved. A process killed before it closes leaves the file it found.
 Trust: a saved index is used only when its **fingerprint** matches the namespace just read
 from storage: the stored version, and the ids, kinds, texts and update times of every
 indexed entry (facts, raw and ignored items, in load order), hashed; and when it was
-written with the same retrieval configuration and file format. Anything else (another
+written with the same retrieval configuration and file format. When the namespace's tree
+was itself read from a saved tree (tree_cache.py), an index saved at the same stored head
+(version, time of the last write, dimension) is of the same stored namespace and is used
+without computing the fingerprint. Anything else (another
 process wrote the namespace since, a file that is missing, truncated, corrupt or of another
 format) and the namespace is indexed from its rows as before, the file left to be replaced
 at the next save: never an error, never a lost memory (the index is derived from the
@@ -34,6 +39,7 @@ import io
 import json
 import os
 import pickle
+import sqlite3
 import threading
 import zlib
 from typing import Any, Callable, Sequence
@@ -42,13 +48,19 @@ import numpy as np
 
 from ..index.facts import FactIndex
 from ..tree.nodes import Node
+from ..tree.tree import MembrainTree
+from . import tree_cache
 
-#: File format; a file of another is ignored (and replaced at the next save).
-FORMAT = 1
+#: File format; a file of another is ignored (and replaced at the next save). 2: with the
+#: HNSW graph.
+FORMAT = 2
 MAGIC = b"MBRNIDX\n"
 #: Namespaces with fewer indexed entries are indexed from their rows at load (a few ms)
 #: and never saved.
 MIN_ENTRIES = 2000
+#: The HNSW graph's arrays (hnswlib's state, int8 bytes) written raw after the rows, each
+#: with its CRC32, rather than copied through the pickle: nearly all of the graph's bytes.
+_GRAPH_RAW = ("data_level0", "link_lists")
 
 # The only globals a saved index's pickle may name (numpy 1 and 2 spell them differently).
 _ALLOWED = {("collections", "Counter"), ("numpy", "dtype"), ("numpy", "ndarray"),
@@ -81,6 +93,12 @@ def _config_key(index: FactIndex) -> str:
     return repr(index.config)
 
 
+def _read_raw(f: io.BufferedReader, into: np.ndarray, crc: int) -> bool:
+    """Fill the contiguous array ``into`` from ``f``; whether it read whole with CRC32 ``crc``."""
+    view = into.data.cast("B")
+    return f.readinto(view) == view.nbytes and zlib.crc32(view) == crc
+
+
 class IndexCache:
     """The saved indexes of one SQLite database (module docstring).
 
@@ -89,9 +107,10 @@ class IndexCache:
         writable: False for a database opened read-only: saved indexes are read, none written.
     """
 
-    def __init__(self, directory: str, *, writable: bool = True):
+    def __init__(self, directory: str, *, writable: bool = True, database: str | None = None):
         self.directory = directory
         self.writable = writable
+        self.database = database  # the SQLite file, whose namespaces' heads saved trees match
 
     @classmethod
     def for_storage(cls, storage: Any) -> IndexCache | None:
@@ -100,31 +119,53 @@ class IndexCache:
 
         if not isinstance(storage, SQLiteStorage) or storage.location in ("", ":memory:"):
             return None
-        return cls(os.path.abspath(storage.location) + ".index", writable=not storage.read_only)
+        location = os.path.abspath(storage.location)
+        return cls(location + ".index", writable=not storage.read_only, database=location)
 
-    def path(self, ns: Sequence[str]) -> str:
+    def path(self, ns: Sequence[str], suffix: str = ".idx") -> str:
+        """The namespace's saved index (``.idx``) or saved tree (``.tree``)."""
         from .base import encode_namespace
 
         name = hashlib.blake2b(encode_namespace(ns).encode("utf-8"), digest_size=16).hexdigest()
-        return os.path.join(self.directory, name + ".idx")
+        return os.path.join(self.directory, name + suffix)
+
+    def stamp(self, ns: Sequence[str]) -> tree_cache.Stamp | None:
+        """The namespace's stored head, which a saved tree must match (tree_cache.py); None
+        without a database or when it cannot be read (no tree is then saved or read)."""
+        from .base import encode_namespace
+
+        if self.database is None:
+            return None
+        try:
+            return tree_cache.stamp(self.database, encode_namespace(ns))
+        except sqlite3.Error:
+            return None
 
     # ------------------------------------------------------------------ read
-    def load(self, ns: Sequence[str], fp: str, new_index: Callable[[], FactIndex]) -> FactIndex | None:
-        """The namespace's saved index if its fingerprint is ``fp`` and it reads whole;
-        None otherwise (missing, stale, corrupt, another configuration or format)."""
+    def load(self, ns: Sequence[str], fp: str | Callable[[], str], new_index: Callable[[], FactIndex],
+             head: tree_cache.Stamp | None = None) -> FactIndex | None:
+        """The namespace's saved index if its fingerprint is ``fp`` (or ``fp()``: computed
+        only when needed) and it reads whole; None otherwise (missing, stale, corrupt,
+        another configuration or format). ``head``: the namespace's stored head when its
+        tree was just read from a saved tree of that head (tree_cache.py); an index saved
+        at the same head is of the same stored namespace, its fingerprint not computed."""
         try:
             with open(self.path(ns), "rb") as f:
-                return self._read(f, fp, new_index)
+                return self._read(f, fp, new_index, head)
         except Exception:  # noqa: BLE001 - any unreadable file is rebuilt, never an error
             return None
 
     @staticmethod
-    def _read(f: io.BufferedReader, fp: str, new_index: Callable[[], FactIndex]) -> FactIndex | None:
+    def _read(f: io.BufferedReader, fp: str | Callable[[], str], new_index: Callable[[], FactIndex],
+              stored: tree_cache.Stamp | None) -> FactIndex | None:
         if f.read(len(MAGIC)) != MAGIC:
             return None
         head = json.loads(f.read(int.from_bytes(f.read(8), "little")).decode("utf-8"))
         index = new_index()
-        if head.get("format") != FORMAT or head.get("fingerprint") != fp or head.get("config") != _config_key(index):
+        if head.get("format") != FORMAT or head.get("config") != _config_key(index):
+            return None
+        if (stored is None or head.get("stamp") != list(stored)) and \
+                head.get("fingerprint") != (fp if isinstance(fp, str) else fp()):
             return None
         blob = f.read(head["pickle_bytes"])
         if len(blob) != head["pickle_bytes"] or zlib.crc32(blob) != head["pickle_crc"]:
@@ -135,34 +176,71 @@ class IndexCache:
         if len(state["_ids"]) != rows or dense["_has_emb"].size != cap or dense["dim"] != dim:
             return None
         emb = dense["_emb"] = np.zeros((cap, dim or 0), dtype=np.float32)
-        view = emb[:rows].data.cast("B")
-        if f.readinto(view) != view.nbytes or f.read(1) or zlib.crc32(view) != head["emb_crc"]:
+        if not _read_raw(f, emb[:rows], head["emb_crc"]):
+            return None
+        graph = dense["_graph"]
+        for name, dtype, size, crc in head["graph_arrays"]:  # the graph's large arrays, raw
+            if graph is None or name not in _GRAPH_RAW or dtype != "int8":
+                return None
+            graph[name] = np.empty(int(size), dtype=np.int8)
+            if not _read_raw(f, graph[name], crc):
+                return None
+        if f.read(1):
             return None
         index.set_state(state)
         return index
 
-    # ------------------------------------------------------------------ write
-    def save(self, ns: Sequence[str], index: FactIndex, fp: str) -> bool:
-        """Write the namespace's index with its fingerprint ``fp`` (atomically: a reader sees
-        the old file or the new one). False, and nothing written, when it cannot be."""
-        if not self.writable:
-            return False
-        path = self.path(ns)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    def load_tree(self, ns: Sequence[str], head: tree_cache.Stamp,
+                  clock: Callable[[], float]) -> MembrainTree | None:
+        """The namespace's saved tree (tree_cache.py) if it was saved at the stored head
+        ``head`` and reads whole; None otherwise."""
         try:
-            os.makedirs(self.directory, exist_ok=True)
+            with open(self.path(ns, ".tree"), "rb") as f:
+                return tree_cache.decode(f, head, clock)
+        except Exception:  # noqa: BLE001 - any unreadable file is rebuilt, never an error
+            return None
+
+    # ------------------------------------------------------------------ write
+    def save(self, ns: Sequence[str], index: FactIndex, fp: str, head: tree_cache.Stamp | None = None) -> bool:
+        """Write the namespace's index with its fingerprint ``fp`` and, when known, the
+        stored head ``head`` it reflects (atomically: a reader sees the old file or the new
+        one). False, and nothing written, when it cannot be."""
+        def parts() -> list[bytes | memoryview]:
             state = index.state()
             rows, dense = len(state["_ids"]), state["_dense"]
             emb = np.ascontiguousarray(dense.pop("_emb")[:rows])
+            graph = dense["_graph"]
+            raw = [(name, np.ascontiguousarray(graph.pop(name))) for name in _GRAPH_RAW] if graph else []
             blob = pickle.dumps(state, protocol=5)
-            head = json.dumps({"format": FORMAT, "fingerprint": fp, "config": _config_key(index),
+            meta = json.dumps({"format": FORMAT, "fingerprint": fp, "config": _config_key(index),
+                               "stamp": None if head is None else list(head),
                                "pickle_bytes": len(blob), "pickle_crc": zlib.crc32(blob), "rows": rows,
                                "capacity": int(dense["_has_emb"].size), "dim": dense["dim"],
-                               "emb_crc": zlib.crc32(emb.data.cast("B"))}).encode("utf-8")
+                               "emb_crc": zlib.crc32(emb.data.cast("B")),
+                               "graph_arrays": [[name, str(a.dtype), a.size, zlib.crc32(a.data.cast("B"))]
+                                                for name, a in raw]}).encode("utf-8")
+            return [MAGIC + len(meta).to_bytes(8, "little") + meta, blob, emb.data.cast("B"),
+                    *(a.data.cast("B") for _, a in raw)]
+
+        return self._write(self.path(ns), parts)
+
+    def save_tree(self, ns: Sequence[str], tree: MembrainTree, head: tree_cache.Stamp) -> bool:
+        """Write the namespace's tree, stored at head ``head`` (tree_cache.py), atomically;
+        False, and nothing written, when it cannot be (a tree with unwritten changes)."""
+        return self._write(self.path(ns, ".tree"), lambda: tree_cache.encode(tree, head))
+
+    def _write(self, path: str, parts: Callable[[], list[bytes | memoryview]]) -> bool:
+        """Write ``parts()`` to ``path`` through a temporary file, fsynced and renamed over
+        it: a reader sees the old file or the new one. False, and nothing written, on error."""
+        if not self.writable:
+            return False
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            data = parts()
             with open(tmp, "wb") as f:
-                f.write(MAGIC + len(head).to_bytes(8, "little") + head)
-                f.write(blob)
-                f.write(emb.data.cast("B"))
+                for part in data:
+                    f.write(part)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)

@@ -73,6 +73,11 @@ class TreeRows:
             "metadata": n.metadata,
         }
 
+    @property
+    def unwritten(self) -> bool:
+        """Whether the tree holds changes :meth:`drain_changes` has not returned yet."""
+        return bool(self._dirty or self._removed)
+
     def drain_changes(self) -> tuple[list[dict[str, Any]], list[str]]:
         """Rows written and ids removed since the last drain, then forget them.
 

@@ -1,0 +1,161 @@
+"""Issue 48, saved trees (tree_cache.py): a memory saves each large namespace's tree beside
+its saved index at close, and a restart reads it back instead of reading and rebuilding
+every row, with the same tree and the same search results; any write since the save (by
+another process, or by one that never closed) makes the file stale, and a stale, corrupt or
+foreign file is never trusted: the namespace is read from its rows, nothing lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from test_cold_open import chat_events, hits, memory, same_hits  # noqa: E402
+
+from langchain_membrain.storage import index_cache, tree_cache  # noqa: E402
+from langchain_membrain.tree.tree import MembrainTree  # noqa: E402
+
+NS = ("chat",)
+
+
+@pytest.fixture(autouse=True)
+def small_namespaces_saved(monkeypatch):
+    monkeypatch.setattr(index_cache, "MIN_ENTRIES", 1)
+
+
+def opened(db):
+    mem = memory(db)
+    mem.search("apple", namespace="chat", limit=1)  # loads the namespace
+    return mem
+
+
+def state(mem):
+    return mem._forest._loaded[NS]
+
+
+def from_rows(mem) -> MembrainTree:
+    rows, dim, _ = mem._forest.storage.load_rows(NS)
+    return MembrainTree.from_rows(rows, dim=dim)
+
+
+def tree_file(db) -> str:
+    (name,) = [n for n in os.listdir(str(db) + ".index") if n.endswith(".tree")]
+    return os.path.join(str(db) + ".index", name)
+
+
+def filled(db, n: int = 150) -> None:
+    with memory(db) as mem:
+        for text, meta in chat_events(n):
+            mem.add(text, namespace="chat", metadata=meta)
+
+
+def test_a_restart_reads_the_saved_tree_and_it_is_the_stored_one(tmp_path):
+    """The restored tree equals the tree built from the rows (nodes, texts, embeddings,
+    archive, sums), searches as the rows' does, and takes writes as it would."""
+    db = tmp_path / "m.db"
+    filled(db)
+    with opened(db) as mem:
+        assert state(mem).tree_saved == state(mem).synced  # restored, not read from rows
+        tree = mem._forest.tree(NS, create=False)
+        expected = from_rows(mem)
+        assert tree.to_dict() == expected.to_dict() and tree.archive.keys() == expected.archive.keys()
+        for nid in expected.graph:
+            a, b = tree.node(nid), expected.node(nid)
+            assert (a.n_facts, a.emb_count) == (b.n_facts, b.emb_count)
+            if b.emb_sum is not None:
+                np.testing.assert_allclose(a.emb_sum, b.emb_sum, rtol=1e-12)
+        twin = tree.copy()  # copy-on-write, as a tree read from rows copies
+        twin.remove(tree.facts()[0])
+        assert tree.to_dict() == expected.to_dict() and len(twin) == len(tree) - 1
+        restored = {mode: hits(mem, mode) for mode in ("default", "exact", "fast")}
+    with memory(db) as mem:  # the rows' tree and index
+        mem._forest.index_cache = None
+        mem.search("apple", namespace="chat", limit=1)
+        assert state(mem).tree_saved == -1
+        rebuilt = {mode: hits(mem, mode) for mode in restored}
+    for mode in restored:
+        for a, b in zip(restored[mode], rebuilt[mode]):
+            same_hits(a, b)
+    with opened(db) as mem:
+        mem.add("Alice bought a new purple guitar by the river", namespace="chat", metadata={"speaker": "Alice"})
+    with opened(db) as mem:
+        assert state(mem).tree_saved == state(mem).synced  # saved again at close, after the write
+        assert mem._forest.tree(NS, create=False).to_dict() == from_rows(mem).to_dict()
+        assert any("purple" in r.value["content"] for r in mem.search("purple guitar", namespace="chat", limit=3))
+
+
+def corrupt(path: str, how: str) -> None:
+    data = open(path, "rb").read()
+    if how == "truncated":
+        data = data[: len(data) - 100]
+    elif how == "flipped":
+        data = data[:-40] + bytes(b ^ 0xFF for b in data[-40:])
+    elif how == "garbage":
+        data = os.urandom(len(data))
+    elif how == "malicious":  # a valid header and CRC, a pickle naming a global the reader must refuse
+        head_len = int.from_bytes(data[8:16], "little")
+        head = json.loads(data[16:16 + head_len])
+        blob = pickle.dumps(os.system)
+        head.update(pickle_bytes=len(blob), pickle_crc=zlib.crc32(blob), rows=0, vectors_crc=zlib.crc32(b""))
+        raw = json.dumps(head).encode()
+        data = data[:8] + len(raw).to_bytes(8, "little") + raw + blob
+    open(path, "wb").write(data)
+
+
+@pytest.mark.parametrize("how", ["stale", "unclosed", "truncated", "flipped", "garbage", "malicious"])
+def test_a_stale_or_bad_saved_tree_is_not_trusted(tmp_path, how):
+    """A write since the save (a process that saves nothing, or one whose close never ran),
+    or a damaged file: the namespace is read from its rows, with every fact (the new one
+    too), and a good file is written at close."""
+    db = tmp_path / "m.db"
+    filled(db, 120)
+    path = tree_file(db)
+    if how in ("stale", "unclosed"):
+        mem = opened(db)
+        mem._forest.index_cache = None  # this process saves nothing, as one killed before close()
+        mem.add("a new fact about the purple guitar", namespace="chat")
+        if how == "stale":
+            mem.close()
+    else:
+        corrupt(path, how)
+    with opened(db) as mem:
+        assert state(mem).tree_saved == -1  # read from the rows
+        tree = mem._forest.tree(NS, create=False)
+        assert tree.to_dict() == from_rows(mem).to_dict()
+        assert any("purple" in tree.node(f).text for f in tree.facts()) == (how in ("stale", "unclosed"))
+        got = hits(mem, "exact")
+    with opened(db) as mem:
+        assert state(mem).tree_saved == state(mem).synced  # the file written at close is good
+        assert mem._forest.tree(NS, create=False).to_dict() == from_rows(mem).to_dict()
+        assert hits(mem, "exact") == got
+
+
+def test_a_tree_with_unwritten_changes_is_not_saved(tmp_path):
+    tree = MembrainTree("subject", dim=4)  # its root not written yet
+    with pytest.raises(ValueError):
+        tree_cache.encode(tree, (1, 0.0, 4))
+
+
+def test_an_index_saved_at_the_saved_trees_head_is_used_without_its_fingerprint(tmp_path, monkeypatch):
+    """Tree and index saved at one stored head: a restart reads both, and does not hash
+    every entry to check the index. With the tree file damaged, the tree comes from the
+    rows and the index is checked by its fingerprint (and still used)."""
+    db = tmp_path / "m.db"
+    filled(db, 120)
+    calls = []
+    real = index_cache.fingerprint
+    monkeypatch.setattr(index_cache, "fingerprint", lambda *a: calls.append(1) or real(*a))
+    with opened(db) as mem:
+        assert state(mem).saved == state(mem).tree_saved == state(mem).synced and calls == []
+        got = hits(mem, "exact")
+    corrupt(tree_file(db), "flipped")
+    with opened(db) as mem:
+        assert state(mem).tree_saved == -1 and state(mem).saved == state(mem).synced and calls
+        assert hits(mem, "exact") == got
