@@ -239,8 +239,13 @@ def test_a_reopened_memory_searches_as_the_live_one(tmp_path, retrieval, monkeyp
 
 def test_a_load_leaves_the_garbage_collector_as_it_found_it(tmp_path):
     """The collector is paused while a namespace loads (forest.paused_gc), and on after it
-    only if it was on before."""
+    only if it was on before; nothing is left frozen: a cycle that was alive during the load
+    and dropped after it is still collected."""
     import gc
+    import weakref
+
+    class Cycle:
+        me: object
 
     db = tmp_path / "m.db"
     with memory(db) as mem:
@@ -248,9 +253,15 @@ def test_a_load_leaves_the_garbage_collector_as_it_found_it(tmp_path):
     for was_on in (True, False):
         (gc.enable if was_on else gc.disable)()
         try:
+            cycle = Cycle()
+            cycle.me = cycle
+            alive = weakref.ref(cycle)
             with memory(db) as mem:
                 assert mem.search("apple", namespace="chat", limit=1)
-                assert gc.isenabled() is was_on
+                assert gc.isenabled() is was_on and gc.get_freeze_count() == 0
+            del cycle
+            gc.collect()
+            assert alive() is None
         finally:
             gc.enable()
 

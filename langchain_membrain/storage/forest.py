@@ -529,18 +529,24 @@ class Forest:
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
     """Python's cyclic garbage collector off for the block (for the whole process), back on
-    after it if it was on.
+    after it if it was on, with every object alive moved to its oldest generation.
 
     Loading a namespace allocates a few objects per fact (nodes, rows, fields, posting
     entries) that all survive the load: each collection the allocations trigger meanwhile
     walks every object allocated before, and finds no garbage. Reference counting still
-    frees what the block drops; a cycle made in it waits for the next collection."""
+    frees what the block drops; a cycle made in it waits for the next collection. Left in the
+    youngest generation, the survivors would be walked by the next young collection (the
+    first search's) and again by the one after; ``gc.freeze`` then ``gc.unfreeze`` moves
+    them to the oldest generation at once, where only a full collection walks them (and
+    collects any cycle among them): nothing stays frozen."""
     was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_on:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
