@@ -47,7 +47,7 @@ WORDS = ("maya tom ines ravi piano tea coffee dog cat lisbon chess bread garden 
 # (argv[3]) and CPU seconds of this process, at the search's return.
 _CHILD = r"""
 import contextlib, sys, time
-from langchain_membrain import forest
+from langchain_membrain.storage import forest
 from langchain_membrain.storage.forest import Forest
 from langchain_membrain.memory import MembrainMemory
 Forest.bulk_load = sys.argv[2] != "per-fact"
