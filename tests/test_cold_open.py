@@ -237,12 +237,18 @@ def test_a_reopened_memory_searches_as_the_live_one(tmp_path, retrieval, monkeyp
 
 
 
-def test_a_load_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+@pytest.mark.parametrize("promote_after", [0, 10**9])
+def test_a_load_leaves_the_garbage_collector_as_it_found_it(tmp_path, monkeypatch, promote_after):
     """The collector is paused while a namespace loads (forest.paused_gc), and on after it
-    only if it was on before; nothing is left frozen: a cycle that was alive during the load
+    only if it was on before; nothing is left frozen, whether the load's objects were moved
+    to the oldest generation (a large load) or not: a cycle that was alive during the load
     and dropped after it is still collected."""
     import gc
     import weakref
+
+    from langchain_membrain.storage import forest
+
+    monkeypatch.setattr(forest, "PROMOTE_AFTER", promote_after)
 
     class Cycle:
         me: object

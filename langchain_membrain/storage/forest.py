@@ -529,25 +529,35 @@ class Forest:
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
     """Python's cyclic garbage collector off for the block (for the whole process), back on
-    after it if it was on, with every object alive moved to its oldest generation.
+    after it if it was on.
 
     Loading a namespace allocates a few objects per fact (nodes, rows, fields, posting
     entries) that all survive the load: each collection the allocations trigger meanwhile
     walks every object allocated before, and finds no garbage. Reference counting still
-    frees what the block drops; a cycle made in it waits for the next collection. Left in the
-    youngest generation, the survivors would be walked by the next young collection (the
-    first search's) and again by the one after; ``gc.freeze`` then ``gc.unfreeze`` moves
-    them to the oldest generation at once, where only a full collection walks them (and
-    collects any cycle among them): nothing stays frozen."""
+    frees what the block drops; a cycle made in it waits for the next collection.
+
+    Left in the youngest generation, the survivors of a large load would be walked by the
+    next young collection (the first search's) and again by the one after. ``gc.freeze``
+    then ``gc.unfreeze`` moves them to the oldest generation at once, where only a full
+    collection walks them (and collects any cycle among them): nothing stays frozen. Only
+    after a load of at least :data:`PROMOTE_AFTER` objects: a small one gains nothing, and
+    promoting every young object of the process at each of a service's many small loads
+    would keep its young garbage cycles until a full collection."""
     was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_on:
-            gc.freeze()
-            gc.unfreeze()
+            if gc.get_count()[0] >= PROMOTE_AFTER:  # objects allocated since the last collection
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
+
+
+#: Objects a load allocates (``gc.get_count()[0]`` at its end) from which :func:`paused_gc`
+#: moves them to the collector's oldest generation: a namespace of some 10,000 facts.
+PROMOTE_AFTER = 200_000
 
 
 def same_indexed(indexed: tuple[str, Any] | None, text: str, value: Any) -> bool:
