@@ -9,10 +9,9 @@ text that was embedded, and its metadata holds
 - ``"indexed"``: False for values stored without an embedding (not placed by the models).
 
 Public methods are thin wrappers over operations that take the namespace's lock, so many
-threads add and search at once. The work lies in :mod:`.config` (settings, validated, frozen),
-:mod:`.parts` (the parts built from them), :mod:`.forest` (namespaces), :mod:`.writes` (dedupe, memory operations, placement, deletes),
-:mod:`.reads` (records, history, search across namespaces), :mod:`.background` (learner,
-trainer thread, checkpoints, counters) and :mod:`.shutdown` (flush and close at exit).
+threads add and search at once. The work lies in the parts :mod:`.parts` builds from the
+frozen :class:`~..insert.config.MemoryConfig`: namespaces (``storage.forest``), writes and
+training (``insert``), reads (``retrieval.reads``) and the exit (``insert.shutdown``).
 """
 
 from __future__ import annotations
@@ -478,11 +477,10 @@ class MembrainMemory:
     def close(self, timeout: float = shutdown.CLOSE_TIMEOUT_S) -> None:
         """Finish background training, save the models, release the storage (idempotent).
 
-        The teacher's pending questions get ``timeout`` seconds; then they are dropped (their
-        memories keep the placement they were given; nothing stored is lost), what they left
-        is trained and the checkpoint is written. So a teacher that hangs, refuses
-        connections or answers slowly delays ``close()`` by about ``timeout``, whatever
-        timeout its client has."""
+        The teacher's pending questions get ``timeout`` seconds, then are dropped (their
+        memories keep their placement: nothing stored is lost); what they left is trained and
+        the checkpoint written. A teacher that hangs, refuses connections or answers slowly
+        delays ``close()`` by about ``timeout``, whatever timeout its client has."""
         if self._closed:
             return
         started = time.monotonic()

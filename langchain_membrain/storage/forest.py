@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -323,10 +324,13 @@ class Forest:
 
     def _saved_tree(self, ns: Namespace) -> tuple[MembrainTree, int, Stamp] | None:
         """(tree, version, stored head) from the namespace's saved tree when one matches
-        its stored head (tree_cache.py), without reading its rows; None otherwise."""
+        its stored head (tree_cache.py), without reading its rows; None otherwise. The head
+        is read only where a saved tree is (most namespaces, the small ones, have none)."""
         cache = self.index_cache
-        head = None if cache is None else cache.stamp(ns)
-        tree = None if cache is None or head is None else cache.load_tree(ns, head, self.clock)
+        if cache is None or not os.path.exists(cache.path(ns, ".tree")):
+            return None
+        head = cache.stamp(ns)
+        tree = None if head is None else cache.load_tree(ns, head, self.clock)
         return None if tree is None or head is None else (tree, head[0], head)
 
     def _index_loaded(self, ns: Namespace, state: Loaded, entries: list[Node], head: Stamp | None = None) -> None:
