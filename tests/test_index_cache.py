@@ -20,7 +20,7 @@ from test_cold_open import CHAT, DIM, QUERIES, chat_events, fields, hits, items,
 
 from langchain_membrain import RetrievalConfig
 from langchain_membrain.index.facts import FactIndex  # noqa: E402
-from langchain_membrain.storage import index_cache  # noqa: E402
+from langchain_membrain.storage import index_cache, mapped  # noqa: E402
 from langchain_membrain.storage.index_cache import IndexCache, fingerprint  # noqa: E402
 
 NS = ("chat",)
@@ -115,11 +115,14 @@ def test_an_index_saved_before_its_graph_was_built_builds_it_with_the_writes_tha
 
 
 def graph_bytes_at(path: str) -> int:
-    """Where the graph's raw arrays start in a saved file (after the pickle and the rows)."""
+    """Where the graph's raw arrays start in a saved file (after the pickle and the rows,
+    each raw array aligned)."""
     data = open(path, "rb").read()
     head_len = int.from_bytes(data[8:16], "little")
     head = json.loads(data[16:16 + head_len])
-    return 16 + head_len + head["pickle_bytes"] + head["rows"] * head["dim"] * 4
+    rows_at = 16 + head_len + head["pickle_bytes"] + len(mapped.padding(16 + head_len + head["pickle_bytes"]))
+    end = rows_at + head["rows"] * head["dim"] * 4
+    return end + len(mapped.padding(end))
 
 
 @pytest.mark.parametrize("how", ["flipped", "truncated", "labels"])

@@ -7,6 +7,7 @@ foreign file is never trusted: the namespace is read from its rows, nothing lost
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import pickle
 import sys
@@ -19,7 +20,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from test_cold_open import chat_events, hits, memory, same_hits  # noqa: E402
 
-from langchain_membrain.storage import index_cache, tree_cache  # noqa: E402
+from langchain_membrain.storage import index_cache, mapped, tree_cache  # noqa: E402
 from langchain_membrain.tree.tree import MembrainTree  # noqa: E402
 
 NS = ("chat",)
@@ -106,6 +107,7 @@ def corrupt(path: str, how: str) -> None:
         head.update(pickle_bytes=len(blob), pickle_crc=zlib.crc32(blob), rows=0, vectors_crc=zlib.crc32(b""))
         raw = json.dumps(head).encode()
         data = data[:8] + len(raw).to_bytes(8, "little") + raw + blob
+        data += mapped.padding(len(data))  # so that only the unpickler can refuse it
     open(path, "wb").write(data)
 
 
@@ -159,3 +161,36 @@ def test_an_index_saved_at_the_saved_trees_head_is_used_without_its_fingerprint(
     with opened(db) as mem:
         assert state(mem).tree_saved == -1 and state(mem).saved == state(mem).synced and calls
         assert hits(mem, "exact") == got
+
+
+def mapped_from_file(array: np.ndarray) -> bool:
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)
+
+
+@pytest.mark.parametrize("maps", [True, False], ids=["mapped", "read"])
+def test_the_saved_arrays_are_mapped_where_the_platform_allows_and_read_elsewhere(tmp_path, monkeypatch, maps):
+    """A restart maps the saved rows and vectors from the files (mapped.py), aligned, or
+    reads them (``MAP`` False, as on Windows): the same tree and search results either way,
+    and a write after the restart (past the mapped rows) searches as the rows say."""
+    monkeypatch.setattr(mapped, "MAP", maps)
+    db = tmp_path / "m.db"
+    filled(db)
+    with opened(db) as mem:
+        assert state(mem).saved == state(mem).tree_saved == state(mem).synced
+        tree, index = mem._forest.tree(NS, create=False), mem._forest.index(NS)
+        rows, vectors = index._dense._emb, [tree.node(f).embedding for f in tree.facts()]
+        assert mapped_from_file(rows) == all(mapped_from_file(v) for v in vectors) == maps
+        assert rows.flags.writeable and (rows.ctypes.data % mapped.ALIGN == 0 or not maps)
+        assert tree.to_dict() == from_rows(mem).to_dict()
+        mem.add("Alice bought a new purple guitar by the river", namespace="chat", metadata={"speaker": "Alice"})
+        after = hits(mem, "exact") + [[(r.key, r.score) for r in mem.search("purple guitar", namespace="chat")]]
+    with memory(db) as mem:  # the rows' tree and index
+        mem._forest.index_cache = None
+        mem.search("apple", namespace="chat", limit=1)
+        rebuilt = hits(mem, "exact") + [[(r.key, r.score) for r in mem.search("purple guitar", namespace="chat")]]
+    assert after[-1] and len(after) == len(rebuilt)
+    for a, b in zip(after, rebuilt):
+        same_hits(a, b)

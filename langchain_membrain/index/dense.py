@@ -236,7 +236,7 @@ class DenseIndex:
 
     def _new_graph(self) -> None:
         self._hnsw = _hnswlib.Index(space="ip", dim=self.dim)
-        self._hnsw.init_index(max_elements=max(2 * self._emb.shape[0], 1024),
+        self._hnsw.init_index(max_elements=max(2 * self._has_emb.size, 1024),
                               ef_construction=self._hnsw_ef_construction, M=self._hnsw_m)
         self._hnsw.set_num_threads(1)
 
@@ -246,9 +246,18 @@ class DenseIndex:
         if capacity <= cap:
             return
         emb = np.zeros((capacity, self.dim or 0), dtype=np.float32)
-        emb[:cap] = self._emb[:cap]
+        emb[: self._emb.shape[0]] = self._emb
         self._emb = emb
         self._has_emb = np.concatenate([self._has_emb, np.zeros(capacity - cap, dtype=bool)])
+
+    def _room(self, upto: int) -> None:
+        """Matrix rows for the slots below ``upto``. A restored index's matrix holds its
+        saved rows only (mapped from its file, storage/mapped.py); the first write past them
+        copies them into a matrix of the index's whole capacity, as :meth:`grow` does."""
+        if upto > self._emb.shape[0]:
+            emb = np.zeros((self._has_emb.size, self.dim or 0), dtype=np.float32)
+            emb[: self._emb.shape[0]] = self._emb
+            self._emb = emb
 
     def set(self, slot: int, vec: np.ndarray, n_slots: int, defer_ann: bool = False) -> None:
         """Give a slot a (checked) embedding, replacing the one it had. A write that does
@@ -256,6 +265,7 @@ class DenseIndex:
         if self._has_emb[slot]:
             self._has_emb[slot] = False  # out of the rows first: sums built from them skip it
             self._moments(self._emb[slot], -1, n_slots, slot)
+        self._room(slot + 1)
         self._emb[slot] = vec
         self._has_emb[slot] = True
         self._moments(vec, +1, n_slots, slot)
@@ -296,6 +306,7 @@ class DenseIndex:
             return
         if self._has_emb[slots].any() or np.unique(slots).size != slots.size:
             raise ValueError("set_many takes distinct slots without an embedding")
+        self._room(int(slots.max()) + 1)
         self._emb[slots] = vecs
         self._has_emb[slots] = True
         self.n_emb += int(slots.size)

@@ -68,7 +68,7 @@ from .chat import (
     group_max,
 )
 from .dense import DenseIndex
-from .lexical import LexicalIndex, can_stem, shared_stemmer, tokenize, tokenize_many
+from .lexical import LexicalIndex, can_stem, shared_stemmer, term_counts, tokenize, tokenize_many
 from .slot_state import set_slot_state, slot_state
 from .tree_priors import aspect_groups, topic_boost, topic_match
 
@@ -217,7 +217,9 @@ class FactIndex:
         self._slot: dict[Hashable, int] = {}  # fact id -> slot
         self._ids: list[Hashable | None] = []  # slot -> fact id (None once removed)
         self._text: list[str] = []
-        self._own: list[Counter] = []  # slot -> own terms
+        # slot -> own terms and their counts. Plain dicts, not Counters: a saved index
+        # (index_cache.py) unpickles a dict several times faster than a Counter.
+        self._own: list[dict[str, int]] = []
         self._alive = np.zeros(0, dtype=bool)  # slot -> a fact held (not removed, not a context entry)
         cfg = self.config
         self._lex = LexicalIndex(cfg.k1, cfg.b)  # slot -> field, posting lists
@@ -391,7 +393,7 @@ class FactIndex:
             self._chat.update(slot, metadata)
         if text is not None:
             self._text[slot] = text
-            self._own[slot] = Counter(self.terms(text))
+            self._own[slot] = term_counts(self.terms(text))
         if text is not None or metadata is not None:
             for s in (slot, *self._chat.neighbours(slot)):
                 self._refresh_field(s)
@@ -431,7 +433,7 @@ class FactIndex:
         self._dense.unset(slot, len(self._ids))
         self._alive[slot] = False
         self._ids[slot] = None
-        self._own[slot] = Counter()
+        self._own[slot] = {}
         self._text[slot] = ""
 
     # ----------------------------------------------------------------- search
@@ -580,7 +582,7 @@ class FactIndex:
         slot = len(self._ids)
         self._ids.append(item_id)
         self._text.append(text)
-        self._own.append(Counter(self.terms(text) if terms is None else terms))
+        self._own.append(term_counts(self.terms(text) if terms is None else terms))
         self._lex.new_slot()
         self._grow(slot + 1)
         self._chat.add(slot, metadata, context=context)
@@ -601,7 +603,7 @@ class FactIndex:
         former = self._former_terms.get(slot) if w_former else None
         dates = self._chat.date_terms(slot)
         if not neighbours and not former and not dates:
-            # Nothing but its own terms: the field is their Counter itself, not a copy (both
+            # Nothing but its own terms: the field is their dict itself, not a copy (both
             # are replaced, never changed in place).
             self._lex.set_field(slot, own)
             return

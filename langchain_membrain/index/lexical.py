@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -29,7 +29,7 @@ try:  # optional: Snowball stemmer (extra "bench"); without it terms are not ste
 except ImportError:  # pragma: no cover - exercised only where PyStemmer is missing
     _PyStemmer = None
 
-__all__ = ["STOPWORDS", "LexicalIndex", "can_stem", "shared_stemmer", "tokenize", "tokenize_many"]
+__all__ = ["STOPWORDS", "LexicalIndex", "can_stem", "shared_stemmer", "term_counts", "tokenize", "tokenize_many"]
 
 _STEMMERS = threading.local()
 
@@ -74,6 +74,14 @@ def tokenize(text: str, stemmer: Any = None) -> list[str]:
     return toks
 
 
+def term_counts(terms: Iterable[str]) -> dict[str, int]:
+    """Each distinct term of ``terms`` and how many times it occurs, in first-seen order."""
+    counts: dict[str, int] = {}
+    for t in terms:
+        counts[t] = counts.get(t, 0) + 1
+    return counts
+
+
 def tokenize_many(texts: list[str], stemmer: Any = None) -> list[list[str]]:
     """:func:`tokenize` of each text; each distinct word is stemmed once (a stem depends on
     the word alone, and most words of many texts are repeats)."""
@@ -95,7 +103,7 @@ class LexicalIndex:
 
     def __init__(self, k1: float, b: float):
         self.k1, self.b = k1, b
-        # slot -> field (the fact's own terms' Counter when nothing else joins them)
+        # slot -> field (the fact's own term counts when nothing else joins them)
         self.fields: list[Mapping[str, float]] = []
         self.postings: dict[str, dict[int, float]] = {}  # term -> slot -> weight
         self.total_len = 0.0  # the fields' total weight

@@ -33,6 +33,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, Iterator, TypeVar
 
 from ..errors import InvariantError
@@ -354,7 +355,8 @@ class Forest:
             if n.kind == "fact" and (not n.metadata.get("indexed") or n.embedding is None):
                 unindexed.add(n.id)
                 continue
-            if n.kind == "fact" and self._set_sources(state, n.id, tuple(n.metadata.get(SOURCES_KEY) or ())):
+            sources = n.metadata.get(SOURCES_KEY)  # none for most facts: a fresh state records nothing then
+            if n.kind == "fact" and sources and self._set_sources(state, n.id, tuple(sources)):
                 value = {k: v for k, v in value.items() if k != "session"}  # as _sync_index indexes it
             items.append((n.id, n.text, n.embedding, value, False))
             seen[n.id] = (n.text, value)
@@ -578,7 +580,7 @@ def _entries(tree: MembrainTree) -> list[Node]:
     """What a namespace's index holds, in the order it indexes them at load: its facts, raw
     and ignored items in the order they came, so that sessions read as they were said."""
     entries = [tree.node(f) for f in tree.facts()] + tree.archived("raw") + tree.archived("ignored")
-    entries.sort(key=lambda n: (n.created_at, n.seq))
+    entries.sort(key=attrgetter("created_at", "seq"))
     return entries
 
 

@@ -49,11 +49,11 @@ import numpy as np
 from ..index.facts import FactIndex
 from ..tree.nodes import Node
 from ..tree.tree import MembrainTree
-from . import tree_cache
+from . import mapped, tree_cache
 
 #: File format; a file of another is ignored (and replaced at the next save). 2: with the
-#: HNSW graph.
-FORMAT = 2
+#: HNSW graph; 3: the raw arrays aligned and read mapped (mapped.py).
+FORMAT = 3
 MAGIC = b"MBRNIDX\n"
 #: Namespaces with fewer indexed entries are indexed from their rows at load (a few ms)
 #: and never saved.
@@ -91,12 +91,6 @@ class _Unpickler(pickle.Unpickler):
 
 def _config_key(index: FactIndex) -> str:
     return repr(index.config)
-
-
-def _read_raw(f: io.BufferedReader, into: np.ndarray, crc: int) -> bool:
-    """Fill the contiguous array ``into`` from ``f``; whether it read whole with CRC32 ``crc``."""
-    view = into.data.cast("B")
-    return f.readinto(view) == view.nbytes and zlib.crc32(view) == crc
 
 
 class IndexCache:
@@ -175,15 +169,19 @@ class IndexCache:
         dense = state["_dense"]
         if len(state["_ids"]) != rows or dense["_has_emb"].size != cap or dense["dim"] != dim:
             return None
-        emb = dense["_emb"] = np.zeros((cap, dim or 0), dtype=np.float32)
-        if not _read_raw(f, emb[:rows], head["emb_crc"]):
+        # The saved rows only, mapped: the first write past them gives the matrix its spare
+        # capacity (DenseIndex.set).
+        emb = np.zeros((cap, 0), dtype=np.float32) if not dim else \
+            mapped.read_array(f, (rows, dim), np.float32, head["emb_crc"])
+        if emb is None:
             return None
+        dense["_emb"] = emb
         graph = dense["_graph"]
         for name, dtype, size, crc in head["graph_arrays"]:  # the graph's large arrays, raw
             if graph is None or name not in _GRAPH_RAW or dtype != "int8":
                 return None
-            graph[name] = np.empty(int(size), dtype=np.int8)
-            if not _read_raw(f, graph[name], crc):
+            graph[name] = mapped.read_array(f, (int(size),), np.int8, crc)
+            if graph[name] is None:
                 return None
         if f.read(1):
             return None
@@ -216,11 +214,11 @@ class IndexCache:
                                "stamp": None if head is None else list(head),
                                "pickle_bytes": len(blob), "pickle_crc": zlib.crc32(blob), "rows": rows,
                                "capacity": int(dense["_has_emb"].size), "dim": dense["dim"],
-                               "emb_crc": zlib.crc32(emb.data.cast("B")),
-                               "graph_arrays": [[name, str(a.dtype), a.size, zlib.crc32(a.data.cast("B"))]
+                               "emb_crc": mapped.crc(emb),
+                               "graph_arrays": [[name, str(a.dtype), a.size, mapped.crc(a)]
                                                 for name, a in raw]}).encode("utf-8")
-            return [MAGIC + len(meta).to_bytes(8, "little") + meta, blob, emb.data.cast("B"),
-                    *(a.data.cast("B") for _, a in raw)]
+            return mapped.laid_out([MAGIC + len(meta).to_bytes(8, "little") + meta, blob],
+                                   [emb] * bool(dense["dim"]) + [a for _, a in raw])
 
         return self._write(self.path(ns), parts)
 

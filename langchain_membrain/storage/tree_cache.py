@@ -4,8 +4,9 @@ it without reading and decoding every row and rebuilding the tree from them.
 
 What is saved: the tree as it is (its nodes, their adjacency, the archive, the subtree
 sums), pickled, the embeddings of its nodes written raw as one float32 matrix after the
-pickle (read back as that matrix's rows, as a tree built from rows holds them), each part
-with its CRC32. The tree's clock is not saved: the loading process gives its own.
+pickle (read back mapped from the file, mapped.py, as that matrix's rows, as a tree built
+from rows holds them), each part with its CRC32. The tree's clock is not saved: the loading
+process gives its own.
 
 Trust: a saved tree is used only when its **stamp** matches the namespace's stored head,
 read by one query that reads no node: the namespace's version, the time of its last write
@@ -26,6 +27,7 @@ import json
 import os
 import pickle
 import sqlite3
+import sys
 import urllib.parse
 import zlib
 from typing import Any, Callable
@@ -33,10 +35,13 @@ from typing import Any, Callable
 import numpy as np
 
 from ..tree.cow import CowGraph
+from ..tree.nodes import Node
 from ..tree.tree import MembrainTree
+from . import mapped
 
-#: File format; a file of another is ignored (and replaced at the next save).
-FORMAT = 1
+#: File format; a file of another is ignored (and replaced at the next save). 2: the nodes
+#: pickled as their constructor's arguments, the vectors aligned and read mapped (mapped.py).
+FORMAT = 2
 MAGIC = b"MBRNTRE\n"
 
 # The only globals a saved tree's pickle may name (numpy 1 and 2 spell them differently).
@@ -91,6 +96,8 @@ class _Pickler(pickle.Pickler):
         self._seen: dict[int, int] = {}
 
     def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is Node:
+            return Node, _node_args(obj)
         if type(obj) is CowGraph:
             return _digraph, (obj.graph, obj._node, obj._succ, obj._pred)
         if obj is self.clock:
@@ -102,6 +109,22 @@ class _Pickler(pickle.Pickler):
                 self.vectors.append(obj)
             return _row, (row,)
         return NotImplemented
+
+
+def _node_args(node: Node) -> tuple[Any, ...]:
+    """``Node``'s constructor arguments for ``node``: read back by one call of the
+    constructor rather than a dataclass's field-by-field ``__setstate__``. The kind and the
+    metadata's keys (the same few words on every node) are interned, and a value's string
+    equal to the text is the text itself, so that the pickle writes each once and the reader
+    makes each once."""
+    n, intern = node, sys.intern
+    metadata = {intern(k) if type(k) is str else k: v for k, v in n.metadata.items()}
+    value = metadata.get("value")
+    if type(value) is dict:
+        metadata["value"] = {intern(k) if type(k) is str else k: n.text if type(v) is str and v == n.text else v
+                             for k, v in value.items()}
+    return (n.id, intern(n.kind), n.text, n.embedding, n.created_at, n.updated_at, metadata, n.emb_sum,
+            n.emb_count, n.n_facts, n.seq)
 
 
 def _clock() -> None:
@@ -146,11 +169,11 @@ def encode(tree: MembrainTree, head: Stamp) -> list[bytes | memoryview]:
     blob = buf.getbuffer()
     dim = tree.dim or 0
     vectors = np.stack(pickler.vectors) if pickler.vectors else np.zeros((0, dim), dtype=np.float32)
-    raw = np.ascontiguousarray(vectors, dtype=np.float32).data.cast("B")
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     meta = json.dumps({"format": FORMAT, "stamp": list(head), "pickle_bytes": len(blob),
                        "pickle_crc": zlib.crc32(blob), "rows": int(vectors.shape[0]), "dim": dim,
-                       "vectors_crc": zlib.crc32(raw)}).encode("utf-8")
-    return [MAGIC + len(meta).to_bytes(8, "little") + meta, blob, raw]
+                       "vectors_crc": mapped.crc(vectors)}).encode("utf-8")
+    return mapped.laid_out([MAGIC + len(meta).to_bytes(8, "little") + meta, blob], [vectors])
 
 
 def decode(f: io.BufferedReader, head: Stamp, clock: Callable[[], float]) -> MembrainTree | None:
@@ -164,9 +187,8 @@ def decode(f: io.BufferedReader, head: Stamp, clock: Callable[[], float]) -> Mem
     blob = f.read(meta["pickle_bytes"])
     if len(blob) != meta["pickle_bytes"] or zlib.crc32(blob) != meta["pickle_crc"]:
         return None
-    vectors = np.empty((int(meta["rows"]), int(meta["dim"])), dtype=np.float32)
-    view = vectors.data.cast("B")
-    if f.readinto(view) != view.nbytes or f.read(1) or zlib.crc32(view) != meta["vectors_crc"]:
+    vectors = mapped.read_array(f, (int(meta["rows"]), int(meta["dim"])), np.float32, meta["vectors_crc"])
+    if vectors is None or f.read(1):
         return None
     tree = _Unpickler(io.BytesIO(blob), clock, vectors).load()
     if type(tree) is not MembrainTree or tree.dim != head[2]:
