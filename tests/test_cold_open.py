@@ -273,15 +273,18 @@ def test_a_load_leaves_the_garbage_collector_as_it_found_it(tmp_path, monkeypatc
 
 
 def test_bench_cold_times_both_paths_on_a_small_store(tmp_path):
-    """``bench cold`` builds a store, opens it in fresh processes both ways and reports."""
+    """``bench cold`` builds a store (SQLite, and PostgreSQL where the tests have a server),
+    opens it in fresh processes both ways and reports."""
     import argparse
     import json
 
     from langchain_membrain.bench import cold
 
-    out = tmp_path / "cold.json"
-    args = argparse.Namespace(facts=[300], runs=1, baseline_max=300, seed=0, json=str(out))
+    out, pg = tmp_path / "cold.json", os.environ.get("MEMBRAIN_TEST_POSTGRES_URL")
+    args = argparse.Namespace(facts=[300], runs=1, baseline_max=300, seed=0, json=str(out), postgres=pg)
     assert cold.run(args) == 0
-    (row,) = json.loads(out.read_text())["results"]
-    assert row["facts"] == 300 and set(row) >= {"saved", "bulk", "per-fact"}
-    assert all(0 < t < 120 for path in ("saved", "bulk", "per-fact") for t in row[path]["wall"] + row[path]["cpu"])
+    rows = json.loads(out.read_text())["results"]
+    assert [row["storage"] for row in rows] == ["SQLite"] + ["PostgreSQL"] * bool(pg)
+    for row in rows:
+        assert row["facts"] == 300 and set(row) >= {"saved", "bulk", "per-fact"}
+        assert all(0 < t < 120 for path in ("saved", "bulk", "per-fact") for t in row[path]["wall"] + row[path]["cpu"])

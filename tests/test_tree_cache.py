@@ -11,6 +11,7 @@ import mmap
 import os
 import pickle
 import sys
+import uuid
 import zlib
 
 import numpy as np
@@ -18,9 +19,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from helpers import WordEmbeddings  # noqa: E402
 from test_cold_open import chat_events, hits, memory, same_hits  # noqa: E402
 
-from langchain_membrain.storage import index_cache, mapped, tree_cache  # noqa: E402
+from langchain_membrain import MembrainMemory  # noqa: E402
+from langchain_membrain.bench.updates import GroundTruthTeacher  # noqa: E402
+from langchain_membrain.storage import index_cache, mapped, open_storage, tree_cache  # noqa: E402
 from langchain_membrain.tree.tree import MembrainTree  # noqa: E402
 
 NS = ("chat",)
@@ -194,3 +198,64 @@ def test_the_saved_arrays_are_mapped_where_the_platform_allows_and_read_elsewher
     assert after[-1] and len(after) == len(rebuilt)
     for a, b in zip(after, rebuilt):
         same_hits(a, b)
+
+
+PG_URL = os.environ.get("MEMBRAIN_TEST_POSTGRES_URL")
+
+
+@pytest.fixture
+def pg_schema():
+    if not PG_URL:
+        pytest.skip("MEMBRAIN_TEST_POSTGRES_URL is not set: no PostgreSQL server to test against")
+    import psycopg
+
+    name = f"membrain_test_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.mark.postgres
+def test_postgres_saves_its_indexes_and_trees_under_index_dir_only(tmp_path, pg_schema):
+    """PostgreSQL saves nothing by default; with ``index_dir`` a restart reads the saved
+    tree and index (a folder per database under it) and searches as the rows' would; a
+    write by a process that saves nothing makes both stale: read from the rows."""
+    index_dir = tmp_path / "saved"
+    opened_storages = []
+
+    def pg_memory(**kw):
+        storage = open_storage(PG_URL, schema=pg_schema)
+        opened_storages.append(storage)
+        mem = MembrainMemory(storage, teacher=GroundTruthTeacher(), embeddings=WordEmbeddings(), background=False,
+                             relabel=False, prior=False, operations="teacher", **kw)
+        return mem
+
+    try:
+        with pg_memory() as mem:
+            for text, meta in chat_events(150):
+                mem.add(text, namespace="chat", metadata=meta)
+            mem.search("apple", namespace="chat", limit=1)
+        with pg_memory() as mem:
+            mem.search("apple", namespace="chat", limit=1)
+            assert state(mem).saved == state(mem).tree_saved == -1  # nothing saved without index_dir
+            rebuilt = hits(mem, "exact")
+        assert not index_dir.exists()
+        with pg_memory(index_dir=index_dir) as mem:  # from the rows; saved at close
+            mem.search("apple", namespace="chat", limit=1)
+            assert state(mem).tree_saved == -1
+        (folder,) = list(index_dir.iterdir())
+        assert sorted(p.suffix for p in folder.iterdir()) == [".idx", ".tree"]
+        with pg_memory(index_dir=index_dir) as mem:
+            mem.search("apple", namespace="chat", limit=1)
+            assert state(mem).saved == state(mem).tree_saved == state(mem).synced  # both read back
+            assert mem._forest.tree(NS, create=False).to_dict() == from_rows(mem).to_dict()
+            assert hits(mem, "exact") == rebuilt
+        with pg_memory() as mem:  # another process writes and saves nothing
+            mem.add("Alice bought a new purple guitar by the river", namespace="chat")
+        with pg_memory(index_dir=index_dir) as mem:
+            mem.search("apple", namespace="chat", limit=1)
+            assert state(mem).tree_saved == -1 and state(mem).saved == -1  # stale: read from the rows
+            assert any("purple" in r.value["content"] for r in mem.search("purple guitar", namespace="chat", limit=3))
+    finally:
+        for storage in opened_storages:
+            storage.close()

@@ -15,7 +15,11 @@ and ``FactIndex.add_many`` over them) and ``per-fact`` (``Forest.bulk_load = Fal
 garbage collector left on: ``FactIndex.add`` per fact with the HNSW graph built at load, the releases before
 issue 48), the latter only up to ``--baseline-max`` facts.
 
-    python -m langchain_membrain.bench cold [--facts 1000 5000 20000] [--runs 3] [--json out.json]
+With ``--postgres URL`` each store is also written to that PostgreSQL database (a schema of
+its own, dropped after) and timed the same way, ``saved`` reading the files saved under
+``MembrainMemory(index_dir=...)``.
+
+    python -m langchain_membrain.bench cold [--facts 1000 5000 20000] [--runs 3] [--postgres URL] [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,20 +48,22 @@ WORDS = ("maya tom ines ravi piano tea coffee dog cat lisbon chess bread garden 
          "database surgery peanuts manchester sourdough fiction climbing gym").split()
 
 # One run: import, open, first search; prints wall seconds since the parent's start time
-# (argv[3]) and CPU seconds of this process, at the search's return.
+# and CPU seconds of this process, at the search's return. argv[1]: the run, as JSON.
 _CHILD = r"""
-import contextlib, sys, time
-from langchain_membrain.storage import forest
+import contextlib, json, sys, time
+run = json.loads(sys.argv[1])
+from langchain_membrain.storage import forest, open_storage
 from langchain_membrain.storage.forest import Forest
 from langchain_membrain.memory import MembrainMemory
-Forest.bulk_load = sys.argv[2] != "per-fact"
+Forest.bulk_load = run["path"] != "per-fact"
 if not Forest.bulk_load:  # the path before issue 48: the collector on throughout
     forest.paused_gc = contextlib.nullcontext
-memory = MembrainMemory(sys.argv[1])
-if sys.argv[2] != "saved":  # the namespace indexed from its rows, its saved index neither read nor written
+storage = open_storage(run["target"], schema=run["schema"]) if run["schema"] else run["target"]
+memory = MembrainMemory(storage, **({"index_dir": run["index_dir"]} if run["index_dir"] else {}))
+if run["path"] != "saved":  # the namespace indexed from its rows, its saved index neither read nor written
     memory._forest.index_cache = None
-hits = memory.search(sys.argv[4], namespace="/".join(sys.argv[5:]), limit=5)
-wall, cpu = time.time() - float(sys.argv[3]), time.process_time()
+hits = memory.search(run["query"], namespace="/".join(run["namespace"]), limit=5)
+wall, cpu = time.time() - run["started"], time.process_time()
 assert hits, "the search found nothing"
 print(f"{wall} {cpu} {len(hits)}")
 memory.close()
@@ -71,11 +77,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline-max", type=int, default=20000,
                         help="largest size the per-fact baseline is run at (it is slow)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--postgres", metavar="URL", help="also time each store written to this PostgreSQL database")
     parser.add_argument("--json", help="write the results here")
 
 
-def build_store(path: str, n_facts: int, seed: int = 0) -> float:
-    """Write a one-namespace SQLite store of ``n_facts`` facts (module docstring); seconds taken."""
+def build_store(path: str, n_facts: int, seed: int = 0, schema: str | None = None) -> float:
+    """Write a one-namespace store of ``n_facts`` facts (module docstring) to the SQLite file
+    or PostgreSQL URL ``path`` (in ``schema``); seconds taken."""
     from ..storage import open_storage
 
     start = time.perf_counter()
@@ -90,7 +98,7 @@ def build_store(path: str, n_facts: int, seed: int = 0) -> float:
         rows.append({"id": f"a{a}", "kind": "aspect", "text": f"topic {a}", "parent": "root", "seq": a + 1,
                      "embedding": aspects[a], "created_at": t0, "updated_at": t0, "metadata": {}})
     words = rng.integers(0, len(WORDS), size=(n_facts, 5))
-    with open_storage(path) as storage:
+    with open_storage(path, **({"schema": schema} if schema else {})) as storage:
         for lo in range(0, n_facts, 50_000):  # a few writes: bounded memory for the rows
             hi = min(lo + 50_000, n_facts)
             vecs = rng.normal(size=(hi - lo, DIM)).astype(np.float32)
@@ -111,11 +119,20 @@ def _env() -> dict[str, str]:
     return env
 
 
-def time_open(db: str, path: str, cwd: str) -> tuple[float, float]:
+def _drop_schema(url: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def time_open(target: str, path: str, cwd: str, schema: str | None = None,
+              index_dir: str | None = None) -> tuple[float, float]:
     """(wall, CPU) seconds of one fresh process's open and first search."""
-    started = time.time()
-    proc = subprocess.run([sys.executable, "-c", _CHILD, db, path, repr(started), QUERY, *NAMESPACE],
-                          env=_env(), cwd=cwd, capture_output=True, text=True)
+    run = {"target": target, "path": path, "schema": schema, "index_dir": index_dir, "started": time.time(),
+           "query": QUERY, "namespace": NAMESPACE}
+    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(run)], env=_env(), cwd=cwd,
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the {path} run exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")
     wall, cpu, _ = proc.stdout.split()[-3:]
@@ -130,36 +147,45 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="membrain-cold-") as tmp:
         for n in args.facts:
-            db = str(Path(tmp) / f"cold-{n}.db")
-            console.print(f"[dim]building a {n}-fact store…[/]")
-            built = build_store(db, n, args.seed)
-            row: dict[str, Any] = {"facts": n, "build_s": round(built, 2)}
-            paths = ["saved", "bulk"] + (["per-fact"] if n <= args.baseline_max else [])
-            console.print(f"[dim]{n} facts: saving its index…[/]")
-            time_open(db, "saved", tmp)  # indexes the rows, and saves the index at close
-            for i in range(max(args.runs, 1)):  # the paths alternate: load drifts hit both alike
+            backends: list[tuple[str, str, str | None, str | None]] = [
+                ("SQLite", str(Path(tmp) / f"cold-{n}.db"), None, None)]
+            if args.postgres:
+                backends.append(("PostgreSQL", args.postgres, f"membrain_cold_{n}", str(Path(tmp) / "pg-index")))
+            for storage, target, schema, index_dir in backends:
+                if schema:
+                    _drop_schema(target, schema)
+                console.print(f"[dim]building a {n}-fact {storage} store…[/]")
+                built = build_store(target, n, args.seed, schema)
+                row: dict[str, Any] = {"facts": n, "storage": storage, "build_s": round(built, 2)}
+                paths = ["saved", "bulk"] + (["per-fact"] if n <= args.baseline_max else [])
+                console.print(f"[dim]{n} facts: saving its index…[/]")
+                time_open(target, "saved", tmp, schema, index_dir)  # indexes the rows, saves the index at close
+                for i in range(max(args.runs, 1)):  # the paths alternate: load drifts hit both alike
+                    for path in paths:
+                        console.print(f"[dim]{n} facts, {storage}, {path}, run {i + 1}…[/]")
+                        wall, cpu = time_open(target, path, tmp, schema, index_dir)
+                        row.setdefault(path, {"wall": [], "cpu": []})
+                        row[path]["wall"].append(wall)
+                        row[path]["cpu"].append(cpu)
                 for path in paths:
-                    console.print(f"[dim]{n} facts, {path}, run {i + 1}…[/]")
-                    wall, cpu = time_open(db, path, tmp)
-                    row.setdefault(path, {"wall": [], "cpu": []})
-                    row[path]["wall"].append(wall)
-                    row[path]["cpu"].append(cpu)
-            for path in paths:
-                row[path]["wall_median"] = statistics.median(row[path]["wall"])
-                row[path]["cpu_median"] = statistics.median(row[path]["cpu"])
-            results.append(row)
-            os.remove(db)
-            shutil.rmtree(db + ".index", ignore_errors=True)
+                    row[path]["wall_median"] = statistics.median(row[path]["wall"])
+                    row[path]["cpu_median"] = statistics.median(row[path]["cpu"])
+                results.append(row)
+                if schema:
+                    _drop_schema(target, schema)
+                else:
+                    os.remove(target)
+                shutil.rmtree(index_dir or target + ".index", ignore_errors=True)
     machine: dict[str, Any] = {"description": machine_description(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
-    table = Table(title=f"Cold open to first search, SQLite, fresh process ({args.runs} runs, median)",
+    table = Table(title=f"Cold open to first search, fresh process ({args.runs} runs, median)",
                   title_justify="left")
-    for col in ("facts", "saved wall s", "saved CPU s", "bulk wall s", "bulk CPU s", "per-fact wall s",
+    for col in ("facts", "storage", "saved wall s", "saved CPU s", "bulk wall s", "bulk CPU s", "per-fact wall s",
                 "per-fact CPU s", "bulk / saved (wall)"):
         table.add_column(col, justify="right")
     for row in results:
         s, b, p = row["saved"], row["bulk"], row.get("per-fact")
-        table.add_row(f"{row['facts']:,}", f"{s['wall_median']:.2f}", f"{s['cpu_median']:.2f}",
+        table.add_row(f"{row['facts']:,}", row["storage"], f"{s['wall_median']:.2f}", f"{s['cpu_median']:.2f}",
                       f"{b['wall_median']:.2f}", f"{b['cpu_median']:.2f}",
                       f"{p['wall_median']:.2f}" if p else "-", f"{p['cpu_median']:.2f}" if p else "-",
                       f"{b['wall_median'] / s['wall_median']:.2f}x")

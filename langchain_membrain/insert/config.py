@@ -183,6 +183,11 @@ class MemoryConfig:
         clock: what stamps ``created_at``, ``updated_at`` and archive times (seconds since
             the epoch); default the wall clock (``time.time``). A test or a replay of dated
             data passes its own.
+        index_dir: a local directory where large namespaces' search indexes and trees are
+            saved at ``close()`` and read back by the next process (storage/index_cache.py),
+            in a folder per database. Default None: beside a SQLite file
+            (``<file>.index``); none for PostgreSQL, whose memories then stay in the
+            database only. The files hold the memories' texts and embeddings.
     """
 
     storage: str | os.PathLike[str] | Storage | None = None
@@ -208,6 +213,7 @@ class MemoryConfig:
     max_height: int | None = 4
     teacher_budget: float | None = 2.0
     clock: Callable[[], float] = time.time
+    index_dir: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.clock):
@@ -218,6 +224,8 @@ class MemoryConfig:
             raise InvalidOperationError(f"search_mode is 'fast' or 'exact', not {self.search_mode!r}")
         if self.max_training_lag < 1:
             raise InvalidOperationError("max_training_lag is at least 1")
+        if self.index_dir is not None and not isinstance(self.index_dir, (str, os.PathLike)):
+            raise InvalidOperationError(f"index_dir is a directory path or None, not {self.index_dir!r}")
         normal = {
             "max_height": check_max_height(self.max_height), "teacher_budget": check_teacher_budget(self.teacher_budget),
             "max_loaded_namespaces": check_max_loaded(self.max_loaded_namespaces),

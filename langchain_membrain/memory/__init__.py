@@ -86,11 +86,9 @@ def _in_thread(method: Callable[Concatenate[MembrainMemory, _P], _R]
 
 
 class MembrainMemory:
-    """Long-term memory as a forest of trees, one per namespace.
-
-    ``MembrainMemory()`` works offline with no arguments: the bundled MiniLM embedder, the
-    heuristic teacher, everything in memory.
-    """
+    """Long-term memory as a forest of trees, one per namespace. ``MembrainMemory()``
+    works offline with no arguments: the bundled MiniLM embedder, the heuristic teacher,
+    everything in memory."""
 
     # Settings the background half reads at each use (Background).
     background = _Forward("_bg")
@@ -145,6 +143,7 @@ class MembrainMemory:
         max_height: int | None = 4,
         teacher_budget: float | None = 2.0,
         clock: Callable[[], float] = time.time,
+        index_dir: str | os.PathLike[str] | None = None,
     ):
         """Open a memory. Each argument is the field of the same name of
         :class:`~.config.MemoryConfig`, documented there; all of them are validated before
@@ -156,7 +155,7 @@ class MembrainMemory:
             checkpoint_every=checkpoint_every, retrieval=retrieval, search_mode=search_mode, dedupe=dedupe,
             relabel=relabel, naming_interval=naming_interval, prior=prior, max_loaded_namespaces=max_loaded_namespaces,
             max_training_lag=max_training_lag, operations=operations, shadow_teacher=shadow_teacher,
-            max_height=max_height, teacher_budget=teacher_budget, clock=clock)
+            max_height=max_height, teacher_budget=teacher_budget, clock=clock, index_dir=index_dir)
         parts = self._parts = MemoryParts(cfg)
         self._storage, self._forest, self._bg, self._operations = parts.storage, parts.forest, parts.bg, parts.decider
         self._pipeline, self._writer, self._former = parts.pipeline, parts.writer, parts.former

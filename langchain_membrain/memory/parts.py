@@ -82,7 +82,7 @@ class MemoryParts:
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
         self.forest = Forest(self.storage, new_index=self.new_index, refresh_interval=cfg.refresh_interval,
                              max_loaded=cfg.max_loaded_namespaces, max_height=cfg.max_height, clock=cfg.clock,
-                             index_cache=IndexCache.for_storage(self.storage))
+                             index_cache=IndexCache.for_storage(self.storage, cfg.index_dir))
         # The learner, its trainer thread, its checkpoints and this process's counters; the
         # insert graph reaches the forest, the embedder and the learner through it.
         self.bg = Background(self.forest, self.storage, seat, shadow=shadow, operations=self.decider,

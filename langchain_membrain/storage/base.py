@@ -343,6 +343,13 @@ class Storage(abc.ABC):
         compare it with the version returned by your last :meth:`write`/:meth:`load_tree`
         to know whether another process changed the namespace."""
 
+    def namespace_head(self, ns: Sequence[str]) -> tuple[int, float, int | None] | None:
+        """The namespace's stored head: (version, time of its last write, embedding
+        dimension), by one query that reads no node; None when it is not stored, or for a
+        storage that keeps no such head (the default). A saved tree is trusted only when
+        its head is the one read here (tree_cache.py)."""
+        return None
+
     @abc.abstractmethod
     def load_rows(self, ns: Sequence[str]) -> tuple[list[dict[str, Any]], int | None, int] | None:
         """(rows, embedding dimension or None, version) of one namespace, read in one

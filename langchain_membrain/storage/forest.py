@@ -315,11 +315,11 @@ class Forest:
             tree, version = found
             tree.max_height, tree.clock = self.max_height, self.clock
             state = self._loaded[ns] = Loaded(tree, synced=version, tree_saved=version if saved else -1)
-            entries = _entries(tree)
+            entries = _entries(tree, ordered=False)
             if self.bulk_load:
                 self._index_loaded(ns, state, entries, saved[2] if saved else None)
             else:
-                self._sync_index(ns, [tree.node_row(n.id) for n in entries], [])
+                self._sync_index(ns, [tree.node_row(n.id) for n in _in_order(entries)], [])
         self._touch(ns)
         return state
 
@@ -335,8 +335,8 @@ class Forest:
         return None if tree is None or head is None else (tree, head[0], head)
 
     def _index_loaded(self, ns: Namespace, state: Loaded, entries: list[Node], head: Stamp | None = None) -> None:
-        """Index a namespace just loaded: ``entries`` (its facts, raw and ignored items,
-        oldest first) in one :meth:`FactIndex.add_many`, then the former versions of its
+        """Index a namespace just loaded: ``entries`` (its facts, raw and ignored items, in
+        any order) oldest first in one :meth:`FactIndex.add_many`, then the former versions of its
         facts and the formed facts of its raw items; or restore its saved index instead
         when one matches it (index_cache.py; ``head``: the stored head of the saved tree
         the namespace was read from).
@@ -344,11 +344,11 @@ class Forest:
         of each entry's row in turn gives them."""
         seen: dict[str, tuple[str, Any]] = {}
         unindexed: set[str] = set()
-        items: list[tuple[str, str, Any, dict[str, Any], bool]] = []
+        kept: list[tuple[Node, Any, bool]] = []  # what the index holds: node, value indexed, context
         for n in entries:
             value = n.metadata.get("value") or {}
             if n.kind == "ignored":  # its words join its session neighbours' fields
-                items.append((n.id, n.text, None, value, True))
+                kept.append((n, value, True))
                 continue
             if n.kind == "raw" and n.embedding is None:
                 continue  # a raw item kept without an embedding is provenance only
@@ -358,19 +358,21 @@ class Forest:
             sources = n.metadata.get(SOURCES_KEY)  # none for most facts: a fresh state records nothing then
             if n.kind == "fact" and sources and self._set_sources(state, n.id, tuple(sources)):
                 value = {k: v for k, v in value.items() if k != "session"}  # as _sync_index indexes it
-            items.append((n.id, n.text, n.embedding, value, False))
+            kept.append((n, value, False))
             seen[n.id] = (n.text, value)
         versioned = {e.metadata.get(HISTORY_KEY, {}).get("key")
                      for e in state.tree.archive.values() if e.kind == "history"}
         state.indexed, state.unindexed, state.versioned = seen, unindexed or NO_IDS, versioned or NO_IDS
         cache = self.index_cache
         if cache is not None and len(entries) >= index_cache.MIN_ENTRIES:
-            state.index = cache.load(ns, lambda: index_cache.fingerprint(state.synced, entries), self.new_index, head)
+            state.index = cache.load(ns, lambda: index_cache.fingerprint(state.synced, _in_order(entries)),
+                                     self.new_index, head)
             if state.index is not None:
                 state.saved = state.synced
                 return
         index = state.index = self.new_index()
-        index.add_many(items)
+        kept.sort(key=lambda k: (k[0].created_at, k[0].seq))  # stable: as _in_order(entries) orders them
+        index.add_many((n.id, n.text, None if context else n.embedding, value, context) for n, value, context in kept)
         for raw, facts in state.formed.items():
             if raw in index:
                 nodes = sorted((state.tree.node(f) for f in facts if f in state.tree), key=lambda n: n.seq)
@@ -576,10 +578,16 @@ def same_indexed(indexed: tuple[str, Any] | None, text: str, value: Any) -> bool
     return indexed[1] is value or json.dumps(indexed[1], sort_keys=True) == json.dumps(value, sort_keys=True)
 
 
-def _entries(tree: MembrainTree) -> list[Node]:
-    """What a namespace's index holds, in the order it indexes them at load: its facts, raw
-    and ignored items in the order they came, so that sessions read as they were said."""
+def _entries(tree: MembrainTree, *, ordered: bool = True) -> list[Node]:
+    """What a namespace's index holds: its facts, raw and ignored items; ``ordered``: in the
+    order it indexes them at load (:func:`_in_order`)."""
     entries = [tree.node(f) for f in tree.facts()] + tree.archived("raw") + tree.archived("ignored")
+    return _in_order(entries) if ordered else entries
+
+
+def _in_order(entries: list[Node]) -> list[Node]:
+    """``entries`` (sorted in place) in the order they came, so that sessions read as they
+    were said."""
     entries.sort(key=attrgetter("created_at", "seq"))
     return entries
 

@@ -1,14 +1,15 @@
 """Saved search indexes (issue 48): a namespace's :class:`~.retrieval.FactIndex` written
-beside its SQLite file, so that a new process searches a large namespace without indexing
-every fact again.
+to a local file, so that a new process searches a large namespace without indexing every
+fact again.
 
 What is saved: everything the index holds (slots, terms, fields, posting lists, session
 orders, speakers, dates, former versions, the dense rows and moment sums) and the HNSW
 graph as hnswlib's state (its large arrays raw, each with its CRC32), so that a restored
 index searches in fast mode from its first query as the saving process did. An index
 saved before its graph was built (a bulk load's, or one below ``ann_min_facts``) builds it
-as a bulk-loaded one does (dense.py, "Bulk load"). Where: the
-directory ``<database file>.index``, one file per namespace. When: at
+as a bulk-loaded one does (dense.py, "Bulk load"). Where: one file per namespace, in the
+directory ``<database file>.index`` beside a SQLite file, or in a folder of its own per
+database under ``MembrainMemory(index_dir=...)`` (PostgreSQL saves only there). When: at
 :meth:`~.memory.MembrainMemory.close` (and so at interpreter exit), for each loaded
 namespace of at least :data:`MIN_ENTRIES` indexed entries whose index changed since it was
 loaded or saved. A process killed before it closes leaves the file it found.
@@ -29,7 +30,7 @@ builds only plain containers, ``Counter`` and numpy arrays, never an arbitrary o
 A restored index is the one the saving process searched with, so a restart searches as
 that process did; a namespace indexed from its rows orders a fact moved to another session
 by an update by its creation time (tests/test_cold_open.py), which can order tied scores
-differently. PostgreSQL and in-memory storage save none.
+differently. In-memory storage, and PostgreSQL without ``index_dir``, save none.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import io
 import json
 import os
 import pickle
-import sqlite3
 import threading
 import zlib
 from typing import Any, Callable, Sequence
@@ -89,32 +89,52 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+def _identity(storage: Any) -> str:
+    """One database, whatever process opens it: a SQLite file's path, a PostgreSQL URL (its
+    password left out) and schema."""
+    from .sqlite import SQLiteStorage
+
+    if isinstance(storage, SQLiteStorage):
+        return "sqlite:" + os.path.abspath(storage.location)
+    return f"{type(storage).__name__}:{storage.location}:{getattr(storage, 'schema', '')}"
+
+
 def _config_key(index: FactIndex) -> str:
     return repr(index.config)
 
 
 class IndexCache:
-    """The saved indexes of one SQLite database (module docstring).
+    """The saved indexes and trees of one database (module docstring).
 
     Args:
         directory: where the files are (created at the first save).
-        writable: False for a database opened read-only: saved indexes are read, none written.
+        writable: False for a database opened read-only: saved files are read, none written.
+        head: ``ns -> Stamp | None``, the namespace's stored head (``Storage.namespace_head``),
+            which a saved tree must match; None: no tree is saved or read.
     """
 
-    def __init__(self, directory: str, *, writable: bool = True, database: str | None = None):
+    def __init__(self, directory: str, *, writable: bool = True,
+                 head: Callable[[Sequence[str]], tree_cache.Stamp | None] | None = None):
         self.directory = directory
         self.writable = writable
-        self.database = database  # the SQLite file, whose namespaces' heads saved trees match
+        self.head = head
 
     @classmethod
-    def for_storage(cls, storage: Any) -> IndexCache | None:
-        """The cache beside a SQLite database file; None for any other storage."""
+    def for_storage(cls, storage: Any, directory: str | os.PathLike[str] | None = None) -> IndexCache | None:
+        """Where ``storage`` saves its namespaces' indexes and trees: under ``directory``
+        when given, in a folder of its own per database (several may share ``directory``);
+        else beside a SQLite database file. None for storage in memory, and for PostgreSQL
+        without ``directory``."""
         from .sqlite import SQLiteStorage
 
-        if not isinstance(storage, SQLiteStorage) or storage.location in ("", ":memory:"):
+        if storage is None or (isinstance(storage, SQLiteStorage) and storage.location in ("", ":memory:")):
             return None
-        location = os.path.abspath(storage.location)
-        return cls(location + ".index", writable=not storage.read_only, database=location)
+        local = isinstance(storage, SQLiteStorage)
+        if directory is None and not local:
+            return None
+        where = os.path.abspath(storage.location) + ".index" if directory is None else os.path.join(
+            os.path.abspath(directory), hashlib.blake2b(_identity(storage).encode("utf-8"), digest_size=12).hexdigest())
+        return cls(where, writable=not getattr(storage, "read_only", False), head=storage.namespace_head)
 
     def path(self, ns: Sequence[str], suffix: str = ".idx") -> str:
         """The namespace's saved index (``.idx``) or saved tree (``.tree``)."""
@@ -125,14 +145,10 @@ class IndexCache:
 
     def stamp(self, ns: Sequence[str]) -> tree_cache.Stamp | None:
         """The namespace's stored head, which a saved tree must match (tree_cache.py); None
-        without a database or when it cannot be read (no tree is then saved or read)."""
-        from .base import encode_namespace
-
-        if self.database is None:
-            return None
+        without ``head`` or when it cannot be read (no tree is then saved or read)."""
         try:
-            return tree_cache.stamp(self.database, encode_namespace(ns))
-        except sqlite3.Error:
+            return None if self.head is None else self.head(ns)
+        except Exception:  # noqa: BLE001 - a storage error here reads the rows, which say what is wrong
             return None
 
     # ------------------------------------------------------------------ read

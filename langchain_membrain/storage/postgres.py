@@ -165,6 +165,11 @@ class PostgresStorage(Storage):
             raise StorageUnavailableError(f"cannot fill the connection pool for {self.location}: {exc}") from None
 
     # ------------------------------------------------------------------ opening
+    @property
+    def schema(self) -> str:
+        """The schema holding this storage's tables."""
+        return self._schema
+
     def _connect_kwargs(self) -> dict[str, Any]:
         return {
             "autocommit": True,
@@ -300,6 +305,12 @@ class PostgresStorage(Storage):
         with self._read() as conn:
             row = conn.execute(self._q("SELECT version FROM {s}.membrain_namespaces WHERE ns = %s"), (key,)).fetchone()
         return int(row[0]) if row else 0
+
+    def namespace_head(self, ns: Sequence[str]) -> tuple[int, float, int | None] | None:
+        with self._read() as conn:
+            row = conn.execute(self._q("SELECT version, updated_at, dim FROM {s}.membrain_namespaces WHERE ns = %s"),
+                               (encode_namespace(ns),)).fetchone()
+        return None if row is None else (int(row[0]), float(row[1]), None if row[2] is None else int(row[2]))
 
     def load_rows(self, ns: Sequence[str]) -> tuple[list[dict[str, Any]], int | None, int] | None:
         key = encode_namespace(ns)

@@ -468,6 +468,12 @@ class SQLiteStorage(Storage):
             row = conn.execute("SELECT version FROM membrain_namespaces WHERE ns = ?", (key,)).fetchone()
         return int(row[0]) if row else 0
 
+    def namespace_head(self, ns: Sequence[str]) -> tuple[int, float, int | None] | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT version, updated_at, dim FROM membrain_namespaces WHERE ns = ?",
+                               (encode_namespace(ns),)).fetchone()
+        return None if row is None else (int(row[0]), float(row[1]), None if row[2] is None else int(row[2]))
+
     def load_rows(self, ns: Sequence[str]) -> tuple[list[dict[str, Any]], int | None, int] | None:
         key = encode_namespace(ns)
         with self._read(snapshot=True) as conn:

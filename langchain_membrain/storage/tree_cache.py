@@ -10,7 +10,7 @@ process gives its own.
 
 Trust: a saved tree is used only when its **stamp** matches the namespace's stored head,
 read by one query that reads no node: the namespace's version, the time of its last write
-and its dimension (:func:`stamp`). Every write to a namespace bumps its version in the
+and its dimension (``Storage.namespace_head``). Every write to a namespace bumps its version in the
 transaction that writes its rows, and a namespace deleted and written again continues its
 version numbers (storage/base.py), so any write since the save (this process's, another's,
 one whose process crashed before closing) makes the file stale. A stale, missing, truncated
@@ -24,11 +24,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import pickle
-import sqlite3
 import sys
-import urllib.parse
 import zlib
 from typing import Any, Callable
 
@@ -55,20 +52,6 @@ _ALLOWED = {("langchain_membrain.tree.tree", "MembrainTree"), ("langchain_membra
 #: What a saved tree must match: (version, time of the last write, dimension) of the
 #: namespace's stored head (module docstring).
 Stamp = tuple[int, float, "int | None"]
-
-
-def stamp(database: str, ns_key: str) -> Stamp | None:
-    """The namespace's stored head (:data:`Stamp`) in the SQLite file ``database``, None
-    when it is not stored. One query of the namespaces table (no node read), on a read-only
-    connection of its own."""
-    conn = sqlite3.connect(f"file:{urllib.parse.quote(os.path.abspath(database))}?mode=ro", uri=True,
-                           timeout=30.0)
-    try:
-        row = conn.execute("SELECT version, updated_at, dim FROM membrain_namespaces WHERE ns = ?",
-                           (ns_key,)).fetchone()
-    finally:
-        conn.close()
-    return None if row is None else (int(row[0]), float(row[1]), None if row[2] is None else int(row[2]))
 
 
 def _digraph(attrs: dict[str, Any], nodes: dict[str, Any], succ: dict[str, Any], pred: dict[str, Any]) -> CowGraph:
@@ -196,4 +179,4 @@ def decode(f: io.BufferedReader, head: Stamp, clock: Callable[[], float]) -> Mem
     return tree
 
 
-__all__ = ["FORMAT", "Stamp", "decode", "encode", "stamp"]
+__all__ = ["FORMAT", "Stamp", "decode", "encode"]
