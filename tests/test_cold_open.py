@@ -174,7 +174,7 @@ def test_the_moment_sums_of_a_bulk_loaded_index_are_built_by_its_next_writes(mon
 
 # ------------------------------------------------------------------ through the memory
 def memory(db, **kw) -> MembrainMemory:
-    return MembrainMemory(str(db), teacher=GroundTruthTeacher(), embeddings=WordEmbeddings(), background=False,
+    return MembrainMemory(str(db) if isinstance(db, (str, os.PathLike)) else db, teacher=GroundTruthTeacher(), embeddings=WordEmbeddings(), background=False,
                           relabel=False, prior=False, operations="teacher", **kw)
 
 

@@ -115,32 +115,68 @@ def corrupt(path: str, how: str) -> None:
     open(path, "wb").write(data)
 
 
-@pytest.mark.parametrize("how", ["stale", "unclosed", "truncated", "flipped", "garbage", "malicious"])
-def test_a_stale_or_bad_saved_tree_is_not_trusted(tmp_path, how):
-    """A write since the save (a process that saves nothing, or one whose close never ran),
-    or a damaged file: the namespace is read from its rows, with every fact (the new one
-    too), and a good file is written at close."""
+@pytest.mark.parametrize("how", ["compacted", "truncated", "flipped", "garbage", "malicious"])
+def test_a_bad_saved_tree_or_one_the_log_cannot_bring_up_to_date_is_not_trusted(tmp_path, how):
+    """A damaged file, or one saved before writes the change log no longer holds (another
+    process, keeping one version of log, wrote three times and saved nothing): the namespace
+    is read from its rows, with every fact (the new ones too), and a good file is written
+    at close."""
     db = tmp_path / "m.db"
     filled(db, 120)
     path = tree_file(db)
-    if how in ("stale", "unclosed"):
-        mem = opened(db)
-        mem._forest.index_cache = None  # this process saves nothing, as one killed before close()
-        mem.add("a new fact about the purple guitar", namespace="chat")
-        if how == "stale":
-            mem.close()
+    if how == "compacted":
+        storage = open_storage(str(db), log_retention=1)
+        with memory(storage) as mem:
+            mem._forest.index_cache = None  # this process saves nothing
+            for i in range(3):
+                mem.add(f"a new fact about the purple guitar, take {i}", namespace="chat")
+        storage.close()
     else:
         corrupt(path, how)
     with opened(db) as mem:
         assert state(mem).tree_saved == -1  # read from the rows
         tree = mem._forest.tree(NS, create=False)
         assert tree.to_dict() == from_rows(mem).to_dict()
-        assert any("purple" in tree.node(f).text for f in tree.facts()) == (how in ("stale", "unclosed"))
+        assert any("purple" in tree.node(f).text for f in tree.facts()) == (how == "compacted")
         got = hits(mem, "exact")
     with opened(db) as mem:
         assert state(mem).tree_saved == state(mem).synced  # the file written at close is good
         assert mem._forest.tree(NS, create=False).to_dict() == from_rows(mem).to_dict()
         assert hits(mem, "exact") == got
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "killed"])
+def test_writes_since_the_save_are_applied_from_the_change_log(tmp_path, closed):
+    """Another process wrote since the save and saved nothing (it closed, or it was killed
+    before closing): a restart reads the saved tree and index and applies those writes from
+    the change log, as a running process applies another's, with the tree and search results
+    of the rows; its close saves both again."""
+    db = tmp_path / "m.db"
+    filled(db, 120)
+    writer = opened(db)
+    writer._forest.index_cache = None  # this process saves nothing
+    first = writer.search("apple", namespace="chat", limit=1)[0].key
+    writer.add("Alice bought a new purple guitar by the river", namespace="chat", metadata={"speaker": "Alice"})
+    writer.delete(first, namespace="chat")
+    if closed:
+        writer.close()
+    with opened(db) as mem:
+        saved, synced = state(mem).tree_saved, state(mem).synced
+        assert 0 < saved < synced and state(mem).saved == saved  # both files read, then caught up
+        tree = mem._forest.tree(NS, create=False)
+        assert tree.to_dict() == from_rows(mem).to_dict() and first not in tree.facts()
+        caught_up = hits(mem, "exact") + [[(r.key, r.score) for r in mem.search("purple guitar", namespace="chat")]]
+    assert any(k for k, _ in caught_up[-1])
+    with memory(db) as mem:  # the rows' tree and index
+        mem._forest.index_cache = None
+        mem.search("apple", namespace="chat", limit=1)
+        rebuilt = hits(mem, "exact") + [[(r.key, r.score) for r in mem.search("purple guitar", namespace="chat")]]
+    for a, b in zip(caught_up, rebuilt):
+        same_hits(a, b)
+    with opened(db) as mem:
+        assert state(mem).tree_saved == state(mem).saved == state(mem).synced  # saved again at the last close
+    if not closed:
+        writer.close()
 
 
 def test_a_tree_with_unwritten_changes_is_not_saved(tmp_path):
@@ -219,7 +255,7 @@ def pg_schema():
 def test_postgres_saves_its_indexes_and_trees_under_index_dir_only(tmp_path, pg_schema):
     """PostgreSQL saves nothing by default; with ``index_dir`` a restart reads the saved
     tree and index (a folder per database under it) and searches as the rows' would; a
-    write by a process that saves nothing makes both stale: read from the rows."""
+    write since, by a process that saves nothing, is applied from the change log."""
     index_dir = tmp_path / "saved"
     opened_storages = []
 
@@ -254,7 +290,8 @@ def test_postgres_saves_its_indexes_and_trees_under_index_dir_only(tmp_path, pg_
             mem.add("Alice bought a new purple guitar by the river", namespace="chat")
         with pg_memory(index_dir=index_dir) as mem:
             mem.search("apple", namespace="chat", limit=1)
-            assert state(mem).tree_saved == -1 and state(mem).saved == -1  # stale: read from the rows
+            assert 0 < state(mem).tree_saved == state(mem).saved < state(mem).synced  # caught up from the log
+            assert mem._forest.tree(NS, create=False).to_dict() == from_rows(mem).to_dict()
             assert any("purple" in r.value["content"] for r in mem.search("purple guitar", namespace="chat", limit=3))
     finally:
         for storage in opened_storages:

@@ -285,28 +285,35 @@ class Forest:
         state = self._loaded.get(ns)
         if state is None or not state.synced:
             return self._load(ns)
-        if changes is not None:
-            rows, removed, version = changes
-            try:
-                state.tree.apply_rows(rows, removed)
-            except InvariantError:
-                self.drop(ns)  # half-applied: never used again, the reload below replaces it
-            else:
-                state.synced = version
-                self._sync_index(ns, rows, removed, defer_ann=True)  # inserted in HNSW at our next write
-                self._checked[ns] = time.monotonic()
-                self.counts.refreshed_by_change += 1
-                self._touch(ns)
-                return state
+        if changes is not None and self._apply(ns, state, changes):
+            self._checked[ns] = time.monotonic()
+            self.counts.refreshed_by_change += 1
+            self._touch(ns)
+            return state
         self.counts.refresh_reloads += 1
         return self._load(ns)
 
-    def _load(self, ns: Namespace) -> Loaded | None:
+    def _apply(self, ns: Namespace, state: Loaded, changes: Changes) -> bool:
+        """Apply another process's writes (``changes``, from the change log) to the tree and
+        its search index; False, and the namespace dropped, when one does not apply."""
+        rows, removed, version = changes
+        try:
+            state.tree.apply_rows(rows, removed)
+        except InvariantError:
+            self.drop(ns)  # half-applied: never used again, the caller reloads it
+            return False
+        state.synced = version
+        self._sync_index(ns, rows, removed, defer_ann=True)  # inserted in HNSW at our next write
+        return True
+
+    def _load(self, ns: Namespace, *, saved_files: bool = True) -> Loaded | None:
         """(Re)load a namespace from storage, indexing every fact and ignored item oldest
-        first (the order sessions read); None if it is not stored."""
+        first (the order sessions read); None if it is not stored. With ``saved_files``, from
+        its saved tree and index where they are of the stored namespace or of an earlier
+        version the change log reaches back to (then the writes since are applied)."""
         assert self.storage is not None
         with paused_gc():
-            saved = self._saved_tree(ns)
+            saved = self._saved_tree(ns) if saved_files else None
             found = saved[:2] if saved else self.storage.load_tree(ns)
             self._checked[ns] = time.monotonic()
             if found is None:
@@ -320,19 +327,29 @@ class Forest:
                 self._index_loaded(ns, state, entries, saved[2] if saved else None)
             else:
                 self._sync_index(ns, [tree.node_row(n.id) for n in _in_order(entries)], [])
+            if saved and saved[3] is not None and not self._apply(ns, state, saved[3]):
+                return self._load(ns, saved_files=False)
         self._touch(ns)
         return state
 
-    def _saved_tree(self, ns: Namespace) -> tuple[MembrainTree, int, Stamp] | None:
-        """(tree, version, stored head) from the namespace's saved tree when one matches
-        its stored head (tree_cache.py), without reading its rows; None otherwise. The head
-        is read only where a saved tree is (most namespaces, the small ones, have none)."""
+    def _saved_tree(self, ns: Namespace) -> tuple[MembrainTree, int, Stamp, Changes | None] | None:
+        """(tree, version, the stored head it was saved at, the changes since or None) from
+        the namespace's saved tree (tree_cache.py), without reading its rows: when it was
+        saved at the stored head, or at an earlier version the change log reaches back to;
+        None otherwise. The head is read only where a saved tree is (most namespaces, the
+        small ones, have none)."""
         cache = self.index_cache
-        if cache is None or not os.path.exists(cache.path(ns, ".tree")):
+        if cache is None or self.storage is None or not os.path.exists(cache.path(ns, ".tree")):
             return None
         head = cache.stamp(ns)
-        tree = None if head is None else cache.load_tree(ns, head, self.clock)
-        return None if tree is None or head is None else (tree, head[0], head)
+        found = None if head is None else cache.load_tree(ns, head, self.clock)
+        if found is None:
+            return None
+        tree, saved = found
+        if saved == head:
+            return tree, saved[0], saved, None
+        changes = self.storage.changes_since(ns, saved[0])
+        return None if changes is None else (tree, saved[0], saved, changes)
 
     def _index_loaded(self, ns: Namespace, state: Loaded, entries: list[Node], head: Stamp | None = None) -> None:
         """Index a namespace just loaded: ``entries`` (its facts, raw and ignored items, in

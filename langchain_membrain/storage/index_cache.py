@@ -205,9 +205,10 @@ class IndexCache:
         return index
 
     def load_tree(self, ns: Sequence[str], head: tree_cache.Stamp,
-                  clock: Callable[[], float]) -> MembrainTree | None:
-        """The namespace's saved tree (tree_cache.py) if it was saved at the stored head
-        ``head`` and reads whole; None otherwise."""
+                  clock: Callable[[], float]) -> tuple[MembrainTree, tree_cache.Stamp] | None:
+        """(tree, the head it was saved at): the namespace's saved tree (tree_cache.py) if it
+        was saved at the stored head ``head`` or at an earlier version, and reads whole;
+        None otherwise."""
         try:
             with open(self.path(ns, ".tree"), "rb") as f:
                 return tree_cache.decode(f, head, clock)

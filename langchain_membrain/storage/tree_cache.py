@@ -8,9 +8,11 @@ pickle (read back mapped from the file, mapped.py, as that matrix's rows, as a t
 from rows holds them), each part with its CRC32. The tree's clock is not saved: the loading
 process gives its own.
 
-Trust: a saved tree is used only when its **stamp** matches the namespace's stored head,
-read by one query that reads no node: the namespace's version, the time of its last write
-and its dimension (``Storage.namespace_head``). Every write to a namespace bumps its version in the
+Trust: a saved tree is used as it is only when its **stamp** matches the namespace's stored
+head, read by one query that reads no node: the namespace's version, the time of its last
+write and its dimension (``Storage.namespace_head``). A tree saved at an earlier version is
+used when the namespace's change log reaches back to it (``Storage.changes_since``): the
+writes since are applied to it as a running process applies another's (forest.py). Every write to a namespace bumps its version in the
 transaction that writes its rows, and a namespace deleted and written again continues its
 version numbers (storage/base.py), so any write since the save (this process's, another's,
 one whose process crashed before closing) makes the file stale. A stale, missing, truncated
@@ -159,13 +161,17 @@ def encode(tree: MembrainTree, head: Stamp) -> list[bytes | memoryview]:
     return mapped.laid_out([MAGIC + len(meta).to_bytes(8, "little") + meta, blob], [vectors])
 
 
-def decode(f: io.BufferedReader, head: Stamp, clock: Callable[[], float]) -> MembrainTree | None:
-    """The tree of a file written by :func:`encode` at the stored head ``head``; None for
-    another head, format, or a file that does not read whole with its CRCs."""
+def decode(f: io.BufferedReader, head: Stamp, clock: Callable[[], float]) -> tuple[MembrainTree, Stamp] | None:
+    """(tree, the stored head it was saved at) of a file written by :func:`encode` at the
+    stored head ``head`` or at an earlier version of the same dimension (the caller then
+    applies the changes since, or reads the rows); None for a later or another head, another
+    format, or a file that does not read whole with its CRCs."""
     if f.read(len(MAGIC)) != MAGIC:
         return None
     meta = json.loads(f.read(int.from_bytes(f.read(8), "little")).decode("utf-8"))
-    if meta.get("format") != FORMAT or meta.get("stamp") != list(head):
+    saved = meta.get("stamp")
+    if meta.get("format") != FORMAT or not isinstance(saved, list) or len(saved) != 3 or \
+            not (saved == list(head) or (type(saved[0]) is int and saved[0] < head[0] and saved[2] == head[2])):
         return None
     blob = f.read(meta["pickle_bytes"])
     if len(blob) != meta["pickle_bytes"] or zlib.crc32(blob) != meta["pickle_crc"]:
@@ -176,7 +182,7 @@ def decode(f: io.BufferedReader, head: Stamp, clock: Callable[[], float]) -> Mem
     tree = _Unpickler(io.BytesIO(blob), clock, vectors).load()
     if type(tree) is not MembrainTree or tree.dim != head[2]:
         return None
-    return tree
+    return tree, (saved[0], float(saved[1]), saved[2])
 
 
 __all__ = ["FORMAT", "Stamp", "decode", "encode"]
