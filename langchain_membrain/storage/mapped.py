@@ -7,7 +7,8 @@ each page is first faulted in and zeroed, then copied from the page cache: most 
 open's time went there. Mapped copy-on-write (``mmap.ACCESS_COPY``), the array *is* the
 page cache's pages until the process writes to one, which then gets its own copy; the file
 is never written through the map. A later save replaces the file by a rename, so the pages
-a process mapped stay those of the file it read.
+a process mapped stay those of the file it read (a file cut short in place while mapped
+would fault on access; the library never writes one in place).
 
 Where mapping would get in the way of that rename (Windows, where a mapped file cannot be
 replaced) or is not offered, :data:`MAP` is False and the arrays are read.
