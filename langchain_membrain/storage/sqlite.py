@@ -67,6 +67,16 @@ def _same_file(fd: int, path: str) -> bool:
     return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
 
 
+def _check_location(path: str) -> None:
+    """StorageUnavailableError unless ``path`` can be a database file: not a directory, in
+    a directory that exists."""
+    if os.path.isdir(path):
+        raise StorageUnavailableError(f"{path!r} is a directory, not a database file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise StorageUnavailableError(f"cannot create {path!r}: directory {parent!r} does not exist")
+
+
 def _writable(path: str) -> bool:
     """Whether this process may write the database file and create files beside it (the
     ``-wal``/``-shm`` files): False for a read-only file, directory or mount."""
@@ -193,7 +203,7 @@ class SQLiteStorage(Storage):
         if self._memory and self.read_only:
             raise StorageError("a private :memory: database cannot be opened read-only (it would be empty)")
         if not self._memory:
-            self._check_location(path)
+            _check_location(path)
             if self.read_only and not os.path.isfile(path):
                 raise StorageUnavailableError(f"cannot open {path!r} read-only: there is no such file")
             if not self.read_only and os.path.isfile(path) and not _writable(path):
@@ -215,14 +225,6 @@ class SQLiteStorage(Storage):
                 raise again from exc
 
     # ------------------------------------------------------------------ opening
-    @staticmethod
-    def _check_location(path: str) -> None:
-        if os.path.isdir(path):
-            raise StorageUnavailableError(f"{path!r} is a directory, not a database file")
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise StorageUnavailableError(f"cannot create {path!r}: directory {parent!r} does not exist")
-
     def _open(self) -> None:
         """Check the file is a membrain database of a known schema *before* writing
         anything, then switch it to WAL and create the tables if missing."""
