@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -325,3 +326,24 @@ def test_the_import_bar_and_its_summary_give_one_rate(capsys, memory, tmp_path):
     assert bar and summary, out
     assert bar.group(1) == summary.group(2)
     assert "training caught up" in text
+
+
+def test_index_dir_keeps_the_saved_index_and_tree_there(capsys, tmp_path, notes, monkeypatch):
+    """``--index-dir`` (or ``$MEMBRAIN_INDEX_DIR``) is ``MembrainMemory(index_dir=...)``: a
+    command's close saves large namespaces' files under it, not beside the SQLite file."""
+    from langchain_membrain.storage import index_cache
+
+    monkeypatch.setattr(index_cache, "MIN_ENTRIES", 1)  # these few facts count as large
+    db, saved = str(tmp_path / "m.db"), tmp_path / "saved"
+    args = ["--db", db, "--offline", "--index-dir", str(saved)]
+    assert run(capsys, [*args, "import", str(notes), "--ns", "users/maya"])[0] == 0
+    (folder,) = list(saved.iterdir())
+    assert sorted(p.suffix for p in folder.iterdir()) == [".idx", ".tree"]
+    assert not os.path.exists(db + ".index")
+    shutil.rmtree(saved)  # the next command indexes the rows, and saves at its close...
+    monkeypatch.setenv("MEMBRAIN_INDEX_DIR", str(saved))
+    code, out, err = run(capsys, ["search", "peanuts", "--db", db, "--ns", "users/maya", "-k", "1"])
+    assert code == 0 and "allergic to peanuts" in out, err
+    (folder,) = list(saved.iterdir())  # ...under the environment's directory, not beside the file
+    assert sorted(p.suffix for p in folder.iterdir()) == [".idx", ".tree"]
+    assert not os.path.exists(db + ".index")

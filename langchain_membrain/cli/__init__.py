@@ -12,7 +12,8 @@
     membrain bench tree ...              # the benchmarks (python -m langchain_membrain.bench)
 
 Every command takes ``--db PATH_OR_URL`` (default ``$MEMBRAIN_DB`` or ``./membrain.db``;
-``:memory:`` keeps nothing) and ``--ns a/b``. The teacher comes from the environment
+``:memory:`` keeps nothing), ``--ns a/b`` and ``--index-dir DIR`` (default
+``$MEMBRAIN_INDEX_DIR``: ``MembrainMemory(index_dir=...)``). The teacher comes from the environment
 (``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` / ``MEMBRAIN_TEACHER_MODEL``), else the offline
 heuristic teacher is used; ``--offline`` forces the latter. A mistake (a missing file, a bad
 namespace, a database that cannot be opened) prints one red line and exits with status 1;
@@ -70,6 +71,9 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
                         help=f"SQLite file or postgresql:// URL (default $MEMBRAIN_DB or {DEFAULT_DB}; "
                              f"'{IN_MEMORY}' keeps nothing; demo: in memory)")
     parser.add_argument("--ns", metavar="A/B", default=default, help="namespace, e.g. users/maya")
+    parser.add_argument("--index-dir", metavar="DIR", default=default,
+                        help="where large namespaces' search indexes and trees are saved for the next run "
+                             "(default $MEMBRAIN_INDEX_DIR; else beside a SQLite file, none for PostgreSQL)")
     parser.add_argument("--offline", action="store_true", default=argparse.SUPPRESS if suppress else False,
                         help="use the offline heuristic teacher even if OPENAI_* is set")
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS if suppress else False,
@@ -129,7 +133,7 @@ COMMANDS = {"demo": cmd_demo, "add": cmd_add, "import": cmd_import, "search": cm
 
 def _bench_args(argv: list[str]) -> list[str] | None:
     """The arguments after ``bench`` when it is the command, else None."""
-    takes_value = {"--db", "--ns"}
+    takes_value = {"--db", "--ns", "--index-dir"}
     i = 0
     while i < len(argv):
         a = argv[i]

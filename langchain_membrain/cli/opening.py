@@ -135,8 +135,9 @@ def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB
         chosen, args.teacher_label = None, "none (not asked by this command)"
     from ..memory import MembrainMemory  # torch and the insert pipeline: only for these commands
 
+    index_dir = getattr(args, "index_dir", None) or os.environ.get("MEMBRAIN_INDEX_DIR") or None
     with _opening(args, db):
-        memory = MembrainMemory(storage, teacher=chosen, retrieval=retrieval)
+        memory = MembrainMemory(storage, teacher=chosen, retrieval=retrieval, index_dir=index_dir)
     with memory:
         yield memory
 
