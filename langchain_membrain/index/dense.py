@@ -245,15 +245,13 @@ class DenseIndex:
         cap = self._has_emb.size
         if capacity <= cap:
             return
-        emb = np.zeros((capacity, self.dim or 0), dtype=np.float32)
-        emb[: self._emb.shape[0]] = self._emb
-        self._emb = emb
         self._has_emb = np.concatenate([self._has_emb, np.zeros(capacity - cap, dtype=bool)])
+        self._room(capacity)
 
     def _room(self, upto: int) -> None:
         """Matrix rows for the slots below ``upto``. A restored index's matrix holds its
-        saved rows only (mapped from its file, storage/mapped.py); the first write past them
-        copies them into a matrix of the index's whole capacity, as :meth:`grow` does."""
+        saved rows only (mapped from its file, storage/mapped.py), until the first write past
+        them; growing copies the rows into a matrix of the new capacity."""
         if upto > self._emb.shape[0]:
             emb = np.zeros((self._has_emb.size, self.dim or 0), dtype=np.float32)
             emb[: self._emb.shape[0]] = self._emb

@@ -12,14 +12,15 @@ Trust: a saved tree is used as it is only when its **stamp** matches the namespa
 head, read by one query that reads no node: the namespace's version, the time of its last
 write and its dimension (``Storage.namespace_head``). A tree saved at an earlier version is
 used when the namespace's change log reaches back to it (``Storage.changes_since``): the
-writes since are applied to it as a running process applies another's (forest.py). Every write to a namespace bumps its version in the
-transaction that writes its rows, and a namespace deleted and written again continues its
-version numbers (storage/base.py), so any write since the save (this process's, another's,
-one whose process crashed before closing) makes the file stale. A stale, missing, truncated
-or corrupt file, or one of another format, is never trusted: the namespace is read from its
-rows as before, and a new file written at close. The file is read with an unpickler that
-builds only the tree's own classes, its graph (a networkx ``DiGraph``) of plain dicts, plain
-containers and numpy arrays.
+writes since are applied to it as a running process applies another's (forest.py). Every
+write to a namespace bumps its version in the transaction that writes its rows, and a
+namespace deleted and written again continues its version numbers (storage/base.py), so any
+write since the save (this process's, another's, one whose process crashed before closing)
+is seen: the file is brought up to date from the log, or not used where the log does not
+reach back. Such a file, or a missing, truncated or corrupt one, or one of another format,
+is never trusted: the namespace is read from its rows as before, and a new file written at
+close. The file is read with an unpickler that builds only the tree's own classes, its graph
+(a networkx ``DiGraph``) of plain dicts, plain containers and numpy arrays.
 """
 
 from __future__ import annotations
