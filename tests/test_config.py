@@ -29,6 +29,7 @@ def test_the_config_has_the_constructors_keywords_and_defaults():
     ({"max_training_lag": 0}, "max_training_lag is at least 1"),
     ({"max_height": 0}, "max_height must be None or an int >= 1"),
     ({"clock": 12.0}, "clock is a callable returning seconds"),
+    ({"index_dir": 3}, "index_dir is a directory path or None"),
 ])
 def test_a_bad_setting_is_refused_before_the_storage_is_opened(tmp_path, kwargs, message):
     with pytest.raises(InvalidOperationError, match=message):
