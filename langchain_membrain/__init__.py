@@ -132,7 +132,7 @@ _MOVED: dict[str, tuple[str, ...]] = {
     "pipeline": ("insert.pipeline", "insert.config", "insert.records", "insert.ledger", "tree.placement",
                  "tree.labels", "teachers.base"),
     "placement": ("tree.placement",), "prior": ("students.prior",), "reads": ("retrieval.reads",),
-    "recency": ("retrieval.recency",), "records": ("tree.records",), "replay": ("students.replay",),
+    "records": ("tree.records",), "replay": ("students.replay",),
     "retriever": ("retrieval.retriever",), "scores": ("retrieval.scores",), "shadow": ("students.shadow",),
     "shutdown": ("insert.shutdown",), "slot_state": ("index.slot_state",), "stats": ("insert.stats",),
     "store": ("integrations.store",), "tools": ("integrations.tools",), "torchfile": ("students.torchfile",),

@@ -1,81 +1,133 @@
-"""Corrections win offline (issue 47): the operation student never decides alone an item
-that may correct a near fact (a change cue), and among a search's hits a newer near
-statement ranks before the older one, which is kept and marked probably superseded.
-"""
+"""What the user said last comes first: corrections as people write them are UPDATEs, a
+statement that supersedes a returned memory is placed just before it, look-alikes change
+nothing, and scores never rise down a result list."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from helpers import WordEmbeddings
 
 from langchain_membrain import MembrainMemory
-from langchain_membrain.index.facts import RetrievalConfig
-from langchain_membrain.retrieval.recency import RECENCY_SIMILARITY, resolve_recency
-from langchain_membrain.students.operation import may_correct
-from langchain_membrain.teachers.heuristic import HeuristicTeacher
-from langchain_membrain.teachers.operation_rule import conservative_operation, has_change_cue
+from langchain_membrain.integrations.store import MembrainStore
+from langchain_membrain.integrations.tools import memory_tools
+from langchain_membrain.retrieval.scores import DEFAULT_MIN_SCORE
+from langchain_membrain.teachers.operation_rule import conservative_operation, states_something
+from langchain_membrain.teachers.supersession import change_cue, holder, named_old_values, supersedes
 from langchain_membrain.tree.operation_types import Candidate, OperationQuestion
 
-NIGHT = "I work night shifts at the hospital"
-DAYS = "I don't work night shifts anymore, I moved to days"
+
+@pytest.mark.parametrize("text", [
+    "I quit Google and joined Microsoft", "I moved to Porto", "I'm at Deloitte now", "switched from EE to Three",
+    "Rex passed away", "got promoted to team lead", "we divorced last year", "I changed my number",
+    "the dentist got pushed back to the 14th", "the trip is cancelled", "not doing the marathon after all",
+    "started smoking again", "I'm no longer vegan", "I don't drink coffee anymore"])
+def test_change_cues_as_people_write_them(text):
+    assert change_cue(text)
 
 
-@pytest.mark.parametrize("text, cue", [
-    (DAYS, True), ("I'm no longer vegan", True), ("We switched to oat milk", True),
-    ("I'm not driving any more", True), ("No more marathons for me", True),
-    ("These days it's weaving", True), ("I work night shifts at the hospital", False),
-    ("I like tea", False)])
-def test_change_cues(text, cue):
-    assert has_change_cue(text) is cue
+@pytest.mark.parametrize("text", ["I live in Lisbon", "I visited Porto for a wedding", "I like tea"])
+def test_no_change_cue(text):
+    assert not change_cue(text)
 
 
-def _question(text: str, similarity: float) -> OperationQuestion:
-    return OperationQuestion(text, None, (Candidate("old", NIGHT, similarity),))
+def test_holder_and_named_old_values():
+    assert holder("My brother just joined Microsoft") == "brother"
+    assert holder("Tom the cat passed away last week") == "tom"
+    assert holder("I moved from Lisbon to Porto") is None
+    assert holder("Finally moved to Porto!") is None  # an opener, not a name
+    assert named_old_values("I moved from Paris to Rome") == ["paris"]
+    assert named_old_values("I quit Google and joined Microsoft") == ["google"]
 
 
-def test_may_correct_needs_a_cue_and_a_near_fact():
-    assert may_correct(_question(DAYS, 0.7))
-    assert not may_correct(_question(DAYS, 0.2))  # nothing near: a new memory
-    assert not may_correct(_question("I work at the hospital", 0.9))  # no change stated
-    assert not may_correct(OperationQuestion(DAYS, None, ()))
+def test_supersedes_needs_the_same_holder_and_the_old_value_stored():
+    assert supersedes("I quit Google and joined Microsoft", "I work at Google", 0.53)
+    assert not supersedes("My brother just joined Microsoft", "I work at Microsoft", 0.59)  # another holder
+    assert supersedes("Tom the cat passed away last week", "I have a cat named Tom", 0.70)  # named in the old fact
+    assert not supersedes("I moved from Paris to Rome", "I live in Lisbon", 0.6)  # Paris was never stored
+    assert not supersedes("I visited Porto for a wedding", "I live in Porto", 0.65)  # no change stated
+    assert not supersedes("I moved to Porto", "I play the oboe", 0.2)  # not near
 
 
-def test_the_night_shift_correction_comes_first_offline():
-    """The issue's example on the embedded defaults: the student's gate is open (its prior),
-    yet the correction goes to the offline rule, which supersedes the night shift."""
+def _ask(text: str, *candidates: tuple[str, str, float]) -> str:
+    question = OperationQuestion(text, None, tuple(Candidate(k, t, s) for k, t, s in candidates))
+    op = conservative_operation(question)
+    return op.kind if op.target is None else f"{op.kind} {op.target}"
+
+
+def test_the_offline_rule_updates_the_fact_a_statement_supersedes():
+    lisbon, tea = ("home", "I live in Lisbon", 0.75), ("tea", "I like green tea", 0.2)
+    assert _ask("I moved from Lisbon to Porto", lisbon, tea) == "UPDATE home"
+    assert _ask("I moved from Paris to Rome", ("home", "I live in Lisbon", 0.4)) == "ADD"  # Paris never stored
+    assert _ask("Did I tell you I moved to Porto?", lisbon) == "UPDATE home"  # a telling question
+    assert _ask("Where do I live?", lisbon) == "IGNORE"
+    assert states_something("Guess who got a new job at Spotify?")
+
+
+@pytest.fixture(scope="module")
+def memory():
     with MembrainMemory(background=False) as mem:
-        old = mem.add(NIGHT, namespace="u")
-        mem.add(DAYS, namespace="u")
-        decision = mem.last_operation
-        assert decision is not None and decision.asked and decision.by == "teacher"
-        assert decision.operation.kind == "UPDATE" and decision.operation.target == old
-        hits = mem.search("what shifts do I work?", namespace="u")
-        assert hits[0].text == DAYS
-        assert [r.text for r in mem.history(old, namespace="u")] == [NIGHT, DAYS]  # nothing lost
-        kinds = mem.stats()["operations"]["per_kind"]
-        assert kinds["UPDATE"]["teacher"] == 1
+        yield mem
 
 
-def test_recency_ranks_the_newer_near_statement_first_and_keeps_the_older():
-    with MembrainMemory(embeddings=WordEmbeddings(), background=False, prior=False, relabel=False,
-                        operations=False) as mem:
-        mem.add("I live in a flat in Leeds with my sister", namespace="u")
-        mem.add("I live in a flat in York now", namespace="u")
-        mem.add("My sister plays the cello", namespace="u")
-        hits = mem.search("where do I live in Leeds", namespace="u", limit=5)
-        texts = [h.text for h in hits]
-        assert texts[0] == "I live in a flat in York now"
-        older = hits[texts.index("I live in a flat in Leeds with my sister")]
-        assert older.status == "current" and older.probably_superseded_by == hits[0].key
-        assert all(0.0 <= h.score <= 1.0 for h in hits)
+@pytest.mark.parametrize("old, new, question", [
+    ("I live in Lisbon", "I moved from Lisbon to Porto", "where do I live?"),
+    ("I work at Google", "I quit Google and joined Microsoft", "where do I work?"),
+    ("I live in Leeds.", "I live in York now.", "where do I live?"),
+    ("I have a cat named Tom", "Tom the cat passed away last week", "do I have a cat?"),
+])
+def test_a_correction_is_an_update_and_the_agent_finds_it(memory, old, new, question):
+    ns = ("users", str(abs(hash(new))))
+    key = memory.add(old, namespace=ns)
+    assert memory.add(new, namespace=ns) == key  # UPDATE: the key holds the new statement
+    assert [r.text for r in memory.history(key, namespace=ns)] == [old, new]  # nothing lost
+    hits = memory.search(question, namespace=ns, min_score=DEFAULT_MIN_SCORE)
+    assert hits and hits[0].text == new
+    tool = {t.name: t for t in memory_tools(memory, ns)}["search_memory"]
+    found = json.loads(tool.invoke({"query": question}))
+    assert found[0]["content"] == new and found[0]["replaces"] == old and found[0]["date"]
 
 
-def test_recency_is_on_for_the_offline_rule_only():
-    class Answers(HeuristicTeacher):
-        def choose_operation(self, question):  # an operation teacher, as an LLM is
-            return conservative_operation(question)
+def test_a_related_statement_leaves_the_earlier_fact_first(memory):
+    ns = ("users", "brother")
+    key = memory.add("I work at Microsoft", namespace=ns)
+    assert memory.add("My brother just joined Microsoft", namespace=ns) != key
+    hits = memory.search("where do I work?", namespace=ns)
+    assert hits[0].key == key and hits[0].probably_superseded_by is None
 
-    assert resolve_recency(RetrievalConfig(), HeuristicTeacher()).recency_similarity == RECENCY_SIMILARITY
-    assert resolve_recency(RetrievalConfig(), Answers()).recency_similarity == 0.0
-    assert RetrievalConfig.for_chat().recency_similarity == 0.0
-    assert resolve_recency(RetrievalConfig(recency_similarity=0.7), Answers()).recency_similarity == 0.7
+
+@pytest.fixture(scope="module")
+def two_adds():
+    """Corrections stored as two memories (operations off, as an older database holds them)."""
+    with MembrainMemory(background=False, operations=False) as mem:
+        for text in ["I work at Google", "My sister plays the cello", "I like green tea", "I run on Sundays",
+                     "I quit Google and joined Microsoft"]:
+            mem.add(text, namespace="u")
+        yield mem
+
+
+def test_a_superseding_memory_is_placed_just_before_the_older_one(two_adds):
+    hits = two_adds.search("Which company employs me at Google?", namespace="u", limit=1)
+    texts = [h.text for h in hits]
+    assert texts[:2] == ["I quit Google and joined Microsoft", "I work at Google"]  # beyond limit=1
+    newer, older = hits[0], hits[1]
+    assert older.probably_superseded_by == newer.key and newer.supersedes == older.key
+    assert newer.score == older.score
+
+
+def test_scores_never_rise_down_a_result_list(two_adds):
+    for query in ["where do I work?", "music", "what do I drink?", "exercise", "Google"]:
+        scores = [h.score for h in two_adds.search(query, namespace="u", limit=5)]
+        assert scores == sorted(scores, reverse=True), query
+
+
+def test_the_store_keeps_langgraphs_limit_with_the_newer_statement_first(two_adds):
+    items = MembrainStore(two_adds).search(("u",), query="Which company employs me at Google?", limit=1)
+    assert [i.value["content"] for i in items] == ["I quit Google and joined Microsoft"]
+
+
+def test_the_agent_tool_marks_what_is_out_of_date(two_adds):
+    tool = {t.name: t for t in memory_tools(two_adds, "u")}["search_memory"]
+    found = json.loads(tool.invoke({"query": "Which company employs me at Google?", "limit": 1}))
+    assert [h["content"] for h in found[:2]] == ["I quit Google and joined Microsoft", "I work at Google"]
+    assert found[0]["replaces"] == "I work at Google" and found[1]["replaced_by"] == found[0]["id"]

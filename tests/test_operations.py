@@ -121,12 +121,11 @@ def test_an_ignored_question_still_leads_search_to_its_answer(tmp_path) -> None:
     with memory(storage=db) as mem:  # the default reads no session: the question lends nothing
         assert top2(mem)[0] != around
     with memory(storage=db, retrieval=sessions) as mem:
-        found, score = top2(mem)
+        found, _ = top2(mem)
         assert found == around
         mem.purge_history(namespace="chat")
         assert mem.ignored(namespace="chat") == []
-        hits = mem.search("favourite basketball player", namespace="chat", limit=6)
-        assert all(h.score < score for h in hits if h.text in around)
+        assert top2(mem)[0] != around
 
 
 def test_the_rule_reads_what_was_said_after_a_speaker_label() -> None:

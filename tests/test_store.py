@@ -120,12 +120,22 @@ def test_search_with_query_is_best_first_with_scores_across_sub_namespaces(store
     store.put(("users", "alice"), "tea", {"content": "Alice drinks green tea every morning"})
     store.put(("users", "alice", "work"), "job", {"content": "Alice works as a nurse"})
     store.put(("users", "bob"), "bike", {"content": "Bob rides a red bike"})
-    hits = store.search(("users",), query="what does Alice drink in the morning?")
+    hits = store.search(("users",), query="who drinks green tea in the morning?")
     assert all(type(h) is SearchItem for h in hits)
     assert hits[0].key == "tea" and hits[0].namespace == ("users", "alice")
     scores = [h.score for h in hits]
     assert all(isinstance(s, float) for s in scores) and scores == sorted(scores, reverse=True)
     assert {h.namespace for h in hits} == {("users", "alice"), ("users", "alice", "work"), ("users", "bob")}
+    # a query that names a subject searches that subject's namespaces
+    named = store.search(("users",), query="what does Alice drink in the morning?")
+    assert named[0].key == "tea" and {h.namespace for h in named} == {("users", "alice"), ("users", "alice", "work")}
+
+
+def test_the_readme_store_example_finds_the_named_users_fact(store):
+    store.put(("users", "maya"), "diet", {"content": "vegetarian since 2019"})
+    store.put(("users", "ben"), "diet", {"content": "eats everything"})
+    assert [h.namespace for h in store.search(("users",), query="what does Maya eat?", limit=3)] == [("users", "maya")]
+    assert store.search(("users",), query="who eats everything?", limit=3)[0].namespace == ("users", "ben")
 
 
 def test_search_without_query_is_newest_first_without_scores(store):

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "tenants": "resident memory of many small namespaces in one process, in memory and on SQLite",
     "adds": "add() p50/p95 against the namespace's size (1k to 20k facts), embeddings excluded",
     "workers": "add/search right after another process's write: refresh by change against reload",
+    "corrections": "corrections as people write them: current statement first, kept by the cut-off, look-alikes",
     "updates": "memory operations (ADD/UPDATE/DELETE/IGNORE) on persona chains of changes",
     "scores": "calibrated relevance: fit hit.score on data/relevance.json, AUROC, threshold, reliability",
     "labels": "how well aspect labels name their topics, on the bundled personas",

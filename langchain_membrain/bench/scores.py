@@ -3,7 +3,8 @@
 ``python -m langchain_membrain.bench scores`` builds namespaces of 1 to 500 facts through
 ``MembrainMemory.add`` (MiniLM, operations off so every fact stays): the facts of
 ``data/relevance.json`` (written for this project: groups of facts with the queries they
-answer, and queries nothing answers) among facts of the tuning personas (``personas.jsonl``,
+answer, and queries nothing answers) and of the tuning part of ``data/corrections.jsonl``
+(a correction's old and new statements answer its question) among facts of the tuning personas (``personas.jsonl``,
 ``topics.jsonl``). Each namespace is searched (``limit=10``) with the queries of its groups
 (answerable), with other groups' queries and with the unanswerable ones. The groups and
 unanswerable queries are split in two by their position; each half is searched again through
@@ -46,13 +47,23 @@ class Case:
     held_out: bool
     size: int
     hits: list[tuple[str, float]] = field(default_factory=list)  # (key, score) as search reported
-    features: list[np.ndarray] = field(default_factory=list)
-    old: list[float] = field(default_factory=list)  # retrieval.relevance of the ranking score
+    ranked: list[str] = field(default_factory=list)  # the keys in the index's order, as scored
+    features: list[np.ndarray] = field(default_factory=list)  # of ranked, in its order
+    old: list[float] = field(default_factory=list)  # retrieval.relevance of the ranking score, of ranked
 
 
 def _data() -> tuple[dict[str, Any], list[str]]:
+    """relevance.json with the tuning corrections (corrections.jsonl) as groups of their own:
+    a correction's old and new statements both answer its question; a look-alike's new
+    statement is stored beside the old one (``others``) and answers nothing. Then the pool of
+    other facts."""
+    from .corrections import CORRECTING, TUNE, load
+
     files = resources.files("langchain_membrain.data")
     data = json.loads(files.joinpath("relevance.json").read_text(encoding="utf-8"))
+    data["groups"] = data["groups"] + [
+        {"facts": [c["old"], c["new"]], "queries": [c["question"]]} if c["type"] in CORRECTING
+        else {"facts": [c["old"]], "others": [c["new"]], "queries": [c["question"]]} for c in load(TUNE)[0]]
     pool = [json.loads(line)["text"] for name in ("personas.jsonl", "topics.jsonl")
             for line in files.joinpath(name).read_text(encoding="utf-8").splitlines() if line.strip()]
     return data, pool
@@ -69,7 +80,8 @@ def build(mem: Any, data: dict[str, Any], pool: list[str], seed: int, per_size: 
         for n, chosen in enumerate(layouts):
             ns = ("scores", str(size), str(n))
             facts = [(g, f) for g in chosen for f in groups[g]["facts"]][:size]
-            filler = rng.sample(pool, size - len(facts))
+            others = [f for g in chosen for f in groups[g].get("others", [])][:size - len(facts)]
+            filler = rng.sample(pool, size - len(facts) - len(others)) + others
             texts = [(None, t) for t in filler] + facts
             rng.shuffle(texts)
             keys: dict[int, set[str]] = {}
@@ -92,11 +104,12 @@ def search(mem: Any, cases: list[Case]) -> None:
     """Search every case through the product, keeping what scores.calibrated saw."""
     from ..index.facts import relevance
 
-    seen: list[tuple[list[np.ndarray], list[float]]] = []
+    seen: list[tuple[list[str], list[np.ndarray], list[float]]] = []
     real = reads.calibrated
 
     def recording(query, qvec, hits, size, model=None):
-        seen.append((scores.features(query, qvec, hits, size), [relevance(s) for _, s, _, _ in hits]))
+        seen.append(([k for k, _, _, _ in hits], scores.features(query, qvec, hits, size),
+                     [relevance(s) for _, s, _, _ in hits]))
         return real(query, qvec, hits, size, model)
 
     reads.calibrated = recording
@@ -105,7 +118,7 @@ def search(mem: Any, cases: list[Case]) -> None:
             seen.clear()
             found = mem.search(c.query, namespace=c.ns, exact_namespace=True, limit=10)
             c.hits = [(h.key, float(h.score)) for h in found]
-            c.features, c.old = seen[0] if seen else ([], [])
+            c.ranked, c.features, c.old = seen[0] if seen else ([], [], [])
     finally:
         reads.calibrated = real
 
@@ -116,7 +129,7 @@ def metrics(cases: list[Case], threshold: float, old: bool = False) -> dict[str,
     empty = kept = n_un = n_ans = 0
     for c in cases:
         vals = c.old if old else [v for _, v in c.hits]
-        labels = [int(k in c.relevant) for k, _ in c.hits]
+        labels = [int(k in c.relevant) for k in (c.ranked if old else [k for k, _ in c.hits])]
         s += vals
         y += labels
         if c.relevant:
@@ -154,7 +167,7 @@ def _print(name: str, m: dict[str, Any]) -> None:
 
 def _fit(cases: list[Case], l2: float) -> tuple[np.ndarray, float]:
     x = np.array([f for c in cases for f in c.features])
-    y = np.array([int(k in c.relevant) for c in cases for k, _ in c.hits])
+    y = np.array([int(k in c.relevant) for c in cases for k in c.ranked])
     return scores.fit(x, y, l2=l2)
 
 
@@ -196,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     from .economy_stream import PrecomputedEmbeddings
 
     data, pool = _data()
-    texts = sorted(set(pool) | {f for g in data["groups"] for f in g["facts"]}
+    texts = sorted(set(pool) | {f for g in data["groups"] for f in g["facts"] + g.get("others", [])}
                    | {q for g in data["groups"] for q in g["queries"]} | set(data["unanswerable"]))
     base = MiniLMEmbeddings()
     known = dict(zip(texts, np.asarray(base.embed_documents(texts), np.float32)))
@@ -216,7 +229,8 @@ def run(args: argparse.Namespace) -> int:
         with open(str(path), "w") as fh:
             json.dump({"features": list(scores.FEATURES), "weights": [round(float(w), 6) for w in model[0]],
                        "bias": round(model[1], 6), "command": "python -m langchain_membrain.bench scores --write",
-                       "data": "data/relevance.json; personas.jsonl and topics.jsonl as the other facts",
+                       "data": "data/relevance.json and the tuning corrections (corrections.jsonl); "
+                               "personas.jsonl and topics.jsonl as the other facts",
                        "cross_fitted": {k: out["calibrated"][k] for k in ("auroc", "unanswerable_empty",
                                                                           "answerable_kept")}}, fh, indent=1)
             fh.write("\n")

@@ -144,10 +144,9 @@ class RetrievalConfig:
     second_step: int = 5
     second_step_weight: float = 0.25
     session_prior: float = 0.0
-    # Recency among near-duplicates (recency.py): of two hits with this cosine or more (0.15
-    # less when the newer states a change), the newer ranks first. 0: off (for_chat()); None
-    # (auto): MembrainMemory turns it on under the offline rule only (recency.resolve_recency).
-    recency_similarity: float | None = None
+    # A search places each current fact that supersedes a fact it returns just before it
+    # (retrieval/supersession.py); False: off.
+    supersession: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chat", check_chat(self.chat))  # a list is kept as a tuple
@@ -156,8 +155,8 @@ class RetrievalConfig:
     def for_chat(cls, **changes: Any) -> RetrievalConfig:
         """Every chat scorer on (``SpeakerBoost()``, ``SessionContext()``, ``DateTerms()``):
         for facts that are conversation turns with speaker, session and date metadata (the
-        configuration of ``bench locomo``), recency off. ``changes``: other fields."""
-        return cls(**{"chat": CHAT_SCORERS, "recency_similarity": 0.0, **changes})
+        configuration of ``bench locomo``). ``changes``: other fields."""
+        return cls(**{"chat": CHAT_SCORERS, **changes})
 
 
 TOPIC_WEIGHT = 1.0  # the topic match's weight when "auto" turns it on
@@ -418,6 +417,12 @@ class FactIndex:
             self._former_terms[slot] = terms
         self._former_stack = None
         self._refresh_field(slot)
+
+    def former(self, fact_id: Hashable) -> list[tuple[str, np.ndarray | None]]:
+        """The former versions credited to a fact (:meth:`set_former`): ``(text, unit
+        vector or None)`` each; [] for none or a fact not held."""
+        slot = self._slot.get(fact_id)
+        return list(self._former.get(slot, ())) if slot is not None else []
 
     def remove(self, fact_id: Hashable) -> None:
         """Drop a fact; its session neighbours' fields are recomputed. KeyError if absent."""

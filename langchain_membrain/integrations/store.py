@@ -188,7 +188,9 @@ class MembrainStore(BaseStore):
             op = op._replace(query=None)  # as in LangGraph, an empty query is no query
         records = self.memory.search(op.query, namespace=tuple(op.namespace_prefix), limit=op.limit,
                                      offset=op.offset, filter=op.filter)
-        return [_search_item(r) for r in records]
+        # LangGraph's limit holds: the statements placed before the hits they supersede come
+        # first, and the page is cut after them.
+        return [_search_item(r) for r in records[:op.limit]]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[Namespace]:
         prefix = _merge_patterns(op.match_conditions, "prefix")

@@ -16,10 +16,12 @@ kinds of tools can share one namespace.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import string
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -93,11 +95,39 @@ def _format(label: str, values: dict[str, Any]) -> str:
     return label.format(**{name: values[name] for name in fields}) if fields else label
 
 
-def _hit(store: BaseStore, item: Any) -> dict[str, Any]:
-    hit = {"id": item.key, "content": item.value.get("content", item.value), "score": item.score}
-    if isinstance(store, MembrainStore):
-        hit["path"] = store.path(item.namespace, item.key)
-    return hit
+def _hit(item: SearchItem) -> dict[str, Any]:
+    """What the agent reads of another store's hit."""
+    return {"id": item.key, "content": item.value.get("content", item.value), "score": item.score}
+
+
+def _date(seconds: float | None) -> str | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=timezone.utc).date().isoformat()
+
+
+def membrain_hits(memory: MembrainMemory, ns: tuple[str, ...], query: str, limit: int) -> list[dict[str, Any]]:
+    """What the agent reads of a membrain search: the hits scoring at least
+    scores.DEFAULT_MIN_SCORE, best first, each with its date (``valid_from``: when its current
+    version was stated), its path in the tree and what it replaces: ``replaces``, the text of
+    its former version (an UPDATE) or of the older memory listed after it that it probably
+    supersedes; ``replaced_by``, on such an older memory, the id of the newer one. The
+    statements that supersede a hit are listed just before it, so there may be more than
+    ``limit``."""
+    records = memory.search(query, namespace=ns, limit=limit, min_score=DEFAULT_MIN_SCORE)
+    texts = {r.key: r.text for r in records}
+    out = []
+    for r in records:
+        hit: dict[str, Any] = {"id": r.key, "content": r.value.get("content", r.text), "score": r.score,
+                               "date": _date(r.valid_from if r.valid_from is not None else r.created_at),
+                               "path": r.path}
+        former = [h for h in memory.history(r.key, namespace=r.namespace) if h.status == "superseded"]
+        if r.supersedes is not None:
+            hit["replaces"] = texts.get(r.supersedes)
+        elif former:
+            hit["replaces"] = former[-1].text
+        if r.probably_superseded_by is not None:
+            hit["replaced_by"] = r.probably_superseded_by
+        out.append(hit)
+    return out
 
 
 # What the agent reads about each tool (constants, not docstrings: ``python -OO`` drops those).
@@ -107,9 +137,11 @@ TOOL_DESCRIPTIONS = {
     "update_memory": "Replace the text of an existing memory when it has become wrong or outdated.",
     "delete_memory": "Delete a memory that is wrong or that the user asked you to forget.",
     "search_memory": ("Search long-term memories relevant to a question, best match first. Returns a "
-                      "JSON list of {id, content, score, path} (score: the chance it is relevant); an "
-                      "empty list [] means nothing relevant is remembered. Use an id to update or "
-                      "delete a memory."),
+                      "JSON list of {id, content, score, date, path} (score: the chance it is relevant; "
+                      "date: when it was stated); 'replaces' gives what a memory replaced, and "
+                      "'replaced_by' marks a memory a newer one (listed just before it) probably makes "
+                      "out of date. An empty list [] means nothing relevant is remembered. Use an id to "
+                      "update or delete a memory."),
 }
 
 
@@ -133,14 +165,6 @@ def memory_tools(memory: MembrainMemory | BaseStore | None,
                                          description=TOOL_DESCRIPTIONS[func.__name__],
                                          handle_tool_error=True)
             for func, afunc, schema in zip(_tool_functions(target), _async_tool_functions(target), schemas)]
-
-
-def relevant(store: BaseStore, items: list[SearchItem]) -> list[SearchItem]:
-    """The hits scoring at least scores.DEFAULT_MIN_SCORE, for a MembrainStore (its scores
-    are calibrated probabilities of relevance); another store's hits unchanged."""
-    if not isinstance(store, MembrainStore):
-        return items
-    return [i for i in items if i.score is not None and i.score >= DEFAULT_MIN_SCORE]
 
 
 def _missing(memory_id: str) -> ToolException:
@@ -175,7 +199,9 @@ def _tool_functions(target: _Target) -> tuple[Callable[..., str], ...]:
 
     def search_memory(query: str, config: RunnableConfig, limit: int = 5) -> str:
         store, ns = target.store(), target.namespace(config)
-        return json.dumps([_hit(store, item) for item in relevant(store, store.search(ns, query=query, limit=limit))])
+        if isinstance(store, MembrainStore):
+            return json.dumps(membrain_hits(store.memory, ns, query, limit))
+        return json.dumps([_hit(item) for item in store.search(ns, query=query, limit=limit)])
 
     return save_memory, update_memory, delete_memory, search_memory
 
@@ -209,7 +235,8 @@ def _async_tool_functions(target: _Target) -> tuple[Callable[..., Awaitable[str]
 
     async def asearch_memory(query: str, config: RunnableConfig, limit: int = 5) -> str:
         store, ns = target.store(), target.namespace(config)
-        items = await store.asearch(ns, query=query, limit=limit)
-        return json.dumps([_hit(store, item) for item in relevant(store, items)])
+        if isinstance(store, MembrainStore):
+            return json.dumps(await asyncio.to_thread(membrain_hits, store.memory, ns, query, limit))
+        return json.dumps([_hit(item) for item in await store.asearch(ns, query=query, limit=limit)])
 
     return asave_memory, aupdate_memory, adelete_memory, asearch_memory

@@ -345,14 +345,20 @@ class MembrainMemory:
         (scores.py: calibrated on a labelled set, comparable across namespaces, their sizes
         and kinds); the same fact scores the same for the same query whether one namespace
         or many are searched, here, in :class:`~.store.MembrainStore` and in the retriever.
-        A namespace's hits come in the order its index ranks them (the fused score, every
-        boost included; a hit may score higher than one above it), namespaces merged by
-        score. ``min_score``: drop hits scoring below it (and unscored ones);
-        :data:`~.scores.DEFAULT_MIN_SCORE` (0.5) is the documented threshold, which the
-        agent tools use. With ``include_history`` the score is instead the cosine with the
-        query, clipped to ``[0, 1]`` (archived versions are in no index). Unembedded facts
-        come last, with None. A hit that a newer near memory probably corrects (offline
-        rule, recency.py) ranks after it, with ``probably_superseded_by`` set.
+        Hits rank by it, so scores never rise down the list. ``min_score``: drop hits
+        scoring below it (and unscored ones); :data:`~.scores.DEFAULT_MIN_SCORE` (0.5) is
+        the documented threshold, which the agent tools use. With ``include_history`` the
+        score is instead the cosine with the query, clipped to ``[0, 1]`` (archived versions
+        are in no index). Unembedded facts come last, with None.
+
+        A current fact that supersedes a hit (a newer statement of a change about the same
+        thing, stored beside it: retrieval/supersession.py) is placed just before it, with
+        the hit's score and ``supersedes`` set, whatever its own score; the hit stays, with
+        ``probably_superseded_by`` set. The list may so hold more than ``limit`` hits.
+
+        A query that names a subject, one of the searched namespaces' labels below
+        ``namespace`` as a word ("what does Maya eat?" under ``("users",)``), searches the
+        namespaces it names only.
 
         ``kinds``: the memory kinds searched, one or several of "fact", "experience", "raw"
         and "working" (default: the first three, fused). A fact and the raw item it was
@@ -372,6 +378,7 @@ class MembrainMemory:
         spaces = [ns for ns in self.namespaces()
                   if ns == prefix or (not exact_namespace and ns[: len(prefix)] == prefix)]
         query = check_text(query, "the search query") if query is not None else None
+        spaces = reads.named_subjects(spaces, len(prefix), query) or spaces
         searched = check_kinds(kinds)
         if "working" in searched:
             raise InvalidOperationError("the working memory is read with memory.working(namespace, session)")

@@ -32,7 +32,6 @@ from ..insert.operations import OperationDecider
 from ..insert.writes import Writer, prepare
 from ..insert.writes import progress as progress_bar
 from ..retrieval import reads
-from ..retrieval.recency import resolve_recency
 from ..storage import open_storage
 from ..storage.base import Storage
 from ..storage.forest import Forest
@@ -76,8 +75,8 @@ class MemoryParts:
                                         else open_storage(cfg.storage))
         # The tree joins search (the topic match) when the teacher names topics: any teacher
         # but the offline rule (RetrievalConfig.tree_topic_weight, teachers.base.names_topics).
-        self.retrieval = resolve_recency(resolve_topic_weight(
-            cfg.retrieval or RetrievalConfig(), teacher_names_topics=names_topics(resolved)), resolved)
+        self.retrieval = resolve_topic_weight(cfg.retrieval or RetrievalConfig(),
+                                              teacher_names_topics=names_topics(resolved))
         self.search_mode = cfg.search_mode
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
         self.forest = Forest(self.storage, new_index=self.new_index, refresh_interval=cfg.refresh_interval,

@@ -2,7 +2,7 @@
 
 Owns the read path (:mod:`.reads`: candidates from the index, filters, kinds, the tree's
 context), the second search step (:mod:`.multistep`), calibrated scores (:mod:`.scores`) and
-the order of a correction against what it corrects (:mod:`.recency`), and the LangChain
+the statements that supersede a returned memory, placed before it (:mod:`.supersession`), and the LangChain
 retriever (:mod:`.retriever`).
 
 May import: ``errors``, ``tree``, ``index``, ``storage``, ``teachers``.

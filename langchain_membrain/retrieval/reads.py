@@ -10,6 +10,7 @@ scores the same for the same query however many namespaces are searched.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 from typing import Any, Callable, Sequence, cast
 
@@ -25,8 +26,8 @@ from ..tree.nodes import Node
 from ..tree.placement import cosine
 from ..tree.records import MemoryRecord
 from ..tree.tree import MembrainTree
-from .recency import RECENCY_WINDOW, prefer_newer
 from .scores import calibrated
+from .supersession import place, superseder
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -84,6 +85,19 @@ def select_namespaces(found: list[Namespace], *, prefix: Sequence[str] | None, s
         found = list({ns[:max_depth] for ns in found})
     found.sort()
     return found
+
+
+def named_subjects(spaces: Sequence[Namespace], depth: int, query: str | None) -> list[Namespace]:
+    """The namespaces of ``spaces`` that ``query`` names: one of their labels below the
+    searched prefix (``depth`` labels long) is a word of the query, compared case-folded
+    ("what does Maya eat?" names ``("users", "maya")`` under ``("users",)``). [] when the
+    query names none, or names them all: then it picks no subject out."""
+    if query is None or len(spaces) < 2:
+        return []
+    words = set(re.findall(r"[\w'-]+", query.casefold().replace("’", "'")))
+    words |= {w.removesuffix("'s") for w in words}
+    named = [ns for ns in spaces if any(label.casefold() in words for label in ns[depth:])]
+    return named if len(named) < len(spaces) else []
 
 
 def holds_facts(forest: Forest, ns: Namespace) -> bool:
@@ -201,8 +215,7 @@ def origin_of(tree: MembrainTree, key: str) -> str:
 
 def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, filter: dict[str, Any] | None,
          k: int, embedded: dict[str, np.ndarray], *, embed: Embed, mode: str,
-         kinds: Sequence[MemoryKind] = SEARCHED_KINDS, marks: dict[str, str] | None = None,
-         ) -> list[tuple[str, float | None]]:
+         kinds: Sequence[MemoryKind] = SEARCHED_KINDS) -> list[tuple[str, float | None]]:
     """(key, score) of up to ``k`` best items of one namespace of ``kinds`` matching
     ``filter``, one per origin (:func:`origin_of`: the best of a raw item and the facts formed
     from it), then its matching unembedded facts (score None). Without a query: every
@@ -210,10 +223,8 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
     across namespaces.
 
     With a query, no filter and every searched kind, nothing here walks the tree's facts, so
-    the cost is the index's (sub-linear in fast mode). ``marks`` receives {older key: newer
-    key} of the near-duplicates that recency reordered (recency.prefer_newer)."""
-    def passes(f: str) -> bool:
-        return not filter or matches(entry_of(tree, f).metadata.get("value", {}), filter)
+    the cost is the index's (sub-linear in fast mode)."""
+    passes = _passes(tree, filter)
 
     every_kind = set(SEARCHED_KINDS) <= set(kinds)
     ids = None
@@ -229,21 +240,19 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
     if index is not None and len(index):
         origins: set[str] = set()
         formed = forest.formed(ns) if "raw" in kinds else []
-        near = index.config.recency_similarity
-        wanted = max(k, RECENCY_WINDOW) if near else k  # recency reorders the first RECENCY_WINDOW alike for any k
-        for f, s in _ranked(index, tree, query, ids, wanted, embedded, formed, embed=embed, mode=cast(Mode, mode)):
+        for f, s in _ranked(index, tree, query, ids, k, embedded, formed, embed=embed, mode=cast(Mode, mode)):
             origin = origin_of(tree, f)
-            if origin not in origins and len(scored) < wanted:
+            if origin not in origins and len(scored) < k:
                 origins.add(origin)
                 scored.append((f, s))
-        scored, moved = prefer_newer(scored, lambda f: entry_of(tree, f), near)
-        scored = scored[:k]
-        if marks is not None:
-            kept = {f for f, _ in scored}
-            marks.update({old: new for old, new in moved.items() if old in kept})
     unscored: list[tuple[str, float | None]] = [(f, None) for f in sorted(forest.unindexed(ns)) if passes(f)
                                                and kind_of(tree, f) in kinds]
     return scored + unscored
+
+
+def _passes(tree: MembrainTree, filter: dict[str, Any] | None) -> Callable[[str], bool]:
+    """Whether an item of ``tree`` matches ``filter`` (its value's fields)."""
+    return lambda f: not filter or matches(entry_of(tree, f).metadata.get("value", {}), filter)
 
 
 def _ranked(index: Any, tree: MembrainTree, query: str, ids: list[str] | None, k: int,
@@ -303,30 +312,28 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
            limit: int, offset: int, include_history: bool, embed: Embed, mode: str,
            kinds: Sequence[MemoryKind] = SEARCHED_KINDS) -> list[MemoryRecord]:
     """The hits of ``spaces`` (validated arguments: see ``MembrainMemory.search``), best first
-    for a query, newest first without one."""
+    for a query, newest first without one; with a query and without history, the current
+    facts that supersede a hit are placed just before it (supersession.py)."""
     embedded: dict[str, np.ndarray] = {}  # one embedding per distinct dense query text
     hits: list[MemoryRecord] = []
     vectors: dict[tuple[Namespace, str], Any] = {}  # embeddings, for cosines (history, merge ties)
-    # calibrated score, what merges it (the least score down to it in its namespace), its rank there
-    probs: dict[tuple[Namespace, str], tuple[float, float, int]] = {}
+    probs: dict[tuple[Namespace, str], tuple[float, int]] = {}  # calibrated score, rank in its namespace
     for ns in spaces:
         with forest.lock(ns):
             tree = forest.tree(ns, create=False)
             if tree is None:
                 continue
-            marks: dict[str, str] = {}
             ranked = rank(forest, ns, tree, query, filter, offset + limit, embedded, embed=embed, mode=mode,
-                          kinds=kinds, marks=marks)
+                          kinds=kinds)
             found_hits = [(key, score, entry_of(tree, key)) for key, score in ranked if score is not None]
             if found_hits and query is not None:
                 index = forest.index(ns)
                 assert index is not None  # scored hits come from the index
                 qvec = embedded.get(index.dense_query_text(query))
-                found = calibrated(query, qvec, [(k, s, e.embedding, e.text) for k, s, e in found_hits], len(index))
-                merge_by = np.minimum.accumulate(found)  # non-increasing down the namespace's order
-                probs.update({(ns, k): (p, float(m), i) for i, ((k, _, _), p, m) in enumerate(zip(found_hits, found, merge_by))})
+                found = calibrated(query, qvec, [(k, s, *_versions(index, k, e)) for k, s, e in found_hits], len(index))
+                probs.update({(ns, k): (p, i) for i, ((k, _, _), p) in enumerate(zip(found_hits, found))})
             for key, score in ranked:
-                hits.append(replace(record_of(ns, tree, key, score), probably_superseded_by=marks.get(key)))
+                hits.append(record_of(ns, tree, key, score))
                 if score is not None:
                     vectors[ns, key] = entry_of(tree, key).embedding
             if include_history:
@@ -340,19 +347,50 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
     if query is None:
         hits.sort(key=lambda r: (-r.updated_at, r.key))
         return hits[offset: offset + limit]
-    return _merged(hits, vectors, probs, embedded, query, include_history, embed)[offset: offset + limit]
+    page = _merged(hits, vectors, probs, embedded, query, include_history, embed)[offset: offset + limit]
+    return page if include_history else place(page, _superseders(forest, page, filter, kinds))
+
+
+def _versions(index: Any, key: str, entry: Node) -> tuple[list[Any], list[str]]:
+    """A hit's embeddings and texts for its calibrated score: its own, then those of the
+    versions its index credits it with (scores.features)."""
+    former = index.former(key)
+    return [entry.embedding, *(vec for _, vec in former)], [entry.text, *(text for text, _ in former)]
+
+
+def _superseders(forest: Forest, page: list[MemoryRecord], filter: dict[str, Any] | None,
+                 kinds: Sequence[MemoryKind]) -> dict[tuple, MemoryRecord]:
+    """{(namespace, key): the record of the current fact that supersedes it} for the scored
+    current facts of ``page`` that have one (supersession.superseder)."""
+    out: dict[tuple, MemoryRecord] = {}
+    for ns in dict.fromkeys(h.namespace for h in page if h.score is not None and h.status == "current"):
+        with forest.lock(ns):
+            tree, index = forest.tree(ns, create=False), forest.index(ns)
+            if tree is None or index is None or not index.config.supersession:
+                continue
+            passes = _passes(tree, filter)
+
+            def eligible(key: str, tree: MembrainTree = tree, passes: Callable[[str], bool] = passes) -> bool:
+                return kind_of(tree, key) in kinds and passes(key)
+
+            for h in page:
+                if h.namespace == ns and h.score is not None and h.status == "current":
+                    newer = superseder(tree, index.nearest, h.key, eligible)
+                    if newer is not None:
+                        out[ns, h.key] = record_of(ns, tree, newer)
+    return out
 
 
 def _merged(hits: list[MemoryRecord], vectors: dict[tuple[Namespace, str], Any],
-            probs: dict[tuple[Namespace, str], tuple[float, float, int]], embedded: dict[str, np.ndarray], query: str,
+            probs: dict[tuple[Namespace, str], tuple[float, int]], embedded: dict[str, np.ndarray], query: str,
             include_history: bool, embed: Embed) -> list[MemoryRecord]:
     """The hits of a query, best first, each ``score`` set on its reported scale.
 
     Without history, a hit's score is its calibrated relevance (scores.calibrated: the
-    probability that it is relevant, comparable across namespaces); each namespace's hits
-    keep their ranking order and the namespaces merge by the least score down to each hit
-    in its list, exact ties broken by the plain cosine. With include_history the plain cosine with the
-    query ranks current and archived versions together, clipped to [0, 1]."""
+    probability that it is relevant, comparable across namespaces) and the hits rank by it,
+    across namespaces too; equal scores keep their namespace's order, and across namespaces
+    the higher cosine with the query goes first. With include_history the plain cosine with
+    the query ranks current and archived versions together, clipped to [0, 1]."""
     merging = len({h.namespace for h in hits if h.score is not None}) > 1
     q = None
     if vectors and (include_history or merging):
@@ -369,8 +407,8 @@ def _merged(hits: list[MemoryRecord], vectors: dict[tuple[Namespace, str], Any],
                 h = replace(h, score=min(max(rank_by, 0.0), 1.0))
             else:
                 tie = cosine(vectors[h.namespace, h.key], q) if merging and q is not None else 0.0
-                score, rank_by, position = probs[h.namespace, h.key]
-                h = replace(h, score=score)
+                rank_by, position = probs[h.namespace, h.key]
+                h = replace(h, score=rank_by)
         # As LangGraph's stores do, items stored without an embedding come last, unscored.
         ranked.append(((rank_by is None, -(rank_by or 0.0), position, -tie, -h.updated_at), h))
     ranked.sort(key=lambda p: p[0])

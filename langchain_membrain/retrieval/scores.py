@@ -12,10 +12,9 @@ answer them, and queries nothing answers, in namespaces of 1 to 500 facts with t
 personas' facts around them); the bench prints its AUROC, what the threshold keeps and a
 reliability table on a held-out split (RESULTS.md, scores).
 
-A search still ranks a namespace's hits by the ranking score (the order is unchanged: a hit
-below another may score higher, the score being a probability, not the ranking); across
-namespaces their lists are merged by score, each namespace's in its own order. A hit's score
-depends on the hits ranked above it only, not on ``limit``. :data:`DEFAULT_MIN_SCORE` is the
+A search ranks its hits by this score, across namespaces too, so scores never rise down a
+result list; the index's ranking score picks the candidates and is one of the features. A
+hit's score depends on the hits its index ranked above it only, not on ``limit``. :data:`DEFAULT_MIN_SCORE` is the
 threshold the agent tools use: below it, "nothing relevant".
 """
 
@@ -93,21 +92,28 @@ def probability(features: np.ndarray, model: tuple[np.ndarray, float] | None = N
     return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
 
 
-def features(query: str, qvec: Any, hits: Sequence[tuple[str, float, Any, str]], size: int) -> list[np.ndarray]:
-    """:func:`hit_features` of one namespace's ranked hits (key, ranking score, embedding,
-    text), best first; ``size``: the facts its index holds."""
+def features(query: str, qvec: Any, hits: Sequence[tuple[str, float, Sequence[Any], Sequence[str]]],
+             size: int) -> list[np.ndarray]:
+    """:func:`hit_features` of one namespace's ranked hits (key, ranking score, embeddings,
+    texts), best first; ``size``: the facts its index holds. A hit's embeddings and texts are
+    its own, then those of the versions it superseded: a fact answers what its former
+    versions answered ("I moved from Lisbon to Porto" is where the user lives), as its
+    ranking score already counts them (index/facts.py, "Former versions"), so its cosine and
+    overlap are the best over them."""
     from ..tree.placement import cosine
 
-    cos = [cosine(vec, qvec) if vec is not None and qvec is not None else 0.0 for _, _, vec, _ in hits]
-    return [hit_features(c, overlap(query, text), i, score, size, cos[0])
-            for i, (c, (_, score, _, text)) in enumerate(zip(cos, hits))]
+    cos = [max((cosine(vec, qvec) for vec in vecs if vec is not None), default=0.0) if qvec is not None else 0.0
+           for _, _, vecs, _ in hits]
+    return [hit_features(c, max((overlap(query, text) for text in texts), default=0.0), i, score, size, cos[0])
+            for i, (c, (_, score, _, texts)) in enumerate(zip(cos, hits))]
 
 
-def calibrated(query: str, qvec: Any, hits: Sequence[tuple[str, float, Any, str]], size: int,
+def calibrated(query: str, qvec: Any, hits: Sequence[tuple[str, float, Sequence[Any], Sequence[str]]], size: int,
                model: tuple[np.ndarray, float] | None = None) -> list[float]:
-    """The reported scores of one namespace's ranked hits (key, ranking score, embedding,
-    text), best first: each hit's :func:`probability`. A hit's score depends on the hits
-    ranked above it only (the first one's cosine), not on how many are asked for."""
+    """The reported scores of one namespace's ranked hits (key, ranking score, embeddings,
+    texts: :func:`features`), best first: each hit's :func:`probability`. A hit's score
+    depends on the hits ranked above it only (the first one's cosine), not on how many are
+    asked for."""
     return [probability(f, model) for f in features(query, qvec, hits, size)]
 
 

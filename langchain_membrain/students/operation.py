@@ -28,7 +28,7 @@ import numpy as np
 
 from ..teachers.operation_rule import (
     CHANGE_CUES,
-    has_change_cue,
+    conservative_operation,
     is_question,
     is_small_talk,
     lower_words,
@@ -57,19 +57,15 @@ def item_flags(text: str) -> np.ndarray:
 
 N_FLAGS = 6  # len(item_flags(...))
 
-#: A candidate at least this near (cosine) makes an item with a change cue a possible
-#: correction of it (:func:`may_correct`).
-CORRECTION_SIMILARITY = 0.45
-
-
 def may_correct(q: OperationQuestion) -> bool:
-    """Whether the item may correct an existing fact: it holds a change cue
-    (:func:`~.operation_rule.has_change_cue`: "anymore", "moved", "no longer", "now",
-    "instead"...) and its nearest candidate has cosine >= :data:`CORRECTION_SIMILARITY`.
-    The student never decides such an item alone: UPDATE is its teacher's rare answer, the
-    one a confident student gets wrong (a user then sees the stale fact first), so the
-    teacher is asked."""
-    return bool(q.candidates) and q.candidates[0].similarity >= CORRECTION_SIMILARITY and has_change_cue(q.text)
+    """Whether the item may correct an existing fact: the offline rule would read it as
+    superseding one of its candidates (:func:`~.operation_rule.conservative_operation`
+    answers UPDATE). The student never decides such an item alone: UPDATE is its teacher's
+    rare answer, the one a confident student gets wrong (a user then sees the stale fact
+    first), so the teacher is asked."""
+    return bool(q.candidates) and conservative_operation(q).kind == "UPDATE"
+
+
 N_PAIR = 5  # per candidate: cosine, gap to the nearest, margin over the best other, rank, present
 
 
@@ -251,8 +247,9 @@ class OperationStudent:
 
     # -- deciding
     def propose(self, q: OperationQuestion) -> tuple[Operation | None, bool]:
-        """(the student's operation, whether the gate lets it decide alone: never for an
-        item that :func:`may_correct` a fact)."""
+        """(the student's operation, whether the gate lets it decide alone: never an
+        UPDATE or DELETE, which name a fact to retire, nor an item that :func:`may_correct`
+        a fact)."""
         row = self.encode(q)
         if row is None:
             return None, False
@@ -268,8 +265,10 @@ class OperationStudent:
             self._last_logits = logits
             probs = self.calibrator.probs(logits)
             best = int(np.argmax(probs))
-            alone = self.gate_open() and probs[best] >= self.policy.confidence and not may_correct(q)
-            return self.operation_of(q, best), alone
+            proposed = self.operation_of(q, best)
+            alone = (self.gate_open() and probs[best] >= self.policy.confidence and proposed.target is None
+                     and not may_correct(q))
+            return proposed, alone
 
     def gate_open(self) -> bool:
         """Whether the student may decide alone at all: after ``policy.warmup`` labels, and

@@ -13,6 +13,8 @@ import re
 from dataclasses import asdict, dataclass
 
 from ..tree.operation_types import ADD, IGNORE, Operation, OperationQuestion
+from . import supersession
+from .supersession import change_cue, supersedes
 
 _SMALL_TALK = frozenset("""
 hi hello hey hiya yo howdy morning evening afternoon night good great nice cool awesome ok okay
@@ -26,22 +28,18 @@ what who whom whose where when why how which do does did is are was were can cou
 will shall may might have has had am
 """.split())
 _QUESTION_OPENERS = ("remind me", "tell me", "any idea", "do you remember", "do you know")
-#: Words that say a stated fact replaces an earlier one ("now", "anymore", "moved"...).
+#: Words that say a stated fact replaces an earlier one ("now", "anymore", "moved"...): the
+#: operation student reads them as one of its input flags.
 CHANGE_CUES = frozenset("""
 now anymore longer moved switched changed became started quit left stopped gave sold replaced
 instead ended divorced retired
 """.split())
 
 
-#: Phrases of more than one word that say the same ("not ... any more", "no more").
-_CHANGE_PHRASES = re.compile(r"\b(?:any|no) more\b|\bthese days\b|\bnot\b.*\bany ?more\b")
-
-
 def has_change_cue(text: str) -> bool:
-    """Whether ``text`` says that something changed: one of :data:`CHANGE_CUES` ("now",
-    "anymore", "no longer", "moved", "switched", "instead"...) or a phrase such as "not ...
-    any more", "no more" or "these days"."""
-    return bool(set(lower_words(text)) & CHANGE_CUES) or bool(_CHANGE_PHRASES.search(text.casefold()))
+    """Whether ``text`` says that something changed (:func:`.supersession.change_cue`: "moved
+    to", "quit ... and joined", "no longer", "passed away", "cancelled", "... now"...)."""
+    return change_cue(text)
 
 
 def lower_words(text: str) -> list[str]:
@@ -90,23 +88,44 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
 
 
+#: Openers that turn a statement into a question without asking anything: "Did I tell you I
+#: moved to Porto?", "Guess who got a job at Spotify?", "You know what? ...".
+_TELLING = re.compile(r"^\s*(?:(?:did|have|had)\s+(?:i|we)\s+(?:ever\s+|already\s+)?(?:tell|told|mention|mentioned)"
+                      r"(?:\s+(?:you|u))?(?:\s+(?:that|about))?|did\s+(?:you|u)\s+(?:know|hear)(?:\s+that)?"
+                      r"|(?:you\s+)?(?:guess|know)\s+what[?!,:]*|guess(?=\s+(?:who|where)))\s+", re.IGNORECASE)
+
+
+def carried_statement(sentence: str) -> str | None:
+    """The statement a telling question carries ("Did I tell you I moved to Porto?" -> "I
+    moved to Porto"; "Guess who got a new job?" -> "who got a new job", the speaker); None
+    for a sentence that does not open so."""
+    match = _TELLING.match(sentence)
+    if match is None or not sentence[match.end():].strip(" ?!."):
+        return None
+    return sentence[match.end():].strip().rstrip("?!. ") or None
+
+
 def states_something(text: str) -> bool:
     """Whether ``text`` (its :func:`utterance`) has a sentence that is neither a question
     (:func:`is_question`) nor small talk (:func:`is_small_talk`): a statement, which may be
     a memory. "Wow, that looks great! Is that your third one?" states something;
-    "Thanks! Where do I live?" does not. A piece without a letter or digit (emoji, "...")
-    states nothing; text in a script the word lists do not cover states something unless it
-    ends with "?"."""
-    return any(re.search(r"\w", s) and not (is_question(s) or is_small_talk(s))
+    "Thanks! Where do I live?" does not; "Did I tell you I moved to Porto?" does (the
+    statement it carries: :func:`carried_statement`). A piece without a letter or digit
+    (emoji, "...") states nothing; text in a script the word lists do not cover states
+    something unless it ends with "?"."""
+    return any(re.search(r"\w", s) and (carried_statement(s) is not None or not (is_question(s) or is_small_talk(s)))
                for s in sentences(utterance(text)))
 
 
 @dataclass(frozen=True)
 class RuleConfig:
-    """Thresholds of :func:`conservative_operation` (cosines of MiniLM embeddings)."""
+    """Thresholds of :func:`conservative_operation`: cosines (all-MiniLM-L6-v2) at which a
+    change statement supersedes a fact (:func:`.supersession.supersedes`)."""
 
-    update_similarity: float = 0.60  # the old fact must be this close to the new item
-    update_margin: float = 0.30  # and this much closer than the second candidate
+    near: float = supersession.NEAR  # whatever their words
+    near_sharing: float = supersession.NEAR_SHARING  # when they share a content word
+    near_nearest: float = supersession.NEAR_NEAREST  # when the fact is the nearest candidate
+    margin: float = supersession.MARGIN  # by this much
 
 
 def conservative_operation(question: OperationQuestion, config: RuleConfig = RuleConfig()) -> Operation:
@@ -117,31 +136,34 @@ def conservative_operation(question: OperationQuestion, config: RuleConfig = Rul
       ("I found a great trail yesterday. Do you know any?") is a memory: in conversation,
       questions and greetings often carry facts, and an ADD of small talk costs a row where
       an IGNORE of a fact loses it from search;
-    - UPDATE(c) only when the item states a change (one of :data:`CHANGE_CUES`) and its
-      nearest candidate ``c`` has cosine >= ``update_similarity`` and beats the second by
-      ``update_margin`` (one clear old fact about the same thing);
-    - ADD otherwise. It never answers DELETE (a retraction it cannot be sure of is stored as
-      a memory, which loses nothing).
+    - UPDATE(c) when the item supersedes a candidate (:func:`.supersession.supersedes`: it
+      states a change, about the same holder, away from nothing ``c`` does not say, and is
+      near ``c``, nearer than the other candidates): ``c`` is the nearest such candidate. A retraction ("Rex passed away", "the
+      trip is cancelled") is an UPDATE too: the statement of the end takes the fact's key, and
+      the fact's history keeps what it said;
+    - ADD otherwise. It never answers DELETE: a statement that ends something is itself
+      worth remembering, and the key keeps its history.
     """
     text = question.text
     if not states_something(text):
         return IGNORE
     cands = question.candidates
-    if cands and set(lower_words(text)) & CHANGE_CUES:
-        top = cands[0].similarity
-        second = cands[1].similarity if len(cands) > 1 else -1.0
-        if top >= config.update_similarity and top - second >= config.update_margin:
-            return Operation("UPDATE", cands[0].key)
+    for i, cand in enumerate(cands):  # nearest first
+        runner_up = max((c.similarity for j, c in enumerate(cands) if j != i), default=-1.0)
+        if supersedes(text, cand.text, cand.similarity, runner_up, near=config.near, near_sharing=config.near_sharing,
+                      near_nearest=config.near_nearest, margin=config.margin):
+            return Operation("UPDATE", cand.key)
     return ADD
 
 
 def rule_identity(config: RuleConfig = RuleConfig()) -> str:
     """Who :func:`conservative_operation` is, for deciding whether a shipped operation
-    prior was taught by it: its thresholds and a digest of the word lists it reads (a
-    changed list changes its answers)."""
+    prior was taught by it: its thresholds and a digest of the word lists and patterns it
+    reads (a changed list changes its answers)."""
     import hashlib
     import json
 
-    words = "|".join(" ".join(sorted(w)) for w in (_SMALL_TALK, _QUESTION_START, _QUESTION_OPENERS, CHANGE_CUES))
-    digest = hashlib.sha256(words.encode()).hexdigest()[:16]
+    words = "|".join(" ".join(sorted(w)) for w in (_SMALL_TALK, _QUESTION_START, _QUESTION_OPENERS,
+                                                     supersession.word_lists()))
+    digest = hashlib.sha256((words + _TELLING.pattern).encode()).hexdigest()[:16]
     return f"conservative_operation{json.dumps(asdict(config), sort_keys=True)} words {digest}"

@@ -36,6 +36,9 @@ class MemoryRecord:
     #: The keys of the raw items a fact or experience was formed from; empty for one stored
     #: as it was said (its own source).
     sources: list[str] = field(default_factory=list)
-    #: The key of a newer current memory near this one that states a change, when a search
-    #: ranked it first (recency.py): this one is probably out of date. None otherwise.
+    #: The key of a newer current memory that supersedes this one, when a search placed it
+    #: just before this one (retrieval/supersession.py): this one is probably out of date.
     probably_superseded_by: str | None = None
+    #: The key of the older current memory this one supersedes, when a search placed this one
+    #: just before it; None otherwise.
+    supersedes: str | None = None

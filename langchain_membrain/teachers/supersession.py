@@ -1,0 +1,228 @@
+"""Whether a later statement supersedes an earlier one, read from the words people use in chat
+to say that something changed.
+
+Definitions (words are matched case-folded, a typographic apostrophe read as a plain one):
+
+- A **change statement** holds a change cue (:data:`CHANGE`): words saying that a state was
+  replaced ("moved to", "quit ... and joined", "switched from", "... now", "got promoted",
+  "changed my number", "pushed back to", "started ... again") or that it ended ("passed away",
+  "we divorced", "cancelled", "not ... after all", "no longer", "sold").
+- Its **holder** is who it is about (:func:`holder`): the speaker, or a third party named by
+  the sentence that holds the cue ("my brother", "Ines", "Tom the cat").
+- The **old values it names** (:func:`named_old_values`): what follows "from", "quit", "left"
+  or "no longer at": "I moved from Paris to Rome" names Paris.
+- ``new`` **supersedes** ``old`` (:func:`supersedes`) when ``new`` is a change statement; its
+  holder is the speaker or is named in ``old``; every old value it names is in ``old`` (a
+  change away from something never stored corrects nothing stored); and the two are near:
+  a cosine of their embeddings of at least :data:`NEAR`; or :data:`NEAR_SHARING` when they
+  share a content word (:func:`content_words`) or ``new`` names one of ``old``'s words as the
+  old value; or :data:`NEAR_NEAREST` when ``new`` says an old state is over
+  (:data:`REPLACING`) and ``old`` is nearer to it than anything else it could supersede, by
+  :data:`MARGIN`.
+
+The offline operation rule (operation_rule.py) updates the one fact an item supersedes; a
+search (retrieval/supersession.py) reads the same relation between two facts stored apart.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The change cues: a state replaced or ended. Each is a regular expression over the
+#: case-folded text; ``\b`` bounds words.
+CHANGE_PATTERNS = (
+    # a value replaced
+    r"\bnow\b", r"\bthese days\b", r"\bnowadays\b", r"\binstead\b", r"\bany ?more\b", r"\bno longer\b",
+    r"\bno more\b", r"\bmov(?:e|ed|ing)\b", r"\brelocat\w*", r"\bswitch(?:ed|ing)?\b", r"\bswap(?:ped|ping)?\b",
+    r"\bchang(?:e|ed|ing)\b", r"\breplac(?:e|ed|ing)\b", r"\btransferr?(?:ed|ing)?\b", r"\bquit\b",
+    r"\bleft\b", r"\bleaving\b", r"\bjoin(?:ed|ing)\b", r"\bstart(?:ed|ing)\b", r"\bbec(?:ame|oming)\b",
+    r"\bpromoted\b", r"\bhired\b", r"\bretired\b", r"\bupgraded\b", r"\btraded\b", r"\b(?:my|our|got an?|have an?|has an?|found an?|started an?|bought an?|joined an?) new\b",
+    r"\bagain\b", r"\bback (?:on|at|in|with)\b", r"\bturned\b", r"\bswitched\b", r"\bgot (?:engaged|married)\b",
+    r"\bengaged\b", r"\bmarried\b", r"\btook (?:a|the|over|up)\b", r"\bhanded in\b", r"\bresigned\b",
+    r"\bfired\b", r"\blaid off\b", r"\bredundant\b", r"\bended up\b", r"\bwent from\b", r"\bretrain\w*",
+    r"\bemigrat\w*", r"\bregistered with\b", r"\bgot a (?:raise|pay rise|promotion)\b", r"\b(?:went|gone|going) "
+    r"(?:vegan|vegetarian|veggie|teetotal|sober|freelance|part-time|full-time|back)\b", r"\bcame off\b",
+    r"\bcome off\b", r"\b(?:went|gone|goes|going) (?:up|down)\b", r"\bdown to\b", r"\bextended\b",
+    r"\bstol(?:e|en)\b", r"\bhealed\b", r"\bgot the keys\b", r"\bactually\b", r"\bbought\b", r"\bshifted\b",
+    r"\bbrought\b.{0,24}\bforward\b", r"\bpushed\b.{0,24}\b(?:back|forward)\b", r"\bgot (?:\w+ )?(?:worse|better)\b",
+    # a date moved
+    r"\bpushed (?:back|forward|out)\b", r"\bpostponed\b", r"\bresched\w*", r"\bbrought forward\b",
+    r"\bdelayed\b", r"\bbumped\b",
+    # a state ended
+    r"\bpassed away\b", r"\bdied\b", r"\bput down\b", r"\bcancel+(?:ed|ing)?\b", r"\bcalled off\b",
+    r"\bafter all\b", r"\bfell through\b", r"\bscrapped\b", r"\bdropped (?:out|it)\b", r"\bbroke up\b",
+    r"\bsplit (?:up)?\b", r"\bseparated\b", r"\bdivorc\w*", r"\bsold\b", r"\bgot rid of\b", r"\bgave up\b",
+    r"\bgiven up\b", r"\bstopped\b", r"\bended\b", r"\bis over\b", r"\brehomed\b", r"\bgone\b", r"\blost\b",
+    r"\bclosed\b", r"\bshut\b", r"\bwent back\b", r"\bexpired\b", r"\bdropped\b",
+)
+CHANGE = re.compile("|".join(CHANGE_PATTERNS))
+#: The cues that say by themselves that an old state is over ("now", "moved", "quit", "no
+#: longer", "passed away", "cancelled"...), not only that something began: the only ones
+#: that let a change statement supersede a fact it shares no word with.
+REPLACING = re.compile(r"\bnow\b|\bthese days\b|\bnowadays\b|\binstead\b|\bany ?more\b|\bno longer\b|\bno more\b"
+                       r"|\bmoved\b|\brelocat\w*|\bemigrat\w*|\bswitch\w*|\bswap\w*|\bchanged\b|\breplaced\b"
+                       r"|\btransferr?ed\b|\bquit\b|\bleft\b|\bpromoted\b|\bretired\b|\bresigned\b|\bfired\b"
+                       r"|\blaid off\b|\bpassed away\b|\bdied\b|\bcancel+ed\b|\bcalled off\b|\bafter all\b"
+                       r"|\bfell through\b|\bbroke up\b|\bsplit up\b|\bdivorc\w*|\bseparated\b|\bpushed\b.{0,24}\b(?:back|forward)\b"
+                       r"|\bpostponed\b|\bresched\w*|\bbrought\b.{0,24}\bforward\b|\bwent from\b|\bactually\b"
+                       r"|\bgot rid of\b|\bgave up\b|\bback on\b|\bgone (?:vegan|vegetarian|teetotal|sober)\b|\bstolen\b")
+
+#: Cosines (all-MiniLM-L6-v2) at which a change statement is near enough to supersede a fact:
+#: :data:`NEAR` whatever their words and whatever else is near; :data:`NEAR_SHARING` where
+#: they share a content word; :data:`NEAR_NEAREST` where the fact is nearer to the statement
+#: than anything else it could supersede, by :data:`MARGIN`.
+NEAR = 0.55
+NEAR_SHARING = 0.4
+NEAR_NEAREST = 0.3
+MARGIN = 0.1
+
+#: Words for people and animals that a sentence about a third party opens with ("my sister").
+PEOPLE = frozenset("""
+brother sister mum mom mother dad father parents son daughter kids kid children child baby wife
+husband partner boyfriend girlfriend fiance fiancee friend friends colleague colleagues boss manager
+neighbour neighbor neighbours cousin aunt uncle nan gran grandma grandpa granny grandad grandmother
+grandfather niece nephew flatmate roommate housemate landlord landlady dog cat puppy kitten parrot
+hamster rabbit horse teacher doctor dentist coach cousin in-laws stepdad stepmum stepson stepdaughter
+buddy mate mates nephew nieces husband's wife's sibling siblings twin twins stepbrother stepsister
+""".split())
+_SELF = frozenset("i i'm i've i'd i'll we we're we've we'd we'll me us".split())
+_POSSESSIVE = frozenset(("my", "our"))
+
+#: Words that carry no content of their own for :func:`content_words`.
+_FILLER = frozenset("""
+a an the and or but so to of in on at for with from by as is are was were be been being am i me my we
+us our you your it its it's this that these those there here have has had do does did not no yes just
+really very still also too now then than when what who where why how which i'm i've i'd we're we've
+got get getting gonna going go went about after before again all any more most some such only own
+same other into over out up down off since until while because if will would can could should may
+might must shall lol haha oh ok okay well yeah yep actually anyway guess tell told know new last next
+week weeks month months year years day days today yesterday tomorrow ago back she her hers he him his
+they them their theirs every its
+""".split())
+#: Words that open a sentence with a capital without naming anyone ("Finally moved...").
+_OPENERS = frozenset("""
+finally big news update quick honestly basically btw fyi ugh sadly unfortunately good great crazy
+anyway hey hi so well oh ah also plus sorry turns long short heads weirdly funny apparently
+surprise officially yesterday today tonight last this next as since from after from starting
+please they them he she it someone somebody everyone nobody everybody people
+""".split())
+#: Verbs a chat sentence opens with when its subject, the speaker, is left out ("Saw the nurse
+#: today", "Got promoted"); words ending in "ed" or "ing" are read so too.
+_DROPPED_SUBJECT = frozenset("""
+saw got went had took made found left came did met gave bought sold told heard felt kept ran won
+lost put sent spent began broke chose drove fell forgot hid rode rang sang sat slept spoke stood
+swam threw woke wore wrote
+""".split())
+_SPEAKER = re.compile(r"^\s*[A-Z][\w'.-]*(?:\s[A-Z][\w'.-]*){0,2}:\s+(?=\S)")
+_WORD = re.compile(r"[a-z0-9][a-z0-9'-]*")
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+|,\s+(?:and|but|so)\s+")
+_NAMED_OLD = (re.compile(r"\bfrom\s+(?:the\s+|my\s+|our\s+)?([a-z0-9][\w'-]*(?:\s+[a-z0-9][\w'-]*)?)\s+(?:to|into|over to)\b"),
+              re.compile(r"\b(?:quit|left|leaving|no longer (?:at|with|in|on)|not at)\s+(?:the\s+|my\s+|our\s+)?"
+                         r"([a-z0-9][\w'-]*(?:\s+[a-z0-9][\w'-]*)?)"))
+
+
+def _fold(text: str) -> str:
+    return text.casefold().replace("’", "'")
+
+
+def change_cue(text: str) -> bool:
+    """Whether ``text`` holds a change cue (:data:`CHANGE_PATTERNS`)."""
+    return CHANGE.search(_fold(text)) is not None
+
+
+def content_words(text: str, *, names: bool = True) -> set[str]:
+    """The words of ``text`` that carry content: case-folded, without filler words, change
+    cues or a trailing possessive "'s", three letters or more; without ``names``, only the
+    words written in lower case (a person's name is in every fact about them)."""
+    if not names:
+        text = " ".join(w for w in re.findall(r"[\w'’-]+", text) if not w[:1].isupper())
+    words = (w.removesuffix("'s") for w in _WORD.findall(_fold(text)))
+    return {w for w in words if len(w) >= 3 and w not in _FILLER and not CHANGE.fullmatch(w)}
+
+
+def same_word(a: str, b: str) -> bool:
+    """Whether two words are one for these rules: equal, or sharing their first five
+    letters ("smoking", "smoke" share four: equal up to a short word's stem of four)."""
+    if a == b:
+        return True
+    n = min(len(a), len(b))
+    return a[:5] == b[:5] if n >= 5 else n == 4 and a[:4] == b[:4]
+
+
+def holder(text: str) -> str | None:
+    """Who the change in ``text`` is about, read from the first word of the sentence that
+    holds the cue (after openers such as "Finally" or "Big news"): None for the speaker ("I",
+    "we", "my phone", "the trip", a sentence opening with its verb), else the third party it
+    opens with: a word of :data:`PEOPLE`, bare or after "my"/"our" ("my brother" ->
+    "brother"), a capitalised name ("Ines moved" -> "ines"), the thing after "the" or a
+    name's "'s" ("the hot dog stand" -> "hot"), or something new ("A new cafe opened")."""
+    pieces = [p for p in _SENTENCE.split(text.strip()) if p.strip()] or [text]
+    sentence = next((p for p in pieces if change_cue(p)), pieces[0])
+    words = re.findall(r"[\w'’-]+", sentence)
+    for i, word in enumerate(words):
+        low = _fold(word)
+        if low in _OPENERS or low in ("just", "so", "and"):
+            continue  # "Finally, ...", "Big news: ..."
+        if low in ("a", "an"):
+            return "something new"  # "A new cafe opened": no stored fact's holder
+        if low == "the":  # "The Iceland trip is off": the trip; "The hot dog stand closed": not Rex
+            return next((w for w in content_words(" ".join(words[i + 1: i + 3]))), None)
+        if low in _POSSESSIVE:  # "my phone" is the speaker's; "my best friend" is not
+            after = [_fold(w).removesuffix("'s") for w in words[i + 1: i + 4]]
+            return next((w for w in after if w in PEOPLE), None)
+        if low.endswith("'s") and i + 1 < len(words) and not change_cue(words[i + 1]):
+            return _fold(words[i + 1])  # "Bronagh's clinic": the clinic
+        low = low.removesuffix("'s")
+        if low in PEOPLE:
+            return low
+        if low in _DROPPED_SUBJECT or low.endswith(("ed", "ing")):
+            return None
+        if word[:1].isupper() and low not in _SELF and low not in _FILLER and not change_cue(low):
+            return low
+        return None  # the subject is the speaker, or a thing ("the trip", "moved to ...")
+    return None
+
+
+def named_old_values(text: str) -> list[str]:
+    """The old values ``text`` names: the content words of "from X to", or after "quit",
+    "left", "leaving" or "no longer at" ("I moved from Paris to Rome" -> ["paris"])."""
+    out = []
+    for match in (m for pattern in _NAMED_OLD for m in pattern.finditer(_fold(text))):
+        words = content_words(match.group(1))
+        if words:
+            out.append(sorted(words)[0] if len(words) == 1 else " ".join(sorted(words)))
+    return out
+
+
+def _names(old: str, value: str) -> bool:
+    """Whether every word of ``value`` is a word of ``old`` (:func:`same_word`)."""
+    words = content_words(old)
+    return all(any(same_word(w, o) for o in words) for w in value.split())
+
+
+def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, near: float = NEAR,
+               near_sharing: float = NEAR_SHARING, near_nearest: float = NEAR_NEAREST, margin: float = MARGIN) -> bool:
+    """Whether the statement ``new`` supersedes the earlier fact ``old`` (module docstring);
+    ``cosine``: the cosine of their embeddings; ``runner_up``: the highest cosine of ``new``
+    with anything else it could supersede (1: unknown); the rest: the bars. A leading
+    speaker label ("Kenji: ...") is read past."""
+    new, old = _SPEAKER.sub("", new, count=1), _SPEAKER.sub("", old, count=1)
+    if not change_cue(new):
+        return False
+    who = holder(new)
+    if who is not None and not any(same_word(who, w) for w in _WORD.findall(_fold(old))):
+        return False
+    named = named_old_values(new)
+    if any(not _names(old, value) for value in named):
+        return False
+    old_words = content_words(old, names=False)
+    sharing = bool(named) or any(same_word(w, o) for w in content_words(new, names=False) - {who} for o in old_words)
+    if cosine >= near or sharing and cosine >= near_sharing:
+        return True
+    replacing = REPLACING.search(_fold(new)) is not None
+    return replacing and cosine >= near_nearest and cosine - runner_up >= margin
+
+
+def word_lists() -> frozenset[str]:
+    """Every pattern and word list :func:`supersedes` reads, for a digest of the rule."""
+    return frozenset(CHANGE_PATTERNS) | {REPLACING.pattern} | PEOPLE | _SELF | _FILLER | _OPENERS | {p.pattern for p in _NAMED_OLD} | {_SENTENCE.pattern, _SPEAKER.pattern} | _DROPPED_SUBJECT
