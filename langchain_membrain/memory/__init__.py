@@ -419,7 +419,8 @@ class MembrainMemory:
         tool calling) searches ``namespace`` kind by kind, at most ``max_steps`` times, then
         finishes. Returns the hits gathered (raw items already shown are left out of later
         steps) and the trace of every tool call. ``multistep.retrieval_graph`` is the same
-        as a LangGraph subgraph."""
+        as a LangGraph subgraph. An ``llm`` that is no chat model, or one that cannot call
+        tools, is a :class:`~.errors.ConfigurationError` before anything is searched."""
         query = check_text(query, "the query")
         from ..retrieval.multistep import retrieve
 
