@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time see __getattr__ below
     from .errors import (
         CheckpointError,
+        ConfigurationError,
         DimensionError,
         InvalidOperationError,
         InvariantError,
@@ -51,6 +52,7 @@ _LAZY: dict[str, str] = {
     "Group": ".tree.actions",
     "Promote": ".tree.actions",
     "CheckpointError": ".errors",
+    "ConfigurationError": ".errors",
     "DimensionError": ".errors",
     "InvalidOperationError": ".errors",
     "InvariantError": ".errors",
@@ -94,6 +96,7 @@ __all__ = [
     "CheckpointError",
     "Closure",
     "ClosureMember",
+    "ConfigurationError",
     "Demote",
     "DimensionError",
     "Group",

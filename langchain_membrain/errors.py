@@ -31,6 +31,12 @@ class CheckpointError(MembrainError):
     """A model checkpoint that cannot be loaded (corrupt, or of other dimensions)."""
 
 
+class ConfigurationError(MembrainError):
+    """A setting or argument that names something unusable here (an unknown device, a
+    teacher named by a bare model name, a chat model that cannot call tools); the message
+    says what to pass instead."""
+
+
 class TeacherError(MembrainError):
     """A teacher answer that failed validation (the caller falls back)."""
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..errors import InvalidOperationError
+from ..errors import ConfigurationError, InvalidOperationError
 from ..students.decoding import DecodeConfig
 from ..students.nets import ModelConfig  # torch-free (models.py re-exports it)
 from ..students.training_config import Policy, TrainingConfig
@@ -84,6 +84,28 @@ def check_max_loaded(n: int) -> int:
     return int(n)
 
 
+def check_device(device: Any) -> str | None:
+    """``device`` as the string of a torch device this machine has, None kept; a
+    :class:`~.errors.ConfigurationError` that says what to pass otherwise. Imports torch only
+    when a device is named."""
+    if device is None:
+        return None
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigurationError(f"device {device!r} is not a torch device; use 'cpu' or 'cuda'") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigurationError("CUDA is not available here; use device='cpu' or leave device unset")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise ConfigurationError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA "
+                                 "device(s); use 'cuda' or leave device unset")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigurationError("MPS is not available here; use device='cpu' or leave device unset")
+    return str(parsed)
+
+
 def check_teacher_budget(seconds: Any) -> float | None:
     """``teacher_budget`` as a float, None kept; InvalidOperationError unless a number > 0."""
     if seconds is None:
@@ -106,15 +128,19 @@ class MemoryConfig:
             SQLite database; a ``postgresql://`` URL a PostgreSQL one (extra
             ``[postgres]``); or an open :class:`~.storage.Storage`.
         teacher: who the models imitate: None (the offline :class:`HeuristicTeacher`),
-            a LangChain chat model, an ``openai.OpenAI`` client (with ``teacher_model``),
-            or any :class:`~.teachers.Teacher` (teachers.resolve.resolve_teacher). The
+            a LangChain chat model, ``"provider:model"`` (built by LangChain's
+            ``init_chat_model``, e.g. ``"openai:gpt-4o-mini"``), an ``openai.OpenAI``
+            client (with ``teacher_model``), or any :class:`~.teachers.Teacher`
+            (teachers.resolve.resolve_teacher). The
             ``OPENAI_*`` environment is not read: a library makes no network call it
             was not given; the CLI reads it (``resolve_teacher(env=os.environ)``).
         embeddings: any LangChain ``Embeddings`` (default: the bundled MiniLM).
         index_fields: value fields embedded by ``put`` (default ``content``, then
             ``text``, else the value's JSON).
         learner: policies and model sizes (:class:`~.pipeline.LearnerConfig`).
-        device: torch device for the models (default CUDA when available, else CPU).
+        device: torch device for the models (default CUDA when available, else CPU):
+            ``"cpu"``, ``"cuda"`` (``"cuda:1"``) or ``"mps"``; a device that torch does not
+            know or that this machine lacks is refused here (``check_device``).
         background: train in a background thread (``add`` returns once the fact is
             placed); False trains inside each ``add``.
         refresh_interval: seconds between checks for other processes' writes.
@@ -227,7 +253,7 @@ class MemoryConfig:
         if self.index_dir is not None and not isinstance(self.index_dir, (str, os.PathLike)):
             raise InvalidOperationError(f"index_dir is a directory path or None, not {self.index_dir!r}")
         normal = {
-            "max_height": check_max_height(self.max_height), "teacher_budget": check_teacher_budget(self.teacher_budget),
+            "device": check_device(self.device), "max_height": check_max_height(self.max_height), "teacher_budget": check_teacher_budget(self.teacher_budget),
             "max_loaded_namespaces": check_max_loaded(self.max_loaded_namespaces),
             "max_training_lag": int(self.max_training_lag),
             "index_fields": tuple(self.index_fields) if self.index_fields else ("content", "text"),

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, ParamSp
 
 from langchain_core.embeddings import Embeddings
 
-from ..errors import InvalidOperationError
+from ..errors import InvalidOperationError, NodeNotFoundError
 from ..index.facts import RetrievalConfig
 from ..insert import shutdown
 from ..insert.background import CHECKPOINT_NAME  # noqa: F401 - importable as before
@@ -170,9 +170,10 @@ class MembrainMemory:
     def teacher(self) -> Any:
         """Who the models imitate (resolved by :func:`~.teachers.resolve.resolve_teacher`).
 
-        Setting it (a teacher, a LangChain chat model; None: the offline teacher) changes the
-        teacher of every question from the next one on (placement, stage 2, audit, batch,
-        memory operation, naming): they all read it from one place, the memory's
+        Setting it (a teacher, a LangChain chat model, ``"provider:model"``; None: the
+        offline teacher) changes the teacher of every question from the next one on
+        (placement, stage 2, audit, batch, memory operation, naming): they all read it from
+        one place, the memory's
         :class:`~.teachers.seat.TeacherSeat`. What was decided at construction stays: the
         search's topic weight, and whether the shipped prior was trusted."""
         return self._bg.teacher
@@ -236,8 +237,10 @@ class MembrainMemory:
         its own fact, as said, and returns that fact's key. ``kind="fact"`` or
         ``"experience"`` stores the text as that kind directly; ``"raw"`` keeps it as a raw
         item only (searchable, never placed); ``"working"`` makes it the session's working
-        memory. ``session``: the session the inputs belong to (default: each metadata's
-        ``"session"``, else none), which keeps one working memory.
+        memory. ``session``: the session the inputs belong to, which keeps one working memory
+        (:meth:`working`); it is recorded in each stored value as ``"session"``, so
+        ``session="a"`` is ``metadata={"session": "a"}`` (and wins over a metadata's
+        ``"session"``). Default: each metadata's ``"session"``, else none.
 
         ``progress``: show a progress bar (default: on a terminal, for 200 memories or more).
         Every input is validated before anything is stored; the error for a bad item of
@@ -296,8 +299,21 @@ class MembrainMemory:
         """Every version of the memory ``key``, oldest first: its superseded or deleted
         versions (status ``"superseded"``/``"deleted"``, each with ``valid_from``,
         ``valid_to`` and ``superseded_by``), then the current one if it still exists.
-        An archived entry's own id (``key@vN``) is accepted too. [] for an unknown key."""
-        return reads.history(self._forest, as_namespace(namespace), key)
+        An archived entry's own id (``key@vN``) is accepted too.
+
+        [] when no namespace holds ``key``. When ``namespace`` lacks it but another one has
+        it (looked for among the namespaces this process holds loaded: every namespace,
+        without storage), a :class:`~.errors.NodeNotFoundError` names the ``namespace=`` to
+        pass."""
+        ns = as_namespace(namespace)
+        found = reads.history(self._forest, ns, key)
+        if not found:
+            elsewhere = [other for other in self._forest.loaded_namespaces()
+                         if other != ns and reads.history(self._forest, other, key)]
+            if elsewhere:
+                raise NodeNotFoundError(f"no memory {key!r} in {ns!r}; it is in "
+                                        f"{' and '.join(map(repr, elsewhere))}: pass namespace={elsewhere[0]!r}")
+        return found
 
     @property
     def last_operation(self) -> OperationDecision | None:
@@ -319,7 +335,10 @@ class MembrainMemory:
         return reads.ignored(self._forest, as_namespace(namespace), limit)
 
     def get(self, key: str, *, namespace: str | Sequence[str] | None = None) -> MemoryRecord | None:
-        """The memory stored under ``key``, or None."""
+        """The memory stored under ``key`` in ``namespace``, or None: a current fact or
+        experience, a raw item, or a session's current working memory (kind ``"working"``,
+        the key ``add(..., kind="working")`` returns). An archived version is read with
+        :meth:`history` (or :meth:`working_history`)."""
         return reads.get(self._forest, as_namespace(namespace), key)
 
     def path(self, key: str, *, namespace: str | Sequence[str] | None = None) -> list[str]:
@@ -426,7 +445,8 @@ class MembrainMemory:
         tool calling) searches ``namespace`` kind by kind, at most ``max_steps`` times, then
         finishes. Returns the hits gathered (raw items already shown are left out of later
         steps) and the trace of every tool call. ``multistep.retrieval_graph`` is the same
-        as a LangGraph subgraph."""
+        as a LangGraph subgraph. An ``llm`` that is no chat model, or one that cannot call
+        tools, is a :class:`~.errors.ConfigurationError` before anything is searched."""
         query = check_text(query, "the query")
         from ..retrieval.multistep import retrieve
 

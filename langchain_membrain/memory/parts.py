@@ -151,6 +151,9 @@ class MemoryParts:
         metadatas = list(metadatas) if metadatas is not None else [None] * len(texts)
         keys = list(keys) if keys is not None else [None] * len(texts)
         prepared = prepare(namespace, texts, metadatas, keys)
+        if session is not None:  # recorded as a metadata's session is (reads.session_texts reads it)
+            for _, value, _ in prepared:
+                value["session"] = session
         vecs = self.embed([text for _, _, text in prepared])
         if progress is None:
             progress = len(texts) >= 200 and sys.stderr.isatty()

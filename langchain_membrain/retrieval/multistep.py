@@ -31,6 +31,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, Field, ValidationError
 
+from ..errors import ConfigurationError
 from ..tree.records import MemoryRecord
 
 #: Most hits one search call may ask for.
@@ -132,7 +133,7 @@ def retrieval_graph(memory: Any, llm: BaseChatModel, namespace: str | Sequence[s
 
     if not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"max_steps is an int >= 1, not {max_steps!r}")
-    model = llm.bind_tools(retrieval_tools())
+    model = with_tools(llm)
 
     def policy(state: RetrievalState) -> RetrievalState:
         messages = state.get("messages") or [SystemMessage(SYSTEM), HumanMessage(state["question"])]
@@ -177,6 +178,19 @@ def retrieval_graph(memory: Any, llm: BaseChatModel, namespace: str | Sequence[s
     graph.add_conditional_edges("search", lambda s: END if s.get("ended") else "policy", ["policy", END])
     graph.add_edge("answered", END)
     return graph.compile()
+
+
+def with_tools(llm: Any) -> Any:
+    """``llm`` with the retrieval's tools bound; a :class:`~.errors.ConfigurationError`
+    that says what to pass when it is no chat model or cannot call tools."""
+    if not callable(getattr(llm, "bind_tools", None)):
+        raise ConfigurationError(f"`retrieve` needs llm=, a LangChain chat model with tool calling "
+                                 f"(`bind_tools`), not {type(llm).__name__}")
+    try:
+        return llm.bind_tools(retrieval_tools())
+    except NotImplementedError:
+        raise ConfigurationError(f"this chat model ({type(llm).__name__}) does not support tool calling; "
+                                 "`retrieve` needs a model with `bind_tools`") from None
 
 
 def retrieve(memory: Any, query: str, namespace: str | Sequence[str] | None, llm: BaseChatModel, *,

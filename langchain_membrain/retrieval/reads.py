@@ -18,7 +18,7 @@ import numpy as np
 
 from ..index.facts import Mode
 from ..storage.forest import Forest
-from ..tree.archive import HISTORY_KEY
+from ..tree.archive import HISTORY_KEY, working_id
 from ..tree.filters import matches
 from ..tree.inputs import Namespace
 from ..tree.kinds import KIND_KEY, SEARCHED_KINDS, SOURCES_KEY, VALID_TIME_KEY, MemoryKind
@@ -119,14 +119,17 @@ def trees(forest: Forest, names: Sequence[Namespace]) -> list[MembrainTree]:
 
 
 def get(forest: Forest, ns: Namespace, key: str) -> MemoryRecord | None:
-    """The current fact or experience ``key`` of ``ns``, or its raw item ``key``, as a
-    record; None if there is none."""
+    """The current fact or experience ``key`` of ``ns``, its raw item ``key``, or the
+    current working memory ``key`` of a session, as a record; None if there is none."""
     with forest.lock(ns):
         tree = forest.tree(ns, create=False)
         if tree is None:
             return None
-        if key in tree.archive and tree.archive[key].kind == "raw":
-            return beside_record(ns, tree.archive[key])
+        entry = tree.archive.get(key)
+        current_working = entry is not None and entry.kind == "working" and key == working_id(
+            str(entry.metadata.get("session", "")))
+        if entry is not None and (entry.kind == "raw" or current_working):
+            return beside_record(ns, entry)
         if key not in tree or tree.node(key).kind != "fact":
             return None
         return record_of(ns, tree, key)

@@ -10,6 +10,10 @@
   set selects an :class:`~.openai_teacher.OpenAITeacher` on that endpoint, with
   ``MEMBRAIN_TEACHER_MODEL`` as the model (required then); neither set: the offline teacher;
 - a LangChain chat model: an :class:`~.llm.LLMTeacher`;
+- a string ``"provider:model"`` (LangChain's ``init_chat_model`` convention, e.g.
+  ``"openai:gpt-4o-mini"``): that chat model, built by ``init_chat_model`` (needs
+  ``langchain`` and the provider's package), as an :class:`~.llm.LLMTeacher`. Any other
+  string (a bare ``"gpt-4o"``) is a :class:`~.errors.ConfigurationError` that says what to pass;
 - an ``openai.OpenAI`` / ``openai.AsyncOpenAI`` client with ``model``: an
   :class:`~.openai_teacher.OpenAITeacher`;
 - any other :class:`~.base.Teacher` (``choose_stage1``, ``choose_stage2``, ``name_aspect``):
@@ -24,9 +28,10 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Mapping
 
-from ..errors import InvalidOperationError, TeacherError
+from ..errors import ConfigurationError, InvalidOperationError, TeacherError
 
 ENV_KEYS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMBRAIN_TEACHER_MODEL")
+WHAT_TO_PASS = "pass a LangChain chat model, an `openai.OpenAI` client with `teacher_model=`, or 'provider:model'"
 
 
 def env_wants_llm(env: Mapping[str, str] | None) -> bool:
@@ -39,7 +44,8 @@ def resolve_teacher(teacher: Any = None, model: str | None = None, *, env: Mappi
     """The :class:`~.base.Teacher` that ``teacher`` names (see the module docstring).
 
     Args:
-        teacher: None, a LangChain chat model, an ``openai`` client, or a Teacher.
+        teacher: None, a LangChain chat model, ``"provider:model"``, an ``openai`` client,
+            or a Teacher.
         model: the model name, for an ``openai`` client.
         env: the environment to read ``OPENAI_*`` from when ``teacher`` is None (the CLI
             passes ``os.environ``); None: do not read it.
@@ -50,6 +56,9 @@ def resolve_teacher(teacher: Any = None, model: str | None = None, *, env: Mappi
     Raises:
         InvalidOperationError: an ``openai`` client without ``model``.
         TeacherError: ``env`` selects an LLM without ``MEMBRAIN_TEACHER_MODEL``.
+        ConfigurationError: a string that is not ``"provider:model"``, or a model that
+            ``init_chat_model`` cannot build here (``langchain`` or the provider's package
+            missing, an unknown provider).
         TypeError: anything else.
     """
     options.setdefault("raise_on_failure", True)
@@ -59,6 +68,8 @@ def resolve_teacher(teacher: Any = None, model: str | None = None, *, env: Mappi
         from .heuristic import HeuristicTeacher
 
         return HeuristicTeacher(embed=embed)
+    if isinstance(teacher, str):
+        teacher = chat_model_named(teacher)
     import openai  # a core dependency
 
     if isinstance(teacher, (openai.OpenAI, openai.AsyncOpenAI)):
@@ -79,6 +90,25 @@ def resolve_teacher(teacher: Any = None, model: str | None = None, *, env: Mappi
         return teacher
     raise TypeError(f"a teacher is a Teacher, a LangChain chat model or an openai.OpenAI client, "
                     f"not {type(teacher).__name__}")
+
+
+def chat_model_named(name: str) -> Any:
+    """The LangChain chat model that ``"provider:model"`` names, built by LangChain's
+    ``init_chat_model``; a :class:`~.errors.ConfigurationError` naming the fix otherwise."""
+    provider, _, model = name.partition(":")
+    if not provider.strip() or not model.strip():
+        raise ConfigurationError(f"teacher={name!r} names no provider: {WHAT_TO_PASS}, "
+                                 "e.g. 'openai:gpt-4o-mini'")
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError:
+        raise ConfigurationError(f"teacher={name!r} is built by LangChain's init_chat_model: pip install langchain "
+                                 f"and the provider's package (e.g. langchain-{provider}), or {WHAT_TO_PASS}") from None
+    try:
+        return init_chat_model(name)
+    except Exception as exc:  # a missing provider package, an unknown provider, a missing key
+        raise ConfigurationError(f"teacher={name!r} could not be built by init_chat_model ({exc}); "
+                                 f"install the provider's package, or {WHAT_TO_PASS}") from exc
 
 
 def _from_env(env: Mapping[str, str], options: dict[str, Any]) -> Any:

@@ -44,13 +44,17 @@ def as_namespace(namespace: str | Sequence[str] | None) -> Namespace:
 
 def check_text(text: Any, what: str = "memory text") -> str:
     """A memory's text (or a query: ``what`` names it in errors): a non-blank str without
-    NUL, at most MAX_TEXT_CHARS long."""
+    NUL or lone surrogates (valid UTF-8), at most MAX_TEXT_CHARS long."""
     if not isinstance(text, str):
         raise InvalidOperationError(f"{what} must be a str, got {type(text).__name__}")
     if not text.strip():
         raise InvalidOperationError(f"{what} is empty")
     if "\x00" in text:
         raise InvalidOperationError(f"{what} may not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no text any embedder or database takes
+        raise InvalidOperationError(f"{what} is not valid Unicode: a lone surrogate at index {exc.start}") from None
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidOperationError(f"{what} has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
     return text

@@ -12,7 +12,7 @@ from langchain_openai import ChatOpenAI
 from llm_helpers import new_fact, tool_answer
 from openai_server import answer, http_error, refusal, slow, text, truncated
 
-from langchain_membrain.errors import TeacherError
+from langchain_membrain.errors import ConfigurationError, TeacherError
 from langchain_membrain.teachers.base import Subtree
 from langchain_membrain.teachers.llm import LLMTeacher
 from langchain_membrain.teachers.prompts import parse_data_block
@@ -193,5 +193,7 @@ def test_as_teacher(server, fallback):
     teacher = as_teacher(chat(server), method="json_schema", mode="one_call", fallback=fallback)
     assert isinstance(teacher, LLMTeacher) and teacher.mode == "one_call"
     assert as_teacher(fallback) is fallback and as_teacher(None) is None
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigurationError, match="provider:model"):
         as_teacher("gpt-4o")
+    with pytest.raises(TypeError):
+        as_teacher(42)

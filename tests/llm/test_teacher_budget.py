@@ -18,7 +18,7 @@ from openai_server import answer, http_error, schema_name, slow, text
 from test_placement_e2e import FACTS, keyword_llm
 
 from langchain_membrain import MembrainMemory
-from langchain_membrain.errors import InvalidOperationError, TeacherError
+from langchain_membrain.errors import ConfigurationError, InvalidOperationError, TeacherError
 from langchain_membrain.teachers.answers import TeacherUnavailable
 from langchain_membrain.teachers.budget import CircuitBreaker, deadline, requests_sent
 from langchain_membrain.teachers.heuristic import HeuristicTeacher
@@ -244,7 +244,7 @@ def test_one_resolver_and_the_library_stays_offline(monkeypatch, server):
     assert isinstance(resolve_teacher(env={}), HeuristicTeacher)
     with pytest.raises(TeacherError):
         resolve_teacher(env={"OPENAI_API_KEY": "k"})  # no model named
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigurationError, match="provider:model"):
         resolve_teacher("gpt-4o")
 
 
