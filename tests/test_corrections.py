@@ -88,6 +88,14 @@ def test_a_correction_is_an_update_and_the_agent_finds_it(memory, old, new, ques
     assert found[0]["content"] == new and found[0]["replaces"] == old and found[0]["date"]
 
 
+def test_a_telling_question_is_stored_and_a_change_from_elsewhere_updates_nothing(memory):
+    ns = ("users", "telling")
+    key = memory.add("I live in Lisbon", namespace=ns)
+    assert memory.add("Did I tell you I moved to Porto?", namespace=ns) == key  # the move it carries
+    assert memory.add("I moved from Paris to Rome years ago", namespace=ns) != key  # Paris was never stored
+    assert memory.get(key, namespace=ns).text == "Did I tell you I moved to Porto?"
+
+
 def test_a_related_statement_leaves_the_earlier_fact_first(memory):
     ns = ("users", "brother")
     key = memory.add("I work at Microsoft", namespace=ns)

@@ -140,13 +140,17 @@ def _cand(key: str, sim: float) -> Candidate:
     return Candidate(key, key, sim)
 
 
-def test_the_rule_updates_only_one_clear_old_fact_with_a_change_cue() -> None:
-    q = OperationQuestion("I moved to Berlin now.", None, (_cand("home", 0.7), _cand("job", 0.2)))
+def test_the_rule_updates_the_nearest_fact_a_change_supersedes() -> None:
+    home, job = Candidate("home", "I live in Leeds", 0.7), Candidate("job", "I teach maths", 0.2)
+    q = OperationQuestion("I moved to Berlin now.", None, (home, job))
     assert conservative_operation(q) == Operation("UPDATE", "home")
-    no_cue = OperationQuestion("I live in Berlin.", None, q.candidates)
-    assert conservative_operation(no_cue) == ADD
-    two_close = OperationQuestion("I moved to Berlin now.", None, (_cand("home", 0.7), _cand("job", 0.6)))
-    assert conservative_operation(two_close) == ADD
+    assert conservative_operation(OperationQuestion("I live in Berlin.", None, q.candidates)) == ADD  # no change said
+    # sharing no word and under NEAR, a fact is superseded only when clearly the nearest
+    alone = Candidate("home", "I rent a flat above a bakery", 0.4)
+    assert conservative_operation(OperationQuestion("I moved to Berlin now.", None, (alone, job))) == Operation(
+        "UPDATE", "home")
+    rival = Candidate("office", "My office is above a bakery", 0.35)
+    assert conservative_operation(OperationQuestion("I moved to Berlin now.", None, (alone, rival))) == ADD
 
 
 def test_offline_ignore_precision_on_the_data_sets() -> None:

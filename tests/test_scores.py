@@ -17,7 +17,7 @@ from helpers import WordEmbeddings
 
 from langchain_membrain import MembrainMemory, MembrainRetriever, MembrainStore
 from langchain_membrain.index.facts import FactIndex, relevance
-from langchain_membrain.retrieval.scores import calibrated
+from langchain_membrain.retrieval.scores import calibrated, non_increasing
 
 NS_A, NS_B = ("u", "a"), ("u", "b")
 FACTS = {
@@ -75,9 +75,10 @@ def test_one_fact_one_score_from_every_entry_point_and_across_namespaces(mem, qu
         assert reference[NS_B, "rex"] > max(s for (ns, k), s in reference.items() if k not in ("rex", "stand"))
 
 
-def test_hits_rank_by_their_calibrated_relevance(mem):
-    """Each hit is scored by scores.calibrated over its namespace's index ranking (a
-    FactIndex over the same facts), and the hits rank by that score."""
+def test_hits_keep_the_index_order_and_score_their_calibrated_relevance(mem):
+    """Within a namespace the hits come in the order the namespace's index ranks them, each
+    scored by scores.calibrated over that ranking (a FactIndex over the same facts), made
+    non-increasing down it."""
     emb = WordEmbeddings()
     for ns, facts in FACTS.items():
         index = FactIndex(mem.retrieval)
@@ -89,8 +90,10 @@ def test_hits_rank_by_their_calibrated_relevance(mem):
             hits = mem.search(query, namespace=ns, exact_namespace=True, limit=10)
             want = calibrated(query, qvec, [(k, s, [np.asarray(emb.embed_query(facts[k]), np.float32)], [facts[k]])
                                             for k, s in ranked], len(index))
-            assert {r.key: r.score for r in hits} == pytest.approx(dict(zip([k for k, _ in ranked], want)), abs=1e-6)
-            assert best_first([r.score for r in hits])  # ranked by the calibrated score
+            # the same order (facts tied on the index's score may come in either order)
+            assert {r.key: r.score for r in hits} == pytest.approx(dict(zip([k for k, _ in ranked],
+                                                                            non_increasing(want))), abs=1e-6)
+            assert best_first([r.score for r in hits])
 
 
 def test_relevance_is_a_bounded_increasing_function():
@@ -110,3 +113,9 @@ def test_history_search_scores_stay_in_range(mem):
     hits = mem.search("van", namespace=NS_B, include_history=True, limit=10)
     assert {r.status for r in hits} == {"current", "deleted"}
     assert best_first([r.score for r in hits])
+
+
+def test_non_increasing_pools_a_rising_run_into_its_mean():
+    assert non_increasing([0.72, 0.01, 0.28, 0.16, 0.61]) == pytest.approx([0.72, 0.265, 0.265, 0.265, 0.265])
+    assert non_increasing([0.9, 0.5, 0.1]) == [0.9, 0.5, 0.1]
+    assert non_increasing([0.1, 0.9]) == [0.5, 0.5] and non_increasing([]) == []

@@ -22,6 +22,9 @@ Measures, per set and per kind, style and type of case:
 - ``rising``: result lists in which a hit scores above one ranked before it;
 - ``unanswerable empty``: unanswerable questions with no hit at the threshold.
 
+``--cost`` also times search in 500 facts holding 50 corrections stored beside what they
+correct against 500 facts holding none (:func:`search_cost`).
+
 Configurations, in the same run: ``default`` (``MembrainMemory()``) and ``no operations``
 (``operations=False``: every statement a new memory, so search alone must put the new one
 first).
@@ -139,9 +142,42 @@ def run_config(config: str, sets: dict[str, list], embeddings: Any, threshold: f
     return out
 
 
+def search_cost(embeddings: Any, repeats: int = 3) -> dict[str, Any]:
+    """Search p50/p95 (ms) in a namespace of 500 facts holding 50 corrections stored beside
+    what they correct (``operations=False``: an older database, or an LLM that answered ADD),
+    so that search places them, against 500 facts without them; the same questions, in the
+    same process, alternated."""
+    import time
+
+    from ..memory import MembrainMemory
+
+    cases = [c for c in load(TUNE)[0] if c["type"] in CORRECTING][:50]
+    facts = _topic_facts(TUNE)
+    rng = random.Random(0)
+    plain = rng.sample(facts, 500)
+    paired = rng.sample(facts, 400) + [t for c in cases for t in (c["old"], c["new"])]
+    questions = [c["question"] for c in cases]
+    with MembrainMemory(embeddings=embeddings, background=False, operations=False) as memory:
+        memory.add_many(plain, namespace=("cost", "plain"))
+        memory.add_many(paired, namespace=("cost", "paired"))
+        times: dict[str, list[float]] = {"plain": [], "paired": []}
+        for _ in range(repeats):
+            for q in questions:
+                for name in times:
+                    t0 = time.perf_counter()
+                    memory.search(q, namespace=("cost", name), limit=5)
+                    times[name].append(1000 * (time.perf_counter() - t0))
+    out = {name: {"p50": round(float(np.percentile(v, 50)), 2), "p95": round(float(np.percentile(v, 95)), 2)}
+           for name, v in times.items()}
+    out["ratio_p50"] = round(out["paired"]["p50"] / out["plain"]["p50"], 2)
+    return out
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=CONFIGS)
     parser.add_argument("--sets", nargs="*", default=["tune", "heldout"], choices=["tune", "heldout"])
+    parser.add_argument("--cost", action="store_true",
+                        help="also time search with 50 stored corrections among 500 facts against none")
     parser.add_argument("--json", help="write the results (every failure included) as JSON to this path")
 
 
@@ -173,7 +209,15 @@ def run(args: argparse.Namespace) -> int:
                 for value, m in groups.items():
                     print(f"  {value} ({m['corrections']} / {m['related']}): " + ", ".join(
                         "-" if m[c] is None else f"{m[c]:.2f}" for c in ("current_first", "kept", "old_first")))
+    cost = None
+    if args.cost:
+        cost = search_cost(PrecomputedEmbeddings(base, known))
+        print("\nsearch (ms, query embeddings precomputed) | p50 | p95")
+        for name in ("plain", "paired"):
+            print(f"  500 facts, {'50 stored corrections' if name == 'paired' else 'none'} | "
+                  f"{cost[name]['p50']} | {cost[name]['p95']}")
+        print(f"  ratio p50: {cost['ratio_p50']}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"machine": machine_description(), "results": results}, fh, indent=2)
+            json.dump({"machine": machine_description(), "results": results, "cost": cost}, fh, indent=2)
     return 0

@@ -364,7 +364,9 @@ class MembrainMemory:
         (scores.py: calibrated on a labelled set, comparable across namespaces, their sizes
         and kinds); the same fact scores the same for the same query whether one namespace
         or many are searched, here, in :class:`~.store.MembrainStore` and in the retriever.
-        Hits rank by it, so scores never rise down the list. ``min_score``: drop hits
+        Hits come in the order their namespace's index ranks them (the fused score, every
+        boost included), their scores made non-increasing down it (a run that rises gets its
+        mean: scores.non_increasing), namespaces merged by score. ``min_score``: drop hits
         scoring below it (and unscored ones); :data:`~.scores.DEFAULT_MIN_SCORE` (0.5) is
         the documented threshold, which the agent tools use. With ``include_history`` the
         score is instead the cosine with the query, clipped to ``[0, 1]`` (archived versions

@@ -26,7 +26,7 @@ from ..tree.nodes import Node
 from ..tree.placement import cosine
 from ..tree.records import MemoryRecord
 from ..tree.tree import MembrainTree
-from .scores import calibrated
+from .scores import calibrated, non_increasing
 from .supersession import place, superseder
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -333,7 +333,8 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
                 index = forest.index(ns)
                 assert index is not None  # scored hits come from the index
                 qvec = embedded.get(index.dense_query_text(query))
-                found = calibrated(query, qvec, [(k, s, *_versions(index, k, e)) for k, s, e in found_hits], len(index))
+                found = non_increasing(calibrated(query, qvec, [(k, s, *_versions(index, k, e)) for k, s, e in found_hits],
+                                                  len(index)))
                 probs.update({(ns, k): (p, i) for i, ((k, _, _), p) in enumerate(zip(found_hits, found))})
             for key, score in ranked:
                 hits.append(record_of(ns, tree, key, score))
@@ -390,9 +391,10 @@ def _merged(hits: list[MemoryRecord], vectors: dict[tuple[Namespace, str], Any],
     """The hits of a query, best first, each ``score`` set on its reported scale.
 
     Without history, a hit's score is its calibrated relevance (scores.calibrated: the
-    probability that it is relevant, comparable across namespaces) and the hits rank by it,
-    across namespaces too; equal scores keep their namespace's order, and across namespaces
-    the higher cosine with the query goes first. With include_history the plain cosine with
+    probability that it is relevant, comparable across namespaces), non-increasing down its
+    namespace's ranking (scores.non_increasing); the namespaces' lists merge by it, equal
+    scores in their namespace's order, and across namespaces the higher cosine with the
+    query first. With include_history the plain cosine with
     the query ranks current and archived versions together, clipped to [0, 1]."""
     merging = len({h.namespace for h in hits if h.score is not None}) > 1
     q = None

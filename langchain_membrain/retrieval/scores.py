@@ -12,9 +12,11 @@ answer them, and queries nothing answers, in namespaces of 1 to 500 facts with t
 personas' facts around them); the bench prints its AUROC, what the threshold keeps and a
 reliability table on a held-out split (RESULTS.md, scores).
 
-A search ranks its hits by this score, across namespaces too, so scores never rise down a
-result list; the index's ranking score picks the candidates and is one of the features. A
-hit's score depends on the hits its index ranked above it only, not on ``limit``. :data:`DEFAULT_MIN_SCORE` is the
+A search keeps its index's ranking (the fused score, every boost included) and reports the
+model's probabilities made non-increasing down that ranking by isotonic regression
+(:func:`non_increasing`: a run of hits that rise is given their mean, not cut), so no hit
+scores above one ranked before it; across namespaces the lists are merged by score. A hit's
+score depends on the hits its index ranked, not on ``limit`` beyond them. :data:`DEFAULT_MIN_SCORE` is the
 threshold the agent tools use: below it, "nothing relevant".
 """
 
@@ -115,6 +117,20 @@ def calibrated(query: str, qvec: Any, hits: Sequence[tuple[str, float, Sequence[
     depends on the hits ranked above it only (the first one's cosine), not on how many are
     asked for."""
     return [probability(f, model) for f in features(query, qvec, hits, size)]
+
+
+def non_increasing(values: Sequence[float]) -> list[float]:
+    """The non-increasing sequence nearest to ``values`` in squared error (isotonic regression
+    by pooling adjacent violators): each run that rises is replaced by its mean."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            mean, count = blocks.pop()
+            prev = blocks[-1]
+            prev[0] = (prev[0] * prev[1] + mean * count) / (prev[1] + count)
+            prev[1] += count
+    return [mean for mean, count in blocks for _ in range(int(count))]
 
 
 def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1e-3, steps: int = 50) -> tuple[np.ndarray, float]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from ..teachers.supersession import supersedes
+from ..teachers.supersession import change_cue, supersedes
 from ..tree.records import MemoryRecord
 from ..tree.tree import MembrainTree
 
@@ -54,11 +54,16 @@ def superseder(tree: MembrainTree, nearest: Callable[[object, int], list], key: 
         if other == key or not current(other) or stated(other) <= when or (best is not None and stated(other) <= best[0]):
             continue
         newer = tree.node(other)
-        # what else the newer statement could supersede: the facts stated before it
-        runner_up = max((c for k, c in nearest(newer.embedding, NEIGHBOURS + 1)
-                         if k not in (key, other) and current(k) and stated(k) < stated(other)), default=-1.0)
-        if supersedes(newer.text, node.text, cos, runner_up):
-            best = (stated(other), other)
+        if not supersedes(newer.text, node.text, cos):
+            if not change_cue(newer.text):
+                continue
+            # Else it may still supersede the fact it is nearest to of all it could: the
+            # facts stated before it.
+            runner_up = max((c for k, c in nearest(newer.embedding, NEIGHBOURS + 1)
+                             if k not in (key, other) and current(k) and stated(k) < stated(other)), default=-1.0)
+            if not supersedes(newer.text, node.text, cos, runner_up):
+                continue
+        best = (stated(other), other)
     return None if best is None else best[1]
 
 

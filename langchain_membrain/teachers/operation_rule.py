@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ..tree.operation_types import ADD, IGNORE, Operation, OperationQuestion
 from . import supersession
-from .supersession import change_cue, supersedes
+from .supersession import TELLING, carried_statement, change_cue, supersedes
 
 _SMALL_TALK = frozenset("""
 hi hello hey hiya yo howdy morning evening afternoon night good great nice cool awesome ok okay
@@ -88,23 +88,6 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
 
 
-#: Openers that turn a statement into a question without asking anything: "Did I tell you I
-#: moved to Porto?", "Guess who got a job at Spotify?", "You know what? ...".
-_TELLING = re.compile(r"^\s*(?:(?:did|have|had)\s+(?:i|we)\s+(?:ever\s+|already\s+)?(?:tell|told|mention|mentioned)"
-                      r"(?:\s+(?:you|u))?(?:\s+(?:that|about))?|did\s+(?:you|u)\s+(?:know|hear)(?:\s+that)?"
-                      r"|(?:you\s+)?(?:guess|know)\s+what[?!,:]*|guess(?=\s+(?:who|where)))\s+", re.IGNORECASE)
-
-
-def carried_statement(sentence: str) -> str | None:
-    """The statement a telling question carries ("Did I tell you I moved to Porto?" -> "I
-    moved to Porto"; "Guess who got a new job?" -> "who got a new job", the speaker); None
-    for a sentence that does not open so."""
-    match = _TELLING.match(sentence)
-    if match is None or not sentence[match.end():].strip(" ?!."):
-        return None
-    return sentence[match.end():].strip().rstrip("?!. ") or None
-
-
 def states_something(text: str) -> bool:
     """Whether ``text`` (its :func:`utterance`) has a sentence that is neither a question
     (:func:`is_question`) nor small talk (:func:`is_small_talk`): a statement, which may be
@@ -165,5 +148,5 @@ def rule_identity(config: RuleConfig = RuleConfig()) -> str:
 
     words = "|".join(" ".join(sorted(w)) for w in (_SMALL_TALK, _QUESTION_START, _QUESTION_OPENERS,
                                                      supersession.word_lists()))
-    digest = hashlib.sha256((words + _TELLING.pattern).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((words + TELLING.pattern).encode()).hexdigest()[:16]
     return f"conservative_operation{json.dumps(asdict(config), sort_keys=True)} words {digest}"

@@ -3,25 +3,32 @@ to say that something changed.
 
 Definitions (words are matched case-folded, a typographic apostrophe read as a plain one):
 
-- A **change statement** holds a change cue (:data:`CHANGE`): words saying that a state was
-  replaced ("moved to", "quit ... and joined", "switched from", "... now", "got promoted",
-  "changed my number", "pushed back to", "started ... again") or that it ended ("passed away",
-  "we divorced", "cancelled", "not ... after all", "no longer", "sold").
-- Its **holder** is who it is about (:func:`holder`): the speaker, or a third party named by
-  the sentence that holds the cue ("my brother", "Ines", "Tom the cat").
-- The **old values it names** (:func:`named_old_values`): what follows "from", "quit", "left"
-  or "no longer at": "I moved from Paris to Rome" names Paris.
-- ``new`` **supersedes** ``old`` (:func:`supersedes`) when ``new`` is a change statement; its
+- A **change cue** (:data:`CHANGE`) says that a state was replaced ("moved to", "quit ... and
+  joined", "switched from", "... now", "got promoted", "changed my number", "pushed back to",
+  "started ... again") or that it ended ("passed away", "we divorced", "cancelled", "not ...
+  after all", "no longer", "sold"). The :data:`REPLACING` cues say by themselves that the old
+  state is over; the others ("started", "joined", "again") may only say that something began.
+- The **change sentence** of a text (:func:`change_sentence`) is its first sentence that holds
+  a cue and is no question, or the statement a telling question carries ("Did I tell you I
+  moved to Porto?"). In a text of several sentences only a replacing cue counts.
+- Its **holder** is who it is about (:func:`holder`): the speaker, or the third party or thing
+  the change sentence opens with ("my brother", "Ines", "Tom the cat", "the trip").
+- The **old values it names** (:func:`named_old_values`): "from X to", or what follows "quit",
+  "left" or "no longer at": "I moved from Paris to Rome" names Paris.
+- ``new`` **supersedes** ``old`` (:func:`supersedes`) when ``new`` has a change sentence; its
   holder is the speaker or is named in ``old``; every old value it names is in ``old`` (a
-  change away from something never stored corrects nothing stored); and the two are near:
-  a cosine of their embeddings of at least :data:`NEAR`; or :data:`NEAR_SHARING` when they
-  share a content word (:func:`content_words`) or ``new`` names one of ``old``'s words as the
-  old value; or :data:`NEAR_NEAREST` when ``new`` says an old state is over
-  (:data:`REPLACING`) and ``old`` is nearer to it than anything else it could supersede, by
-  :data:`MARGIN`.
+  change away from something never stored corrects nothing stored); and the two are near: a
+  cosine of their embeddings of at least :data:`NEAR`; or :data:`NEAR_SHARING` when they
+  share a content word written in lower case (:func:`content_words`) or ``new`` names an old
+  value; or :data:`NEAR_NEAREST` when the cue is a replacing one and ``old`` is nearer to
+  ``new`` than anything else it could supersede, by :data:`MARGIN`. A line of a transcript
+  ("Kenji: ...") neither supersedes nor is superseded: it records what was said, and the facts
+  a forming teacher draws from it are what change.
 
-The offline operation rule (operation_rule.py) updates the one fact an item supersedes; a
-search (retrieval/supersession.py) reads the same relation between two facts stored apart.
+The cosines are all-MiniLM-L6-v2's; the bars were set on the tuning part of
+``bench corrections`` and the tuning personas (which correct nothing). The offline operation
+rule (operation_rule.py) updates the one fact an item supersedes; a search
+(retrieval/supersession.py) reads the same relation between two facts stored apart.
 """
 
 from __future__ import annotations
@@ -125,6 +132,23 @@ def _fold(text: str) -> str:
     return text.casefold().replace("’", "'")
 
 
+#: Openers that turn a statement into a question without asking anything: "Did I tell you I
+#: moved to Porto?", "Guess who got a job at Spotify?", "You know what? ...".
+TELLING = re.compile(r"^\s*(?:(?:did|have|had)\s+(?:i|we)\s+(?:ever\s+|already\s+)?(?:tell|told|mention|mentioned)"
+                      r"(?:\s+(?:you|u))?(?:\s+(?:that|about))?|did\s+(?:you|u)\s+(?:know|hear)(?:\s+that)?"
+                      r"|(?:you\s+)?(?:guess|know)\s+what[?!,:]*|guess(?=\s+(?:who|where)))\s+", re.IGNORECASE)
+
+
+def carried_statement(sentence: str) -> str | None:
+    """The statement a telling question carries ("Did I tell you I moved to Porto?" -> "I
+    moved to Porto"; "Guess who got a new job?" -> "who got a new job", the speaker); None
+    for a sentence that does not open so."""
+    match = TELLING.match(sentence)
+    if match is None or not sentence[match.end():].strip(" ?!."):
+        return None
+    return sentence[match.end():].strip().rstrip("?!. ") or None
+
+
 def change_cue(text: str) -> bool:
     """Whether ``text`` holds a change cue (:data:`CHANGE_PATTERNS`)."""
     return CHANGE.search(_fold(text)) is not None
@@ -200,15 +224,35 @@ def _names(old: str, value: str) -> bool:
     return all(any(same_word(w, o) for o in words) for w in value.split())
 
 
+def change_sentence(text: str) -> str | None:
+    """The first sentence of ``text`` that states a change: it holds a change cue and is no
+    question, or it is the statement a telling question carries (:func:`carried_statement`);
+    None if none does. "How was your move?" states none. In a text of several sentences
+    only a cue of :data:`REPLACING` counts: "I started", "I joined", "again" in a paragraph
+    of chat are more often news than a correction."""
+    pieces = [p for p in _SENTENCE.split(text.strip()) if p.strip()]
+    cue = CHANGE if len(pieces) == 1 else REPLACING
+    for piece in pieces:
+        statement = carried_statement(piece) or (None if piece.rstrip().endswith("?") else piece)
+        if statement is not None and cue.search(_fold(statement)):
+            return statement
+    return None
+
+
 def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, near: float = NEAR,
                near_sharing: float = NEAR_SHARING, near_nearest: float = NEAR_NEAREST, margin: float = MARGIN) -> bool:
     """Whether the statement ``new`` supersedes the earlier fact ``old`` (module docstring);
     ``cosine``: the cosine of their embeddings; ``runner_up``: the highest cosine of ``new``
-    with anything else it could supersede (1: unknown); the rest: the bars. A leading
-    speaker label ("Kenji: ...") is read past."""
-    new, old = _SPEAKER.sub("", new, count=1), _SPEAKER.sub("", old, count=1)
-    if not change_cue(new):
+    with anything else it could supersede (1: unknown); the rest: the bars. The change is
+    read in ``new``'s :func:`change_sentence`. A line of a transcript, with a leading speaker
+    label ("Kenji: ..."), neither supersedes nor is superseded: it records what was said
+    (the facts a forming teacher draws from it are what change)."""
+    if _SPEAKER.match(new) or _SPEAKER.match(old):
         return False
+    sentence = change_sentence(new)
+    if sentence is None:
+        return False
+    new = sentence
     who = holder(new)
     if who is not None and not any(same_word(who, w) for w in _WORD.findall(_fold(old))):
         return False
@@ -225,4 +269,4 @@ def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, nea
 
 def word_lists() -> frozenset[str]:
     """Every pattern and word list :func:`supersedes` reads, for a digest of the rule."""
-    return frozenset(CHANGE_PATTERNS) | {REPLACING.pattern} | PEOPLE | _SELF | _FILLER | _OPENERS | {p.pattern for p in _NAMED_OLD} | {_SENTENCE.pattern, _SPEAKER.pattern} | _DROPPED_SUBJECT
+    return frozenset(CHANGE_PATTERNS) | {REPLACING.pattern} | PEOPLE | _SELF | _FILLER | _OPENERS | {p.pattern for p in _NAMED_OLD} | {_SENTENCE.pattern, _SPEAKER.pattern, TELLING.pattern} | _DROPPED_SUBJECT
