@@ -167,8 +167,8 @@ def search_cost(embeddings: Any, repeats: int = 3) -> dict[str, Any]:
                     t0 = time.perf_counter()
                     memory.search(q, namespace=("cost", name), limit=5)
                     times[name].append(1000 * (time.perf_counter() - t0))
-    out = {name: {"p50": round(float(np.percentile(v, 50)), 2), "p95": round(float(np.percentile(v, 95)), 2)}
-           for name, v in times.items()}
+    out: dict[str, Any] = {name: {"p50": round(float(np.percentile(v, 50)), 2),
+                                  "p95": round(float(np.percentile(v, 95)), 2)} for name, v in times.items()}
     out["ratio_p50"] = round(out["paired"]["p50"] / out["plain"]["p50"], 2)
     return out
 
