@@ -60,7 +60,7 @@ CHANGE_PATTERNS = (
     r"\bafter all\b", r"\bfell through\b", r"\bscrapped\b", r"\bdropped (?:out|it)\b", r"\bbroke up\b",
     r"\bsplit (?:up)?\b", r"\bseparated\b", r"\bdivorc\w*", r"\bsold\b", r"\bgot rid of\b", r"\bgave up\b",
     r"\bgiven up\b", r"\bstopped\b", r"\bended\b", r"\bis over\b", r"\brehomed\b", r"\bgone\b", r"\blost\b",
-    r"\bclosed\b", r"\bshut\b", r"\bwent back\b", r"\bexpired\b", r"\bdropped\b",
+    r"\bclosed\b", r"\bshut\b", r"\bwent back\b", r"\bexpired\b", r"\bdropped\b", r"(?:\bis|'s) off\b",
 )
 CHANGE = re.compile("|".join(CHANGE_PATTERNS))
 #: The cues that say by themselves that an old state is over ("now", "moved", "quit", "no
@@ -111,8 +111,11 @@ _OPENERS = frozenset("""
 finally big news update quick honestly basically btw fyi ugh sadly unfortunately good great crazy
 anyway hey hi so well oh ah also plus sorry turns long short heads weirdly funny apparently
 surprise officially yesterday today tonight last this next as since from after from starting
-please they them he she it someone somebody everyone nobody everybody people
+please they them he she it someone somebody everyone nobody everybody people forget scratch ignore
+remember note correction update
 """.split())
+#: Words after a name's "'s" that make it "is" or "has", not a possessive ("Darwin's off").
+_NOT_A_NOUN = frozenset("off on too away done gone finally home always never here there not no".split())
 #: Verbs a chat sentence opens with when its subject, the speaker, is left out ("Saw the nurse
 #: today", "Got promoted"); words ending in "ed" or "ing" are read so too.
 _DROPPED_SUBJECT = frozenset("""
@@ -123,7 +126,9 @@ swam threw woke wore wrote
 _SPEAKER = re.compile(r"^\s*[A-Z][\w'.-]*(?:\s[A-Z][\w'.-]*){0,2}:\s+(?=\S)")
 _WORD = re.compile(r"[a-z0-9][a-z0-9'-]*")
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+|,\s+(?:and|but|so)\s+")
-_NAMED_OLD = (re.compile(r"\bfrom\s+(?:the\s+|my\s+|our\s+)?([a-z0-9][\w'-]*(?:\s+[a-z0-9][\w'-]*)?)\s+(?:to|into|over to)\b"),
+_NAMED_OLD = (re.compile(r"\b(?:mov|switch|chang|went|gone|transferr|swapp|upgrad|downgrad|convert|shift|relocat)\w*"
+                         r"(?:\s+\w+){0,3}?\s+from\s+(?:the\s+|my\s+|our\s+)?([a-z0-9][\w'-]*(?:\s+[a-z0-9][\w'-]*)?)"
+                         r"\s+(?:to|into|over to)\b"),
               re.compile(r"\b(?:quit|left|leaving|no longer (?:at|with|in|on)|not at)\s+(?:the\s+|my\s+|our\s+)?"
                          r"([a-z0-9][\w'-]*(?:\s+[a-z0-9][\w'-]*)?)"))
 
@@ -185,20 +190,23 @@ def holder(text: str) -> str | None:
     words = re.findall(r"[\w'’-]+", sentence)
     for i, word in enumerate(words):
         low = _fold(word)
+        if [_fold(w) for w in words[i + 1: i + 3]] in (["and", "i"], ["and", "me"]):
+            return None  # "June and I are taking the train": the speaker too
         if low in _OPENERS or low in ("just", "so", "and"):
             continue  # "Finally, ...", "Big news: ..."
         if low in ("a", "an"):
             return "something new"  # "A new cafe opened": no stored fact's holder
         if low == "the":  # "The Iceland trip is off": the trip; "The hot dog stand closed": not Rex
-            return next((w for w in content_words(" ".join(words[i + 1: i + 3]))), None)
+            return _thing_or_speaker(next((w for w in content_words(" ".join(words[i + 1: i + 3]))), None), words)
         if low in _POSSESSIVE:  # "my phone" is the speaker's; "my best friend" is not
             after = [_fold(w).removesuffix("'s") for w in words[i + 1: i + 4]]
             return next((w for w in after if w in PEOPLE), None)
-        if low.endswith("'s") and i + 1 < len(words) and not change_cue(words[i + 1]):
-            return _fold(words[i + 1])  # "Bronagh's clinic": the clinic
+        if low.endswith("'s") and i + 1 < len(words) and _fold(words[i + 1]) not in _NOT_A_NOUN | _FILLER \
+                and not change_cue(words[i + 1]):
+            return _thing_or_speaker(_fold(words[i + 1]), words)  # "Bronagh's clinic": the clinic
         low = low.removesuffix("'s")
         if low in PEOPLE:
-            return low
+            return _thing_or_speaker(low, words)
         if low in _DROPPED_SUBJECT or low.endswith(("ed", "ing")):
             return None
         if word[:1].isupper() and low not in _SELF and low not in _FILLER and not change_cue(low):
@@ -207,9 +215,16 @@ def holder(text: str) -> str | None:
     return None
 
 
+def _thing_or_speaker(holder: str | None, words: list[str]) -> str | None:
+    """``holder``, unless the sentence (``words``) acts on the speaker ("The cardiologist has
+    me on a low-salt diet", "My boss moved me to sales"): then the speaker (None)."""
+    return None if {"me", "my", "i", "i'm"} & {_fold(w) for w in words[1:]} else holder
+
+
 def named_old_values(text: str) -> list[str]:
-    """The old values ``text`` names: the content words of "from X to", or after "quit",
-    "left", "leaving" or "no longer at" ("I moved from Paris to Rome" -> ["paris"])."""
+    """The old values ``text`` names: the content words of "from X to" after a verb of change
+    ("moved", "switched", "went"...), or after "quit", "left", "leaving" or "no longer at"
+    ("I moved from Paris to Rome" -> ["paris"]; "cycling from Passau to Vienna" names none)."""
     out = []
     for match in (m for pattern in _NAMED_OLD for m in pattern.finditer(_fold(text))):
         words = content_words(match.group(1))
@@ -269,4 +284,4 @@ def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, nea
 
 def word_lists() -> frozenset[str]:
     """Every pattern and word list :func:`supersedes` reads, for a digest of the rule."""
-    return frozenset(CHANGE_PATTERNS) | {REPLACING.pattern} | PEOPLE | _SELF | _FILLER | _OPENERS | {p.pattern for p in _NAMED_OLD} | {_SENTENCE.pattern, _SPEAKER.pattern, TELLING.pattern} | _DROPPED_SUBJECT
+    return frozenset(CHANGE_PATTERNS) | {REPLACING.pattern} | PEOPLE | _SELF | _FILLER | _OPENERS | _NOT_A_NOUN | {p.pattern for p in _NAMED_OLD} | {_SENTENCE.pattern, _SPEAKER.pattern, TELLING.pattern} | _DROPPED_SUBJECT
