@@ -149,7 +149,7 @@ def test_the_rule_updates_the_nearest_fact_a_change_supersedes() -> None:
     alone = Candidate("home", "I rent a flat above a bakery", 0.4)
     assert conservative_operation(OperationQuestion("I moved to Berlin now.", None, (alone, job))) == Operation(
         "UPDATE", "home")
-    rival = Candidate("office", "My office is above a bakery", 0.35)
+    rival = Candidate("office", "My office is above a bakery", 0.38)
     assert conservative_operation(OperationQuestion("I moved to Berlin now.", None, (alone, rival))) == ADD
 
 
