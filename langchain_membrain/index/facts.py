@@ -250,10 +250,6 @@ class FactIndex:
     def ids(self) -> list[Hashable]:
         return list(self._slot)
 
-    def former_ids(self) -> list[Hashable]:
-        """The facts credited with former versions (:meth:`set_former`)."""
-        return [self._ids[s] for s in self._former]
-
     def speakers(self) -> list[str]:
         """Distinct ``metadata["speaker"]`` values of the facts held ([] unless
         :class:`~.chat.SpeakerBoost` is on)."""
