@@ -21,7 +21,7 @@ NON_NEGATIVE = ["inserts", "questions", "questions_cumulative", "questions_per_i
                 "wall_p50_ms", "wall_p95_ms", "cpu_p50_ms", "cpu_p95_ms"]
 
 TOPICS = ["I adopted a puppy named {}", "My sister {} plays the cello", "We hiked up {} last weekend",
-          "I cooked a {} curry for dinner", "My new job at {} starts on Monday"]
+          "I cooked a {} curry for dinner", "I visited the {} office on Monday"]  # no two correct each other
 WORDS = ["Rex", "Mila", "Ben Nevis", "pumpkin", "Acme", "Luna", "Jo", "Snowdon", "lentil", "Globex"]
 
 

@@ -217,6 +217,7 @@ def _run_memory(monkeypatch, copy_method: str, texts: list[str]) -> tuple[str, i
         tree.check_invariants()
         rows = _canonical([{k: v for k, v in row.items() if k not in ("created_at", "updated_at")}
                            for row in tree.to_dict()["nodes"]])
+        rows = re.sub(r'"valid_(from|to)": [0-9.e+-]+', r'"valid_\1": 0', rows)  # times differ between runs
         stats = mem.stats()
     return rows, next(copies), {k: stats[k] for k in ("inserts", "teacher_calls") if k in stats}
 

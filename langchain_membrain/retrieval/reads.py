@@ -321,6 +321,7 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
     hits: list[MemoryRecord] = []
     vectors: dict[tuple[Namespace, str], Any] = {}  # embeddings, for cosines (history, merge ties)
     probs: dict[tuple[Namespace, str], tuple[float, int]] = {}  # calibrated score, rank in its namespace
+    newer: dict[tuple, MemoryRecord] = {}  # (namespace, key) -> the current fact that supersedes it
     for ns in spaces:
         with forest.lock(ns):
             tree = forest.tree(ns, create=False)
@@ -340,6 +341,8 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
                 hits.append(record_of(ns, tree, key, score))
                 if score is not None:
                     vectors[ns, key] = entry_of(tree, key).embedding
+            if query is not None and not include_history:
+                newer.update(_superseders(forest, ns, tree, [k for k, s in ranked if s is not None], filter, kinds))
             if include_history:
                 for entry in tree.archived("history"):
                     if filter and not matches(entry.metadata.get("value", {}), filter):
@@ -352,7 +355,7 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
         hits.sort(key=lambda r: (-r.updated_at, r.key))
         return hits[offset: offset + limit]
     page = _merged(hits, vectors, probs, embedded, query, include_history, embed)[offset: offset + limit]
-    return page if include_history else place(page, _superseders(forest, page, filter, kinds))
+    return page if include_history else place(page, newer)
 
 
 def _versions(index: Any, key: str, entry: Node) -> tuple[list[Any], list[str]]:
@@ -362,26 +365,23 @@ def _versions(index: Any, key: str, entry: Node) -> tuple[list[Any], list[str]]:
     return [entry.embedding, *(vec for _, vec in former)], [entry.text, *(text for text, _ in former)]
 
 
-def _superseders(forest: Forest, page: list[MemoryRecord], filter: dict[str, Any] | None,
+def _superseders(forest: Forest, ns: Namespace, tree: MembrainTree, keys: list[str], filter: dict[str, Any] | None,
                  kinds: Sequence[MemoryKind]) -> dict[tuple, MemoryRecord]:
-    """{(namespace, key): the record of the current fact that supersedes it} for the scored
-    current facts of ``page`` that have one (supersession.superseder)."""
+    """{(ns, key): the record of the current fact that supersedes it} for the current facts
+    among ``keys`` that have one (supersession.superseder); call under the namespace's lock."""
+    index = forest.index(ns)
+    if index is None or not index.config.supersession:
+        return {}
+    passes = _passes(tree, filter)
+
+    def eligible(key: str) -> bool:
+        return kind_of(tree, key) in kinds and passes(key)
+
     out: dict[tuple, MemoryRecord] = {}
-    for ns in dict.fromkeys(h.namespace for h in page if h.score is not None and h.status == "current"):
-        with forest.lock(ns):
-            tree, index = forest.tree(ns, create=False), forest.index(ns)
-            if tree is None or index is None or not index.config.supersession:
-                continue
-            passes = _passes(tree, filter)
-
-            def eligible(key: str, tree: MembrainTree = tree, passes: Callable[[str], bool] = passes) -> bool:
-                return kind_of(tree, key) in kinds and passes(key)
-
-            for h in page:
-                if h.namespace == ns and h.score is not None and h.status == "current":
-                    newer = superseder(tree, index.nearest, h.key, eligible)
-                    if newer is not None:
-                        out[ns, h.key] = record_of(ns, tree, newer)
+    for key in keys:
+        found = superseder(tree, index.nearest, key, eligible)
+        if found is not None:
+            out[ns, key] = record_of(ns, tree, found)
     return out
 
 

@@ -50,9 +50,9 @@ CHANGE_PATTERNS = (
     r"\bemigrat\w*", r"\bregistered with\b", r"\bgot a (?:raise|pay rise|promotion)\b", r"\b(?:went|gone|going) "
     r"(?:vegan|vegetarian|veggie|teetotal|sober|freelance|part-time|full-time|back)\b", r"\bcame off\b",
     r"\bcome off\b", r"\b(?:went|gone|goes|going) (?:up|down)\b", r"\bdown to\b", r"\bextended\b",
-    r"\bstol(?:e|en)\b", r"\bhealed\b", r"\bgot the keys\b", r"\badopted\b", r"\bappointed\b", r"\bgraduated\b",
+    r"\bstol(?:e|en)\b", r"\bhealed\b", r"\bgot the keys\b", r"\bappointed\b", r"\bgraduated\b",
     r"\bqualified\b", r"\bfinished (?:my|our|the)\b", r"\belected\b", r"\bmet someone\b", r"\bseeing someone\b",
-    r"\bopened (?:my|our|a|an) own\b", r"\bactually\b", r"\bbought\b", r"\bshifted\b",
+    r"\bopened (?:my|our|a|an) own\b", r"\bactually\b", r"\bshifted\b",
     r"\bbrought\b.{0,24}\bforward\b", r"\bpushed\b.{0,24}\b(?:back|forward)\b", r"\bgot (?:\w+ )?(?:worse|better)\b",
     # a date moved
     r"\bpushed (?:back|forward|out)\b", r"\bpostponed\b", r"\bresched\w*", r"\bbrought forward\b",
