@@ -82,6 +82,23 @@ def test_a_fact_and_the_raw_item_it_came_from_take_one_slot():
         assert len(m.search("cello", namespace="u", kinds="raw", limit=5)) == 1
 
 
+def test_the_default_search_shows_the_formed_fact_and_kinds_return_what_they_name():
+    """One input formed into a fact and an experience: the default search's one slot shows
+    the formed memory (its source names the input), not the raw turn; a search of the
+    formed kinds returns both, each its own hit."""
+    text = "Oh nice! I play the cello, since 2019. Always tune it before practice, learned that the hard way."
+    teacher = ScriptedFormer({text: {"facts": ["Maya started playing the cello in 2019"],
+                                     "experiences": ["tune the cello before every practice"]}})
+    with memory(teacher) as m:
+        key = m.add(text, namespace="u", session="s")
+        m.add("The weather in Lisbon is sunny", namespace="u", kind="fact")
+        first = m.search("cello", namespace="u", limit=5)[0]
+        assert first.kind in ("fact", "experience") and first.sources == [key]
+        both = m.search("cello", namespace="u", kinds=["fact", "experience"], limit=5)
+        assert {h.kind for h in both if h.sources == [key]} == {"fact", "experience"}
+        assert [h.kind for h in m.search("cello", namespace="u", kinds="raw", limit=5)] == ["raw"]
+
+
 def test_kinds_are_searched_apart_and_an_unknown_kind_is_refused():
     with memory() as m:
         m.add("always book the window seat", namespace="u", kind="experience")

@@ -207,8 +207,8 @@ def kind_of(tree: MembrainTree, key: str) -> str:
 
 
 def origin_of(tree: MembrainTree, key: str) -> str:
-    """The raw item a hit stands for: a formed fact's first source, else the hit itself.
-    A fact and the raw item it came from are one origin, and take one slot of a search."""
+    """The input a hit stands for: a formed fact's first source (its raw item), else the hit
+    itself."""
     if key in tree:
         sources = tree.node(key).metadata.get(SOURCES_KEY)
         if sources:
@@ -220,10 +220,15 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
          k: int, embedded: dict[str, np.ndarray], *, embed: Embed, mode: str,
          kinds: Sequence[MemoryKind] = SEARCHED_KINDS) -> list[tuple[str, float | None]]:
     """(key, score) of up to ``k`` best items of one namespace of ``kinds`` matching
-    ``filter``, one per origin (:func:`origin_of`: the best of a raw item and the facts formed
-    from it), then its matching unembedded facts (score None). Without a query: every
+    ``filter``, then its matching unembedded facts (score None). Without a query: every
     matching item, newest first. ``embedded`` caches the dense query texts' embeddings
     across namespaces.
+
+    Where raw items are searched, an input and what was formed from it are one slot
+    (:func:`origin_of`), ranked by the best of them; the slot shows the best ranked formed
+    memory among them (the distilled, dated statement, whose ``sources`` name the input),
+    the raw item only where none of its formed memories is a candidate. Where they are not,
+    every formed memory is a slot of its own: ``kinds`` returns what it names.
 
     With a query, no filter and every searched kind, nothing here walks the tree's facts, so
     the cost is the index's (sub-linear in fast mode)."""
@@ -241,13 +246,17 @@ def rank(forest: Forest, ns: Namespace, tree: MembrainTree, query: str | None, f
     index = forest.index(ns)
     scored: list[tuple[str, float | None]] = []
     if index is not None and len(index):
-        origins: set[str] = set()
+        slots: dict[str, list[tuple[str, float]]] = {}  # origin -> its candidates, best first
         formed = forest.formed(ns) if "raw" in kinds else []
         for f, s in _ranked(index, tree, query, ids, k, embedded, formed, embed=embed, mode=cast(Mode, mode)):
-            origin = origin_of(tree, f)
-            if origin not in origins and len(scored) < k:
-                origins.add(origin)
-                scored.append((f, s))
+            origin = origin_of(tree, f) if "raw" in kinds else f
+            if origin in slots:
+                slots[origin].append((f, s))
+            elif len(slots) < k:
+                slots[origin] = [(f, s)]
+        for members in slots.values():
+            shown = next((f for f, _ in members if kind_of(tree, f) != "raw"), members[0][0])
+            scored.append((shown, members[0][1]))
     unscored: list[tuple[str, float | None]] = [(f, None) for f in sorted(forest.unindexed(ns)) if passes(f)
                                                and kind_of(tree, f) in kinds]
     return scored + unscored
@@ -334,7 +343,7 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
                 index = forest.index(ns)
                 assert index is not None  # scored hits come from the index
                 qvec = embedded.get(index.dense_query_text(query))
-                found = non_increasing(calibrated(query, qvec, [(k, s, *_versions(index, k, e)) for k, s, e in found_hits],
+                found = non_increasing(calibrated(query, qvec, [(k, s, *_versions(index, tree, k, e, "raw" in kinds)) for k, s, e in found_hits],
                                                   len(index)))
                 probs.update({(ns, k): (p, i) for i, ((k, _, _), p) in enumerate(zip(found_hits, found))})
             for key, score in ranked:
@@ -358,11 +367,17 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
     return page if include_history else place(page, newer)
 
 
-def _versions(index: Any, key: str, entry: Node) -> tuple[list[Any], list[str]]:
+def _versions(index: Any, tree: MembrainTree, key: str, entry: Node, raw: bool) -> tuple[list[Any], list[str]]:
     """A hit's embeddings and texts for its calibrated score: its own, then those of the
-    versions its index credits it with (scores.features)."""
+    versions its index credits it with (scores.features), then, where raw items are searched,
+    those of the input it was formed from (the slot the two share: :func:`rank`)."""
     former = index.former(key)
-    return [entry.embedding, *(vec for _, vec in former)], [entry.text, *(text for text, _ in former)]
+    vecs, texts = [entry.embedding, *(vec for _, vec in former)], [entry.text, *(text for text, _ in former)]
+    origin = origin_of(tree, key) if raw else key
+    if origin != key and origin in tree.archive:
+        vecs.append(tree.archive[origin].embedding)
+        texts.append(tree.archive[origin].text)
+    return vecs, texts
 
 
 def _superseders(forest: Forest, ns: Namespace, tree: MembrainTree, keys: list[str], filter: dict[str, Any] | None,
