@@ -7,6 +7,10 @@ import zlib
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+#: Why a PostgreSQL test skips: conftest.py found no server for the session.
+NO_POSTGRES = ("no PostgreSQL server to test against: pip install -e '.[dev]' (its pgserver starts one; "
+               "CPython 3.12 at most) or set MEMBRAIN_TEST_POSTGRES_URL")
+
 
 class WordEmbeddings(Embeddings):
     """Bag of words hashed into 64 buckets: texts sharing words are similar. Instant."""

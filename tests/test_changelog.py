@@ -14,7 +14,7 @@ import uuid
 
 import numpy as np
 import pytest
-from helpers import WordEmbeddings
+from helpers import NO_POSTGRES, WordEmbeddings
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import invariant
 from test_tree_properties import DIM, TreeMachine
@@ -152,7 +152,7 @@ def shared_storage(request, tmp_path):
         return
     url = os.environ.get("MEMBRAIN_TEST_POSTGRES_URL")
     if not url:
-        pytest.skip("MEMBRAIN_TEST_POSTGRES_URL is not set: no PostgreSQL server to test against")
+        pytest.skip(NO_POSTGRES)
     import psycopg
 
     schema = f"membrain_test_{uuid.uuid4().hex[:12]}"

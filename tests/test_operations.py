@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import WordEmbeddings  # noqa: E402
+from helpers import NO_POSTGRES, WordEmbeddings  # noqa: E402
 
 from langchain_membrain import MembrainMemory, RetrievalConfig  # noqa: E402
 from langchain_membrain.bench.updates import GroundTruthTeacher, gt_value, load  # noqa: E402
@@ -305,7 +305,7 @@ def test_a_namespace_with_only_ignored_items_keeps_its_log(tmp_path) -> None:
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_history_persists_on_both_backends(backend: str, tmp_path) -> None:
     if backend == "postgres" and not PG_URL:
-        pytest.skip("MEMBRAIN_TEST_POSTGRES_URL is not set")
+        pytest.skip(NO_POSTGRES)
     from langchain_membrain.storage import open_storage
 
     schema = f"membrain_test_{uuid.uuid4().hex[:12]}"

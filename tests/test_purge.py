@@ -1,8 +1,8 @@
 """Purging the archive: ``MembrainMemory.purge_history`` and ``membrain history --purge``.
 
-Each test runs in memory, on SQLite and on PostgreSQL (``$MEMBRAIN_TEST_POSTGRES_URL``; it
-skips without one). The teacher is the bench's GroundTruthTeacher (the operations are the
-data's labels), the embeddings the instant bag-of-words ones of helpers.py.
+Each test runs in memory, on SQLite and on PostgreSQL (``$MEMBRAIN_TEST_POSTGRES_URL``, see
+conftest.py; it skips without a server). The teacher is the bench's GroundTruthTeacher (the
+operations are the data's labels), the embeddings the instant bag-of-words ones of helpers.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import StrictClock, WordEmbeddings  # noqa: E402
+from helpers import NO_POSTGRES, StrictClock, WordEmbeddings  # noqa: E402
 
 from langchain_membrain import MembrainMemory  # noqa: E402
 from langchain_membrain.bench.updates import GroundTruthTeacher, gt_value  # noqa: E402
@@ -86,7 +86,7 @@ class Place:
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def place(request, tmp_path):
     if request.param == "postgres" and not PG_URL:
-        pytest.skip("MEMBRAIN_TEST_POSTGRES_URL is not set")
+        pytest.skip(NO_POSTGRES)
     where = Place(request.param, tmp_path)
     yield where
     if request.param == "postgres":

@@ -1,8 +1,9 @@
 """PostgreSQL storage: the shared suite plus PostgreSQL's own cases, on a real server.
 
-Runs against ``$MEMBRAIN_TEST_POSTGRES_URL`` (CI: ``postgresql://postgres@127.0.0.1:5432/test``).
-Unset: every test here skips, saying so. Set but the server is unreachable: every test
-fails. Each test works in a schema of its own, dropped afterwards.
+Runs against ``$MEMBRAIN_TEST_POSTGRES_URL``, which conftest.py points at a server of its own
+(pgserver, the ``dev`` extra) when the environment sets none. No server at all: every test
+here skips, saying so. Set but the server is unreachable: every test fails. Each test works
+in a schema of its own, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import os
 import sys
 import time
 import uuid
+from urllib.parse import urlencode
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # the shared suite lives next to this file
 
+from helpers import NO_POSTGRES  # noqa: E402
 from storage_helpers.suite import *  # noqa: E402,F401,F403  (the shared tests)
 from storage_helpers.suite import DIM, NS, Backend, snapshot  # noqa: E402
 
@@ -32,8 +35,7 @@ URL = os.environ.get("MEMBRAIN_TEST_POSTGRES_URL")
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.skipif(not URL, reason="MEMBRAIN_TEST_POSTGRES_URL is not set: no PostgreSQL server to test against "
-                                       "(e.g. postgresql://postgres@127.0.0.1:5432/test)"),
+    pytest.mark.skipif(not URL, reason=NO_POSTGRES),
 ]
 
 
@@ -104,7 +106,8 @@ def test_refused_credentials_give_a_typed_error(change: str, schema: str) -> Non
     else:
         info["password"] = "certainly-wrong"
     auth = info.get("user", "postgres") + (f":{info['password']}" if info.get("password") else "")
-    bad = f"postgresql://{auth}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+    where = urlencode({key: info[key] for key in ("host", "port") if key in info})  # a socket folder too
+    bad = f"postgresql://{auth}@/{info.get('dbname', '')}?{where}"
     if change == "password":
         try:  # trust auth accepts any password: then the store simply opens
             open_storage(bad, schema=schema).close()

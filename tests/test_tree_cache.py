@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import WordEmbeddings  # noqa: E402
+from helpers import NO_POSTGRES, WordEmbeddings  # noqa: E402
 from test_cold_open import chat_events, hits, memory, same_hits  # noqa: E402
 
 from langchain_membrain import MembrainMemory  # noqa: E402
@@ -242,7 +242,7 @@ PG_URL = os.environ.get("MEMBRAIN_TEST_POSTGRES_URL")
 @pytest.fixture
 def pg_schema():
     if not PG_URL:
-        pytest.skip("MEMBRAIN_TEST_POSTGRES_URL is not set: no PostgreSQL server to test against")
+        pytest.skip(NO_POSTGRES)
     import psycopg
 
     name = f"membrain_test_{uuid.uuid4().hex[:12]}"
