@@ -49,6 +49,17 @@ def test_supersedes_needs_the_same_holder_and_the_old_value_stored():
     assert not supersedes("I moved to Porto", "I play the oboe", 0.2)  # not near
 
 
+@pytest.mark.parametrize("new, old, cosine", [
+    ("The Iceland trip is cancelled, the airline went bust", "I'm going to Iceland for a week in October", 0.51),
+    ("Someone stole my Brompton from outside the station", "I ride a blue Brompton to work", 0.53),  # a thing's name
+    ("I don't vape anymore, quit completely at New Year", "I vape", 0.73),  # "completely" names no old value
+    ("Traded the Focus in for a secondhand Kia Niro", "I drive a Ford Focus estate", 0.38),
+])
+def test_a_change_to_a_thing_the_speaker_named_supersedes_it(new, old, cosine):
+    assert supersedes(new, old, cosine, runner_up=0.2)
+    assert holder("The Iceland trip is off") == "iceland trip"
+
+
 def _ask(text: str, *candidates: tuple[str, str, float]) -> str:
     question = OperationQuestion(text, None, tuple(Candidate(k, t, s) for k, t, s in candidates))
     op = conservative_operation(question)

@@ -53,7 +53,8 @@ CHANGE_PATTERNS = (
     r"\bstol(?:e|en)\b", r"\bhealed\b", r"\bgot the keys\b", r"\bappointed\b", r"\bgraduated\b",
     r"\bqualified\b", r"\bfinished (?:my|our|the)\b", r"\belected\b", r"\bmet someone\b", r"\bseeing someone\b",
     r"\bopened (?:my|our|a|an) own\b", r"\bactually\b", r"\bshifted\b",
-    r"\bbrought\b.{0,24}\bforward\b", r"\bpushed\b.{0,24}\b(?:back|forward)\b", r"\bgot (?:\w+ )?(?:worse|better)\b",
+    r"\bbrought\b.{0,24}\bforward\b", r"\bpushed\b.{0,24}\b(?:back|forward)\b", r"\bgot (?:\w+ ){0,2}(?:worse|better)\b",
+    r"\bfrom (?:today|tomorrow|now on)\b", r"\bchange of plans?\b",
     # a date moved
     r"\bpushed (?:back|forward|out)\b", r"\bpostponed\b", r"\bresched\w*", r"\bbrought forward\b",
     r"\bdelayed\b", r"\bbumped\b",
@@ -74,7 +75,9 @@ REPLACING = re.compile(r"\bnow\b|\bthese days\b|\bnowadays\b|\binstead\b|\bany ?
                        r"|\blaid off\b|\bpassed away\b|\bdied\b|\bcancel+ed\b|\bcalled off\b|\bafter all\b"
                        r"|\bfell through\b|\bbroke up\b|\bsplit up\b|\bdivorc\w*|\bseparated\b|\bpushed\b.{0,24}\b(?:back|forward)\b"
                        r"|\bpostponed\b|\bresched\w*|\bbrought\b.{0,24}\bforward\b|\bwent from\b|\bactually\b"
-                       r"|\bgot rid of\b|\bgave up\b|\bback on\b|\bgone (?:vegan|vegetarian|teetotal|sober)\b|\bstolen\b")
+                       r"|\bgot rid of\b|\bgave up\b|\bback on\b|\b(?:went|gone) (?:vegan|vegetarian|veggie|teetotal|sober)\b|\bstol(?:e|en)\b"
+                       r"|\breplac\w*|\btransferring\b|\btraded\b|\bsomeone new\b|\bclosed down\b|\bfor good\b"
+                       r"|(?:\bis|'s) off\b|\bchange of plans?\b")
 
 #: Cosines (all-MiniLM-L6-v2) at which a change statement is near enough to supersede a fact:
 #: :data:`NEAR` whatever their words and whatever else is near; :data:`NEAR_SHARING` where
@@ -198,8 +201,9 @@ def holder(text: str) -> str | None:
             continue  # "Finally, ...", "Big news: ..."
         if low in ("a", "an"):
             return "something new"  # "A new cafe opened": no stored fact's holder
-        if low == "the":  # "The Iceland trip is off": the trip; "The hot dog stand closed": not Rex
-            return _thing_or_speaker(next((w for w in content_words(" ".join(words[i + 1: i + 3]))), None), words)
+        if low == "the":  # "The Iceland trip is off": the Iceland trip; "The hot dog stand closed": not Rex
+            thing = [w for w in _WORD.findall(_fold(" ".join(words[i + 1: i + 3]))) if content_words(w)]
+            return _thing_or_speaker(" ".join(thing) or None, words)
         if low in _POSSESSIVE:  # "my phone" is the speaker's; "my best friend" is not
             after = [_fold(w).removesuffix("'s") for w in words[i + 1: i + 4]]
             return next((w for w in after if w in PEOPLE), None)
@@ -229,7 +233,7 @@ def named_old_values(text: str) -> list[str]:
     ("I moved from Paris to Rome" -> ["paris"]; "cycling from Passau to Vienna" names none)."""
     out = []
     for match in (m for pattern in _NAMED_OLD for m in pattern.finditer(_fold(text))):
-        words = content_words(match.group(1))
+        words = {w for w in content_words(match.group(1)) if not w.endswith("ly")}  # "quit completely"
         if words:
             out.append(sorted(words)[0] if len(words) == 1 else " ".join(sorted(words)))
     return out
@@ -271,13 +275,16 @@ def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, nea
         return False
     new = sentence
     who = holder(new)
-    if who is not None and not any(same_word(who, w) for w in _WORD.findall(_fold(old))):
+    if who is not None and not any(same_word(h, w) for h in who.split() for w in _WORD.findall(_fold(old))):
         return False
     named = named_old_values(new)
     if any(not _names(old, value) for value in named):
         return False
-    old_words = content_words(old, names=False)
-    sharing = bool(named) or any(same_word(w, o) for w in content_words(new, names=False) - {who} for o in old_words)
+    # A third party's name is in every fact about them; the names in the speaker's own change
+    # are the things it is about ("Someone stole my Brompton").
+    names = who is None
+    old_words = content_words(old, names=names)
+    sharing = bool(named) or any(same_word(w, o) for w in content_words(new, names=names) - {who} for o in old_words)
     if cosine >= near or sharing and cosine >= near_sharing:
         return True
     replacing = REPLACING.search(_fold(new)) is not None
