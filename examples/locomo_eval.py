@@ -7,8 +7,11 @@ top k.
 
     python examples/locomo_eval.py --data ../shared/data/locomo_dev.json --conversations 1
 
-The LoCoMo data (CC BY-NC 4.0) is not shipped with membrain. For every baseline in the
-same run, use ``membrain bench locomo`` instead.
+The LoCoMo data is not shipped with membrain: it is the LoCoMo dataset (Maharana et al.,
+ACL 2024), licensed CC BY-NC 4.0, which you fetch yourself at evaluation time under its
+licence (for example ``data/locomo10.json`` of the snap-research/locomo GitHub repository)
+and name with ``--data``. For every baseline in the same run, use ``membrain bench locomo``
+instead.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 from langchain_membrain import MembrainMemory, RetrievalConfig
 
@@ -46,15 +51,39 @@ def evidence_of(question: dict, known: set[str]) -> set[str]:
     return ids & known
 
 
+WHERE_LOCOMO_COMES_FROM = (
+    "LoCoMo is not shipped with membrain. It is the LoCoMo dataset (Maharana et al., ACL 2024), "
+    "licensed CC BY-NC 4.0: fetch it yourself, for evaluation, under its licence, e.g. data/locomo10.json "
+    "of the snap-research/locomo GitHub repository, and pass its path: "
+    "python examples/locomo_eval.py --data PATH/TO/locomo10.json")
+
+
+def load_samples(path: str) -> list[dict]:
+    """The LoCoMo samples in the JSON file ``path`` (a list); exits with a message saying
+    where LoCoMo comes from and how to pass it (status 1, no traceback) when it cannot."""
+    file = Path(path)
+    if not file.is_file():
+        sys.exit(f"locomo_eval: no LoCoMo file at {path!r}.\n{WHERE_LOCOMO_COMES_FROM}")
+    try:
+        samples = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        sys.exit(f"locomo_eval: cannot read {path!r} as LoCoMo JSON ({exc}).\n{WHERE_LOCOMO_COMES_FROM}")
+    if not isinstance(samples, list):
+        sys.exit(f"locomo_eval: {path!r} is not LoCoMo (a JSON list of samples).\n{WHERE_LOCOMO_COMES_FROM}")
+    return samples
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="a LoCoMo JSON file (a list of samples)")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=WHERE_LOCOMO_COMES_FROM)
+    parser.add_argument("--data", required=True,
+                        help="a LoCoMo JSON file (a list of samples), e.g. data/locomo10.json of the "
+                             "snap-research/locomo repository (CC BY-NC 4.0; not shipped: fetch it yourself)")
     parser.add_argument("--conversations", type=int, default=1)
     parser.add_argument("--questions", type=int, default=None, help="at most this many per conversation")
     parser.add_argument("--k", type=int, default=10)
     args = parser.parse_args()
 
-    samples = json.load(open(args.data))[: args.conversations]
+    samples = load_samples(args.data)[: args.conversations]
     hits: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     with MembrainMemory(retrieval=RetrievalConfig.for_chat()) as memory:
         for sample in samples:

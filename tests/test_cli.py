@@ -248,6 +248,27 @@ def test_read_commands_do_not_create_a_database(capsys, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_failing_write_command_leaves_no_new_database(capsys, tmp_path, monkeypatch):
+    """Issue 56: a write command that fails before it stores anything removes the file it
+    created; a database that was there already is kept."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    db = tmp_path / "new.db"
+    for argv in (["add", "   "], ["add", "I keep bees", "--key", ""]):
+        code, out, err = run(capsys, ["--db", str(db), "--offline", *argv])
+        assert_one_line_error(code, out, err)
+        assert list(tmp_path.iterdir()) == [], argv
+    assert run(capsys, ["--db", str(db), "--offline", "add", "I keep bees"])[0] == 0
+    code, out, err = run(capsys, ["--db", str(db), "--offline", "add", "   "])
+    assert_one_line_error(code, out, err, "empty")
+    code, out, err = run(capsys, ["--db", str(db), "search", "bees"])
+    assert code == 0 and "I keep bees" in out, err  # the existing database is untouched
+
+
+def test_add_says_when_the_text_is_not_stored(capsys, memory):
+    code, out, err = run(capsys, ["add", "hello"], memory)  # judged not a memory (IGNORE)
+    assert code == 0 and "not stored" in out and "--ignored" in out, out + err
+
+
 def test_no_traceback_in_a_real_process(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "langchain_membrain.cli", "--db", str(tmp_path / "m.db"),

@@ -74,6 +74,17 @@ def test_langgraph_subgraph(tmp_path):
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo_dev.json"
 
 
+def test_locomo_eval_without_locomo_says_where_it_comes_from(tmp_path):
+    """Issue 56: a missing LoCoMo file is one clear message and a nonzero status, no traceback."""
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "locomo_eval.py"), "--data", str(tmp_path / "none.json")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    for needle in ("no LoCoMo file", "Maharana et al., ACL 2024", "CC BY-NC 4.0", "snap-research/locomo",
+                   "data/locomo10.json", "--data"):
+        assert needle in proc.stderr, proc.stderr
+
+
 @pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo data (../shared/data) is not beside this checkout")
 def test_locomo_eval(tmp_path):
     out = run_example("locomo_eval.py", "--data", str(LOCOMO), "--conversations", "1", "--questions", "30",

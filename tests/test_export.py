@@ -118,6 +118,36 @@ def test_html_escapes_fact_text():
     assert len(re.findall(r"<script\b", html)) == 1
 
 
+def test_html_shows_valid_time_where_known_and_labels_it():
+    """Issue 56: a formed fact's valid time (valid_from, and valid_to when set) and an
+    updated fact's start are shown as "valid ..."; a fact without one shows "stored ..."."""
+    from datetime import datetime, timezone
+
+    from langchain_membrain.tree.kinds import VALID_TIME_KEY
+
+    def day(iso: str) -> float:
+        return datetime.fromisoformat(iso).replace(tzinfo=timezone.utc).timestamp()
+
+    t = MembrainTree("u", clock=lambda: 1_700_000_000.5)
+    t.add_fact(t.root_id, "went to Kyoto", node_id="f-trip", embedding=vec(1),
+               metadata={VALID_TIME_KEY: [day("2023-05-07"), day("2023-05-21")]})
+    t.add_fact(t.root_id, "works at Acme", node_id="f-job", embedding=vec(2),
+               metadata={VALID_TIME_KEY: [day("2021-03-01"), None]})
+    t.add_fact(t.root_id, "likes tea", node_id="f-tea", embedding=vec(3))
+    t.add_fact(t.root_id, "lives in Paris", node_id="f-home", embedding=vec(4))
+    t.supersede("f-home", "lives in Lisbon", embedding=vec(5), when=1_700_100_000.5)
+
+    def when(key: str) -> str:
+        m = re.search(rf'<li class="fact" id="{key}"[^>]*>.*?<span class="when">([^<]*)</span>', tree_to_html(t))
+        assert m is not None, key
+        return m.group(1)
+
+    assert when("f-trip") == "valid 2023-05-07 – 2023-05-21"
+    assert when("f-job") == "valid from 2021-03-01"
+    assert when("f-tea").startswith("stored 2023-11-1")  # created_at, labelled as such
+    assert when("f-home").startswith("valid from 2023-11-1")  # since its UPDATE
+
+
 def test_html_is_self_contained():
     html = tree_to_html(sample_tree())
     assert html.startswith("<!DOCTYPE html>")

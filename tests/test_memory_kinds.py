@@ -207,12 +207,15 @@ def test_a_store_user_chooses_the_kind_through_the_value_or_the_index_configurat
 def test_the_html_view_shows_kinds_sources_raw_items_and_summaries():
     from langchain_membrain.tree.export import tree_to_html
 
-    teacher = ScriptedFormer({CELLO: {"facts": ["Maya plays the cello"], "experiences": ["rosin the bow first"],
-                                      "working": "music talk"}})
+    since = 1683417600.0  # 2023-05-07, UTC: the formed fact's valid_from
+    teacher = ScriptedFormer({CELLO: {"facts": [{"text": "Maya plays the cello", "valid_from": since}],
+                                      "experiences": ["rosin the bow first"], "working": "music talk"}})
     with memory(teacher) as m:
         m.add(CELLO, namespace="u", session="s1")
         page = tree_to_html(m.tree("u"))
     assert "Maya plays the cello" in page and '<span class="kind">experience</span>' in page
+    assert '<span class="when">valid from 2023-05-07</span>' in page  # its valid time, not created_at
+    assert '<span class="when">stored ' in page  # the experience has none: when it was stored
     assert page.count("from: “Oh nice! I play the cello") == 2  # under each formed leaf
     assert "said (raw items)" in page and "session summaries (working memory)" in page and "music talk" in page
 

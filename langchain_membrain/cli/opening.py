@@ -122,7 +122,8 @@ def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB
     ``must_exist``: a read command; a database file that is not there is a mistake (and
     is not created empty). ``teacher=False``: a command that never asks the teacher
     (search): the offline default is used, and no LLM SDK is loaded. ``retrieval``: its
-    ``RetrievalConfig`` (None: the default)."""
+    ``RetrievalConfig`` (None: the default). A command that fails leaves no new database
+    file: one this command created is removed when it holds no memory."""
     given = _given(args)
     if given is not None:  # main(argv, memory=...): an open memory the caller owns
         yield given
@@ -136,10 +137,45 @@ def open_memory(args: argparse.Namespace, *, default_db: str | None = DEFAULT_DB
     from ..memory import MembrainMemory  # torch and the insert pipeline: only for these commands
 
     index_dir = getattr(args, "index_dir", None) or os.environ.get("MEMBRAIN_INDEX_DIR") or None
-    with _opening(args, db):
-        memory = MembrainMemory(storage, teacher=chosen, retrieval=retrieval, index_dir=index_dir)
-    with memory:
-        yield memory
+    created = _new_file(storage)
+    discard = False
+    try:
+        with _opening(args, db):
+            discard = created is not None
+            memory = MembrainMemory(storage, teacher=chosen, retrieval=retrieval, index_dir=index_dir)
+        with memory:
+            try:
+                yield memory
+            except BaseException:
+                discard = discard and _holds_nothing(memory)
+                raise
+            discard = False
+    finally:
+        if discard and created is not None:
+            _remove_database(created)
+
+
+def _new_file(storage: str | None) -> Path | None:
+    """The SQLite file ``storage`` names when it does not exist yet (so this command would
+    create it), else None (in memory, a URL, or a file already there)."""
+    if storage is None or "://" in storage:
+        return None
+    path = Path(storage).expanduser()
+    return None if path.exists() else path
+
+
+def _holds_nothing(memory: Any) -> bool:
+    """Whether ``memory`` holds no namespace (False when that cannot be told: the file is kept)."""
+    try:
+        return not list(memory.namespaces())
+    except Exception:  # noqa: BLE001 - unsure: keep the file
+        return False
+
+
+def _remove_database(path: Path) -> None:
+    """Remove a SQLite file a failed command created, with its journal files."""
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm", f"{path.name}-journal"):
+        path.with_name(name).unlink(missing_ok=True)
 
 
 @contextmanager

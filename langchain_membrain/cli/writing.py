@@ -35,7 +35,13 @@ def cmd_add(args: argparse.Namespace, console: Console) -> int:
         untaught = before is not None and (_without_teacher(memory) or 0) > before
         memory.flush()
         record = memory.get(key, namespace=ns)
-        path = " › ".join(record.path) if record is not None and record.path else "(top level)"
+        if record is None:  # not stored as a memory (judged not one: IGNORE)
+            operation = getattr(getattr(memory, "last_operation", None), "operation", None)
+            kind = getattr(operation, "kind", "IGNORE")
+            console.print(f"[yellow]not stored[/]: judged not a memory ({escape(str(kind))}); it is logged "
+                          "under 'membrain history --ignored'")
+            return 0
+        path = " › ".join(record.path) if record.path else "(top level)"
         console.print(f"[green]✓[/] stored [bold]{escape(key)}[/] in [bold]{escape(namespace_str(record.namespace))}[/]"
                       f" under {escape(path)}")
         if untaught:

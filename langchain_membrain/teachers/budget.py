@@ -19,10 +19,11 @@ Two mechanisms, used by :class:`~.guard.GuardedTeacher` (the LLM teachers) and s
   ``max_backoff_s``. Its clock is injectable (``clock=``), so tests need no sleeps.
 
 A guarded teacher keeps two breakers: one for failures (no answer within its own
-``timeout``, a refused connection, an HTTP error, an unusable answer; it logs one warning
-when it opens and one when the teacher answers again), and one, used only under a deadline,
-for answers slower than the budget (a healthy but slow model: its questions then go straight
-to the background, logged at INFO).
+``timeout``, a refused connection, an HTTP error, an unusable answer), and one, used only
+under a deadline, for no answer within the budget (a hanging endpoint, or a slow model: its
+questions then go straight to the background). While either is open the teacher is down for
+the inserts: its line logs one warning when it goes down and one when it answers again
+(:meth:`~.line.RequestLine._report`).
 
 This module imports nothing heavy.
 """

@@ -14,10 +14,13 @@ the line sends them:
   a sync request is cut when it passes (kind ``"budget"``), and none is sent after it;
 - a **circuit breaker** (:class:`~.budget.CircuitBreaker`): after ``threshold`` failed
   requests in a row no request is sent (:class:`TeacherUnavailable`) until a back-off has
-  passed; one warning is logged (logger ``langchain_membrain``) when it opens and one when
-  the teacher answers again. Answers slower than a deadline open a second breaker that only
-  stops requests under a deadline (the questions go to the background instead), logged at
-  INFO;
+  passed. No answer within a deadline ``threshold`` times in a row (a hanging endpoint, or a
+  model slower than the insert's budget) opens a second breaker that only stops requests
+  under a deadline (the questions go to the background instead);
+- **one report of the teacher's health** (:meth:`RequestLine._report`, logger
+  ``langchain_membrain``): the teacher is *down* for the inserts while either breaker is
+  open. One warning is logged when it goes down and one when it answers again, however many
+  inserts it affects; a breaker that opens or closes in between is logged at INFO;
 - **cost accounting** per stage (costs.py, ``teacher.stats()``); :meth:`RequestLine.requests_sent`
   counts the calling thread's requests, so a caller counts a question's exactly.
 
@@ -84,6 +87,8 @@ class RequestLine:
         self._sem = threading.BoundedSemaphore(self.max_concurrency)
         self.breaker = breaker if breaker is not None else budget.CircuitBreaker()
         self.slow = self.breaker.twin()  # answers slower than a deadline (see budget.py)
+        self._health_lock = threading.Lock()
+        self._down = False  # either breaker open: reported once by _report
         self._tls = threading.local()  # per thread: requests sent, the current request's timeout
         # The sync requests' threads, two per slot: an abandoned call frees its slot at once.
         self._workers = DaemonWorkers(2 * self.max_concurrency, name=f"{name}-teacher")
@@ -204,32 +209,47 @@ class RequestLine:
     def _answered(self) -> None:
         """A request was answered with a usable answer: both breakers close."""
         if self.breaker.success():
-            logger.warning("membrain: the teacher %s answers again; inserts ask it again", self.describe())
+            self._report(f"the teacher {self.describe()} answers again")
         if getattr(self._tls, "foreground", False) and self.slow.success():
-            logger.info("membrain: the teacher %s answers within the insert's budget again", self.describe())
+            self._report(f"the teacher {self.describe()} answers within the insert's budget again")
 
     def _note_failure(self, err: TeacherCallError) -> None:
-        """A request failed (a cut by the deadline tells nothing about the teacher's health)."""
+        """A request failed (a cut by the deadline tells nothing about the teacher's health,
+        but no answer within the insert's budget, again and again, stops asking it there)."""
         if err.kind == "budget":
             self.breaker.inconclusive()
             if budget.cut_off():  # cut by close(): tells nothing about the teacher's speed
                 self.slow.release()
                 return
             if self.slow.failure("budget"):
-                logger.info("membrain: the teacher %s answered %d questions in a row slower than the insert's "
-                            "budget: inserts are decided by the student or the offline rule and their questions "
-                            "go to the background (retried in %g s)", self.describe(), self.slow.threshold,
-                            self.slow.backoff_s)
+                self._report(f"the teacher {self.describe()} gave no answer within the insert's budget "
+                             f"{self.slow.threshold} times in a row (it hangs, or answers slower than the budget): "
+                             f"inserts are decided by the student or the offline rule and their questions go to "
+                             f"the background (the inserts ask it again after {self.slow.backoff_s:g} s)")
             return
         self.slow.release()
         if self.breaker.failure(f"{err.kind}: {err.detail}"[:200]):
-            logger.warning("membrain: the teacher %s is failing (%d failed requests in a row, the last %s: %s); "
-                           "inserts are decided by the student or the offline rule, and the teacher is asked "
-                           "again after %g s (back-off doubling up to %g s)", self.describe(),
-                           self.breaker.threshold, err.kind, err.detail[:160], self.breaker.backoff_s,
-                           self.breaker.max_backoff_s)
+            self._report(f"the teacher {self.describe()} is failing ({self.breaker.threshold} failed requests in a "
+                         f"row, the last {err.kind}: {err.detail[:160]}); inserts are decided by the student or "
+                         f"the offline rule, and the teacher is asked again after {self.breaker.backoff_s:g} s "
+                         f"(back-off doubling up to {self.breaker.max_backoff_s:g} s)")
         else:
             logger.debug("membrain: teacher request failed (%s: %s)", err.kind, err.detail[:160])
+
+    def _report(self, change: str) -> None:
+        """The one place that logs the teacher's health, after a breaker opened or closed
+        (``change`` says which and why). The teacher is down while either breaker is open:
+        going down and coming back are each logged once at WARNING (the inserts go on
+        without it, then ask it again); a change that leaves it down is logged at INFO."""
+        with self._health_lock:
+            down = self.breaker.state != "closed" or self.slow.state != "closed"
+            was_down, self._down = self._down, down
+        if down and not was_down:
+            logger.warning("membrain: %s", change)
+        elif was_down and not down:
+            logger.warning("membrain: %s; inserts ask it again", change)
+        else:
+            logger.info("membrain: %s", change)
 
     # ------------------------------------------------- the guarded question
     def ask(self, stage: str, messages: list[prompts.Message], schema: type[BaseModel],

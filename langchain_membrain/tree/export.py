@@ -23,8 +23,9 @@ from rich.text import Text
 from rich.tree import Tree
 
 from .archive import HISTORY_KEY
-from .kinds import KIND_KEY, SOURCES_KEY
-from .tree import MembrainTree
+from .kinds import KIND_KEY, SOURCES_KEY, VALID_TIME_KEY
+from .nodes import Node
+from .tree import VALID_FROM_KEY, MembrainTree
 
 __all__ = ["forest_to_html", "forest_to_json", "forest_to_mermaid", "shorten", "tree_to_html", "tree_to_json",
            "tree_to_mermaid", "tree_to_rich"]
@@ -313,6 +314,34 @@ def format_time(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
+def format_valid_time(ts: float | None) -> str:
+    """A fact's valid time as the page shows it: a bare date ("YYYY-MM-DD") for a UTC
+    midnight (an ISO date the teacher named), else as :func:`format_time`."""
+    if ts is None:
+        return ""
+    if ts % 86400 == 0:
+        return time.strftime("%Y-%m-%d", time.gmtime(ts))
+    return format_time(ts)
+
+
+def fact_when(node: Node) -> str:
+    """When a current fact holds, labelled so a reader can tell which time it is: its valid
+    time where known ("valid from ...", "valid ... – ...", "valid until ...": the time its
+    text names, else since its last UPDATE), else when it was stored ("stored ...")."""
+    stated = node.metadata.get(VALID_TIME_KEY) or (None, None)
+    start, end = stated[0], stated[1]
+    if start is None and VALID_FROM_KEY in node.metadata:
+        start = float(node.metadata[VALID_FROM_KEY])
+    if start is not None and end is not None:
+        return f"valid {format_valid_time(start)} – {format_valid_time(end)}"
+    if start is not None:
+        return f"valid from {format_valid_time(start)}"
+    if end is not None:
+        return f"valid until {format_valid_time(end)}"
+    stored = format_time(node.created_at)
+    return f"stored {stored}" if stored else ""
+
+
 def tree_to_html(tree: MembrainTree, title: str | None = None, *, open_depth: int = 1) -> str:
     """One self-contained HTML page showing the tree.
 
@@ -363,7 +392,7 @@ def _html_tree(tree: MembrainTree, open_depth: int) -> tuple[list[str], bool]:
 
     def fact_li(node_id: str) -> str:
         node = tree.node(node_id)
-        when = format_time(node.created_at)
+        when = fact_when(node)
         when_html = f'<span class="when">{esc(when)}</span>' if when else ""
         kind = node.metadata.get(KIND_KEY, "fact")
         kind_html = f'<span class="kind">{esc(kind)}</span>' if kind != "fact" else ""

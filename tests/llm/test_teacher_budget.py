@@ -94,7 +94,38 @@ def test_a_hanging_endpoint_never_stalls_an_add(server, caplog):
     assert stats["teacher"]["total"]["calls"] == counted_requests(stats) == len(server.requests)
     assert stats["operations"]["agreement"] is None and stats["operations"]["compared"] == 0
     assert stats["stage1"]["labelled"] == 0 and stats["stage2"]["labelled"] == 0  # no answer, no label
-    assert len(warnings_of(caplog)) == 1 and "is failing" in warnings_of(caplog)[0]
+    assert len(warnings_of(caplog)) == 1 and "no answer within the insert's budget" in warnings_of(caplog)[0]
+    assert any("is failing" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)  # already down
+
+
+@pytest.mark.parametrize("endpoint", ["hanging", "refusing"])
+def test_a_teacher_that_fails_warns_once_however_many_adds(endpoint, caplog):
+    """Issue 56: with the client's default timeout (30 s), a hanging endpoint used to log
+    no warning over 20 adds (only the budget cut them, logged at INFO). Now a hanging and a
+    refusing endpoint each log one warning when the teacher goes down, and each add returns
+    within the insert's budget, not the client's timeout."""
+    import time
+
+    from openai_server import HangingServer
+
+    caplog.set_level(logging.INFO, logger="langchain_membrain")
+    hanging = HangingServer().start() if endpoint == "hanging" else None
+    try:
+        url = hanging.base_url if hanging else refusing_url()
+        teacher = OpenAITeacher(openai.OpenAI(base_url=url, api_key="x"), "test-model")  # timeout 30 s
+        with MembrainMemory(teacher=teacher, embeddings=EMB, teacher_budget=0.3, relabel=False) as mem:
+            for t in TEXTS:
+                t0 = time.monotonic()
+                mem.add(t, namespace="u")
+                assert time.monotonic() - t0 < 10  # bounded by the budget, never the 30 s timeout
+            assert mem.stats()["teacher_failures"] > 0
+    finally:
+        if hanging:
+            hanging.stop()
+    warned = [r.getMessage() for r in caplog.records
+              if r.name.startswith("langchain_membrain") and r.levelno >= logging.WARNING]
+    assert 1 <= len(warned) <= 5, warned
+    assert ("no answer within the insert's budget" if hanging else "is failing") in warned[0]
 
 
 # ------------------------------------------------------------------ refusing
@@ -149,9 +180,9 @@ def test_garbage_answers_are_counted_as_the_server_received_them(server, thresho
 
 # ---------------------------------------------------- a slow but healthy teacher
 def test_a_slow_teacher_answers_in_the_background_and_corrects(server, caplog):
-    """Answers come after 0.4 s, past a 0.15 s budget: the adds go on without waiting (no
-    warning: the teacher is not failing), the background asks each deferred placement again
-    and its answers train the student and correct the tree."""
+    """Answers come after 0.4 s, past a 0.15 s budget: the adds go on without waiting (one
+    warning: the inserts go on without the teacher), the background asks each deferred
+    placement again and its answers train the student and correct the tree."""
     caplog.set_level(logging.INFO, logger="langchain_membrain")
     server.responder = lambda req: slow(0.4, keyword_llm(req))
     teacher = teacher_at(server.base_url, timeout=5.0)
@@ -167,7 +198,8 @@ def test_a_slow_teacher_answers_in_the_background_and_corrects(server, caplog):
     assert stats["teacher"]["place"]["failures"] == 0 and stats["teacher"]["place"]["calls"] > 0  # answered later
     assert stats["stage2"]["labelled"] > 0 or stats["stage1"]["labelled"] > 0  # its answers were learned
     assert stats["teacher"]["total"]["calls"] == counted_requests(stats) == len(server.requests)
-    assert warnings_of(caplog) == []
+    # one warning: the inserts go on without it (it is never fast enough to come back)
+    assert len(warnings_of(caplog)) == 1 and "no answer within the insert's budget" in warnings_of(caplog)[0]
 
 
 # ------------------------------------------------------------------ the breaker
