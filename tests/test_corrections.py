@@ -13,7 +13,7 @@ from langchain_membrain.integrations.store import MembrainStore
 from langchain_membrain.integrations.tools import memory_tools
 from langchain_membrain.retrieval.scores import DEFAULT_MIN_SCORE
 from langchain_membrain.teachers.operation_rule import conservative_operation, states_something
-from langchain_membrain.teachers.supersession import change_cue, holder, named_old_values, supersedes
+from langchain_membrain.teachers.supersession import change_cue, holder, named_old_values, slots, supersedes
 from langchain_membrain.tree.operation_types import Candidate, OperationQuestion
 
 
@@ -58,6 +58,19 @@ def test_supersedes_needs_the_same_holder_and_the_old_value_stored():
 def test_a_change_to_a_thing_the_speaker_named_supersedes_it(new, old, cosine):
     assert supersedes(new, old, cosine, runner_up=0.2)
     assert holder("The Iceland trip is off") == "iceland trip"
+
+
+def test_a_change_of_a_one_valued_attribute_supersedes_its_old_value_however_far():
+    """An attribute held one value at a time (home, work, partner, diet...): a change naming it
+    supersedes a fact naming it though their embeddings are far apart; a fact of another
+    attribute, or a change that is no change ("for now"), does not."""
+    assert slots("Jordi and I rented our own place in Ruzafa") == {"home"}
+    assert slots("We moved to Amsterdam in June") == {"home"}
+    assert supersedes("We moved to Amsterdam in June; we rent a flat in De Pijp",
+                      "Jordi and I rented our own place in Ruzafa", 0.40, runner_up=0.44)
+    assert supersedes("The cardiologist has me on a low-salt diet now", "I eat meat and three veg", 0.30, runner_up=0.26)
+    assert not supersedes("I moved the standup to Friday now", "I live in Leeds", 0.25)  # no attribute shared
+    assert not supersedes("No pets for now, the landlord doesn't allow them", "I live in a flat in Oslo", 0.25)
 
 
 def _ask(text: str, *candidates: tuple[str, str, float]) -> str:

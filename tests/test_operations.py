@@ -150,7 +150,11 @@ def test_the_rule_updates_the_nearest_fact_a_change_supersedes() -> None:
     assert conservative_operation(OperationQuestion("I moved to Berlin now.", None, (alone, job))) == Operation(
         "UPDATE", "home")
     rival = Candidate("office", "My office is above a bakery", 0.38)
-    assert conservative_operation(OperationQuestion("I moved to Berlin now.", None, (alone, rival))) == ADD
+    # ... unless the two name one attribute held one value at a time: the home
+    assert conservative_operation(OperationQuestion("I moved to Berlin now.", None, (alone, rival))) == Operation(
+        "UPDATE", "home")
+    side, boots = Candidate("side", "I play for a Sunday league side", 0.4), Candidate("boots", "My boots are worn", 0.38)
+    assert conservative_operation(OperationQuestion("I switched to a club in Berlin now.", None, (side, boots))) == ADD
 
 
 def test_offline_ignore_precision_on_the_data_sets() -> None:

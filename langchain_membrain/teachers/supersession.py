@@ -39,7 +39,7 @@ import re
 #: case-folded text; ``\b`` bounds words.
 CHANGE_PATTERNS = (
     # a value replaced
-    r"\bnow\b", r"\bthese days\b", r"\bnowadays\b", r"\binstead\b", r"\bany ?more\b", r"\bno longer\b",
+    r"(?<!\bfor )\bnow\b", r"\bthese days\b", r"\bnowadays\b", r"\binstead\b", r"\bany ?more\b", r"\bno longer\b",
     r"\bno more\b", r"\bmov(?:e|ed|ing)\b", r"\brelocat\w*", r"\bswitch(?:ed|ing)?\b", r"\bswap(?:ped|ping)?\b",
     r"\bchang(?:e|ed|ing)\b", r"\breplac(?:e|ed|ing)\b", r"\btransferr?(?:ed|ing)?\b", r"\bquit\b",
     r"\bleft\b", r"\bleaving\b", r"\bjoin(?:ed|ing)\b", r"\bstart(?:ed|ing)\b", r"\bbec(?:ame|oming)\b",
@@ -69,7 +69,7 @@ CHANGE = re.compile("|".join(CHANGE_PATTERNS))
 #: The cues that say by themselves that an old state is over ("now", "moved", "quit", "no
 #: longer", "passed away", "cancelled"...), not only that something began: the only ones
 #: that let a change statement supersede a fact it shares no word with.
-REPLACING = re.compile(r"\bnow\b|\bthese days\b|\bnowadays\b|\binstead\b|\bany ?more\b|\bno longer\b|\bno more\b"
+REPLACING = re.compile(r"(?<!\bfor )\bnow\b|\bthese days\b|\bnowadays\b|\binstead\b|\bany ?more\b|\bno longer\b|\bno more\b"
                        r"|\bmoved\b|\brelocat\w*|\bemigrat\w*|\bswitch\w*|\bswap\w*|\bchanged\b|\breplaced\b"
                        r"|\btransferr?ed\b|\bquit\b|\bleft\b|\bpromoted\b|\bretired\b|\bresigned\b|\bfired\b"
                        r"|\blaid off\b|\bpassed away\b|\bdied\b|\bcancel+ed\b|\bcalled off\b|\bafter all\b"
@@ -87,6 +87,7 @@ NEAR = 0.55
 NEAR_SHARING = 0.4
 NEAR_NEAREST = 0.3
 MARGIN = 0.05
+NEAR_SLOT = 0.2
 
 #: Words for people and animals that a sentence about a third party opens with ("my sister").
 PEOPLE = frozenset("""
@@ -97,6 +98,36 @@ grandfather niece nephew flatmate roommate housemate landlord landlady dog cat p
 hamster rabbit horse teacher doctor dentist coach cousin in-laws stepdad stepmum stepson stepdaughter
 buddy mate mates nephew nieces husband's wife's sibling siblings twin twins stepbrother stepsister
 """.split())
+#: Attributes of a person that hold one value at a time, each with the words that name it: a
+#: change stated in a sentence naming an attribute replaces the value of a fact naming the
+#: same one, however far apart their embeddings ("We moved to Amsterdam; we rent a flat in De
+#: Pijp" replaces "Jordi and I rented our own place in Ruzafa"). Words are matched as
+#: :func:`same_word` does; a change cue is never an attribute's word ("moved" names no home).
+#: Attributes a person holds several of (hobbies, pets, friends, trips) are not here.
+SLOTS: dict[str, frozenset[str]] = {name: frozenset(words.split()) for name, words in {
+    "home": "live lives living flat apartment house home rent renting studio cottage bungalow condo "
+            "flatshare houseshare address neighbourhood neighborhood landlord landlady lodging",
+    "work": "work works working job employer company firm office employed unemployed career role position "
+            "title boss manager colleague colleagues profession",
+    "partner": "partner boyfriend girlfriend husband wife dating single relationship married marriage divorced "
+               "engaged fiance fiancee spouse courting widow widower",
+    "diet": "eat eats eating diet vegan vegetarian veggie meat pescatarian keto gluten dairy",
+    "phone": "phone mobile iphone android smartphone sim",
+    "email": "email inbox gmail outlook hotmail",
+    "car": "car drive drives vehicle hatchback estate suv",
+    "commute": "commute commuting",
+    "bank": "bank banking account mortgage",
+    "gym": "gym membership",
+    "school": "school course degree university college studying student studies semester module",
+    "doctor": "doctor gp physician dentist surgery clinic therapist",
+    "shift": "shift shifts rota nights",
+    "smoking": "smoke smokes smoking smoker cigarettes cigarette vape vaping",
+    "drinking": "drink drinking alcohol sober teetotal booze",
+    "hair": "hair haircut beard",
+    "pay": "salary pay wage earn earning earnings income",
+    "weight": "weigh weight kilos pounds",
+    "sleep": "sleep sleeping bedtime",
+}.items()}
 _SELF = frozenset("i i'm i've i'd i'll we we're we've we'd we'll me us".split())
 _POSSESSIVE = frozenset(("my", "our"))
 
@@ -239,6 +270,30 @@ def named_old_values(text: str) -> list[str]:
     return out
 
 
+def slots(text: str) -> set[str]:
+    """The attributes (:data:`SLOTS`) whose words ``text`` holds, its change cues aside, a
+    word read with or without "s", "es", "ed" or "ing" ("rented" names the home); moving
+    to a place, emigrating or relocating names the home too."""
+    words = {_bare(w) for w in content_words(text, names=False)}
+    found = {name for name, named in SLOTS.items() if words & {_bare(n) for n in named}}
+    if _HOME_MOVE.search(text):
+        found.add("home")
+    return found
+
+
+def _bare(word: str) -> str:
+    """``word`` without a plural or verb ending and a final "e", for :func:`slots` ("lives",
+    "living", "lived" -> "liv")."""
+    for end in ("ing", "es", "ed", "s", "d"):
+        if word.endswith(end) and len(word) - len(end) >= 3:
+            word = word[: -len(end)]
+            break
+    return word.removesuffix("e")
+
+
+_HOME_MOVE = re.compile(r"\b[Mm]ov(?:ed|ing) (?:(?:back )?to [A-Z]|in\b|out\b|house\b)|\b[Ee]migrat|\b[Rr]elocat")
+
+
 def _names(old: str, value: str) -> bool:
     """Whether every word of ``value`` is a word of ``old`` (:func:`same_word`)."""
     words = content_words(old)
@@ -261,7 +316,8 @@ def change_sentence(text: str) -> str | None:
 
 
 def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, near: float = NEAR,
-               near_sharing: float = NEAR_SHARING, near_nearest: float = NEAR_NEAREST, margin: float = MARGIN) -> bool:
+               near_sharing: float = NEAR_SHARING, near_nearest: float = NEAR_NEAREST, margin: float = MARGIN,
+               near_slot: float = NEAR_SLOT) -> bool:
     """Whether the statement ``new`` supersedes the earlier fact ``old`` (module docstring);
     ``cosine``: the cosine of their embeddings; ``runner_up``: the highest cosine of ``new``
     with anything else it could supersede (1: unknown); the rest: the bars. The change is
@@ -273,7 +329,7 @@ def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, nea
     sentence = change_sentence(new)
     if sentence is None:
         return False
-    new = sentence
+    text, new = new, sentence
     who = holder(new)
     if who is not None and not any(same_word(h, w) for h in who.split() for w in _WORD.findall(_fold(old))):
         return False
@@ -287,10 +343,12 @@ def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, nea
     sharing = bool(named) or any(same_word(w, o) for w in content_words(new, names=names) - {who} for o in old_words)
     if cosine >= near or sharing and cosine >= near_sharing:
         return True
+    if who is None and cosine >= near_slot and slots(text) & slots(old):
+        return True
     replacing = REPLACING.search(_fold(new)) is not None
     return replacing and cosine >= near_nearest and cosine - runner_up >= margin
 
 
 def word_lists() -> frozenset[str]:
     """Every pattern and word list :func:`supersedes` reads, for a digest of the rule."""
-    return frozenset(CHANGE_PATTERNS) | {REPLACING.pattern} | PEOPLE | _SELF | _FILLER | _OPENERS | _NOT_A_NOUN | {p.pattern for p in _NAMED_OLD} | {_SENTENCE.pattern, _SPEAKER.pattern, TELLING.pattern} | _DROPPED_SUBJECT
+    return frozenset(CHANGE_PATTERNS) | {REPLACING.pattern} | PEOPLE | _SELF | _FILLER | _OPENERS | _NOT_A_NOUN | {p.pattern for p in _NAMED_OLD} | {_HOME_MOVE.pattern} | {f"{k}:{' '.join(sorted(v))}" for k, v in SLOTS.items()} | {_SENTENCE.pattern, _SPEAKER.pattern, TELLING.pattern} | _DROPPED_SUBJECT
