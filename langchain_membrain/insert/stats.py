@@ -41,6 +41,7 @@ class Counters:
     inserts: int = 0  # facts placed through the insert graph
     merged: int = 0  # adds that were duplicates of a stored fact (``dedupe``)
     supervised: int = 0  # inserts the trainer has handled
+    skipped_training: int = 0  # inserts the trainer fell too far behind to train on (max_training_lag)
     corrections: int = 0  # teacher corrections applied to the tree
     relabelled: int = 0  # aspects renamed as they grew
     worker_errors: int = 0  # failures of the background trainer
@@ -205,9 +206,10 @@ class MemoryStats(Mapping[str, Any]):
                    last_worker_error=self.last_worker_error, checkpoint_error=self.checkpoint_error,
                    trainer=self.trainer, loaded_namespaces=self.loaded_namespaces, prior=self.prior,
                    recent_teacher_calls_per_insert=self.recent_teacher_calls_per_insert)
-        if self.learning is not None:
-            out.update(self.learning.as_dict())
-            out["teacher_calls_per_insert"] = self.teacher_calls_per_insert
+        # Before the first insert made the models: their counters, all zero.
+        learning = self.learning or LearningStats(stages={s: StageStats() for s in STAGES})
+        out.update(learning.as_dict())
+        out["teacher_calls_per_insert"] = self.teacher_calls_per_insert
         # Under every teacher and in every process: {} where the teacher keeps no cost
         # counters (the offline heuristic) or no operation was decided here.
         out["teacher"] = self.teacher if self.teacher is not None else {}
