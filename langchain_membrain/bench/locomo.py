@@ -16,7 +16,11 @@ so a turn may be IGNOREd into the namespace's log or supersede an older turn;
 the same run when operations are on), ``bm25`` (bm25s, no stemming), ``dense`` (cosine),
 ``flat_pipeline`` (FactIndex with the same configuration, without a tree: the strong flat
 pipeline of retrieval.py),
-``inmemorystore`` (LangGraph's ``InMemoryStore`` with an index config, its own search). Evidence ids are normalised first
+``inmemorystore`` (LangGraph's ``InMemoryStore`` with an index config, its own search),
+``postgresstore`` (LangGraph's ``PostgresStore`` with pgvector and the same index config and
+embeddings; not in the default set: ask for it with ``--methods``; it needs the ``pgstore``
+extra and a PostgreSQL server with pgvector, ``--postgres URL``, else a pgserver started for
+the run, else it is skipped, saying why). Evidence ids are normalised first
 (:func:`normalize_evidence`); questions left without a valid id are skipped.
 
 **Evidence kept out of search**: after a conversation is ingested, its evidence turns (every
@@ -31,13 +35,16 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import tempfile
 import time
+import warnings
 from collections import defaultdict
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -53,6 +60,13 @@ CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
 CATEGORY_ORDER = ["overall", "multi_hop", "temporal", "single_hop", "open_domain"]
 METHODS = ["membrain", "membrain_no_ops", "membrain_formed", "membrain_formed_one_step", "flat_pipeline", "bm25",
            "dense", "inmemorystore"]
+#: Methods run only when ``--methods`` names them (they need more than the package).
+OPTIONAL_METHODS = ["postgresstore"]
+#: ``--postgres`` defaults to this variable's URL.
+POSTGRES_URL_VAR = "MEMBRAIN_BENCH_POSTGRES_URL"
+#: postgresstore's tables lie in this schema, dropped and made afresh at the start of each run
+#: and dropped at its end (so reruns are independent and a server of yours keeps nothing).
+POSTGRES_SCHEMA = "membrain_bench_locomo"
 #: The memories formed by LoCoMoFormationTeacher (the dataset's observations and summaries).
 FORMED = ("membrain_formed", "membrain_formed_one_step")
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
@@ -165,6 +179,9 @@ class Retriever:
     def search(self, q: str, k: int) -> list[str]:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Release what the method holds (a connection); called once its questions are asked."""
+
 
 class BM25Retriever(Retriever):
     """bm25s (Lucene BM25, k1 = 1.5, b = 0.75), English stop words, no stemming."""
@@ -209,6 +226,105 @@ class InMemoryStoreRetriever(Retriever):
 
     def search(self, q: str, k: int) -> list[str]:
         return [item.key for item in self.store.search(self.ns, query=q, limit=k)]
+
+
+class PostgresStoreRetriever(Retriever):
+    """LangGraph's ``PostgresStore`` (pgvector; its default index: HNSW, cosine) with the index
+    config and embeddings of :class:`InMemoryStoreRetriever`; one store (one connection) per
+    conversation, in its namespace, the tables shared by the run in :data:`POSTGRES_SCHEMA`.
+    :meth:`close` closes the connection."""
+
+    def __init__(self, conv: Conversation, embs: np.ndarray, lookup: Callable[[Sequence[str]], list[list[float]]],
+                 url: str):
+        from langgraph.store.postgres import PostgresStore
+        from psycopg.conninfo import make_conninfo
+
+        self.ns = ("locomo", conv.sample_id)
+        self._resources = ExitStack()
+        try:
+            conninfo = make_conninfo(url, options=f"-c search_path={POSTGRES_SCHEMA},public")
+            self.store = self._resources.enter_context(PostgresStore.from_conn_string(
+                conninfo, index={"dims": embs.shape[1], "embed": lookup, "fields": ["text"]}))
+            self.store.setup()  # the first conversation's makes the tables (and pgvector); later ones find them
+            for t in conv.turns:
+                self.store.put(self.ns, t.dia_id, {"text": t.text, "speaker": t.speaker})
+        except BaseException:
+            self._resources.close()
+            raise
+
+    def search(self, q: str, k: int) -> list[str]:
+        return [item.key for item in self.store.search(self.ns, query=q, limit=k)]
+
+    def close(self) -> None:
+        self._resources.close()
+
+
+@contextmanager
+def bench_postgres(url: str | None, log: Callable[[str], None] = print) -> Iterator[str | None]:
+    """The PostgreSQL URL postgresstore runs against, its schema :data:`POSTGRES_SCHEMA` fresh:
+    ``url``, else a server started here with pgserver (stopped and deleted on exit). Yields
+    ``None``, after logging why, when ``langgraph.store.postgres`` is missing or no server
+    can be had."""
+    try:
+        import psycopg
+        from langgraph.store.postgres import PostgresStore  # noqa: F401
+    except ImportError as exc:
+        log(f"postgresstore skipped: {exc} (pip install 'langchain-membrain[pgstore]')")
+        yield None
+        return
+    with ExitStack() as resources:
+        if not url:
+            url = _start_pgserver(resources, log)
+            if url is None:
+                yield None
+                return
+        why = None
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+                if conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone() is None:
+                    why = "the PostgreSQL server has no pgvector (the extension 'vector' is not installed there)"
+                else:
+                    conn.execute(f"DROP SCHEMA IF EXISTS {POSTGRES_SCHEMA} CASCADE")
+                    conn.execute(f"CREATE SCHEMA {POSTGRES_SCHEMA}")
+        except psycopg.Error as exc:
+            why = f"could not make the schema {POSTGRES_SCHEMA} on the PostgreSQL server: {exc}"
+        if why:
+            log(f"postgresstore skipped: {why}")
+            yield None
+            return
+        try:
+            yield url
+        finally:
+            try:
+                with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+                    conn.execute(f"DROP SCHEMA IF EXISTS {POSTGRES_SCHEMA} CASCADE")
+            except psycopg.Error as exc:
+                log(f"postgresstore: could not drop the schema {POSTGRES_SCHEMA}: {exc}")
+
+
+def _start_pgserver(resources: ExitStack, log: Callable[[str], None]) -> str | None:
+    """A PostgreSQL 16 server with pgvector from the ``pgserver`` wheel (the ``dev`` extra),
+    its data in a new temp folder; its stop and the folder's deletion go on ``resources``."""
+    try:
+        with warnings.catch_warnings():  # platformdirs warns on import where XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            import pgserver
+    except ImportError:
+        log(f"postgresstore skipped: no PostgreSQL URL (--postgres or ${POSTGRES_URL_VAR}) and no pgserver "
+            "to start one (pip install pgserver; CPython 3.12 at most)")
+        return None
+    import shutil
+
+    folder = tempfile.mkdtemp(prefix="membrain-pg-")  # short: the server's socket lies in it
+    resources.callback(shutil.rmtree, folder, ignore_errors=True)
+    try:
+        server = pgserver.get_server(Path(folder) / "data", cleanup_mode="stop")
+    except Exception as exc:
+        log(f"postgresstore skipped: pgserver could not start PostgreSQL: {exc!r}")
+        return None
+    resources.callback(server.cleanup)
+    log(f"postgresstore: started PostgreSQL with pgserver in {folder}")
+    return str(server.get_uri())
 
 
 @dataclass
@@ -384,11 +500,29 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
                methods: Sequence[str] = METHODS, cache_dir: str | None = None,
                config: RetrievalConfig = RETRIEVAL, flat_config: RetrievalConfig | None = None,
                mode: str = "exact", embedder: Any = None, operations: bool = True,
-               log: Callable[[str], None] = print) -> dict:
+               postgres: str | None = None, log: Callable[[str], None] = print) -> dict:
     """Run every method on every conversation; returns ``{"results", "timing", "tree",
     "evidence_out", ...}``. ``config``: membrain's retrieval (and the flat pipeline's, unless
     ``flat_config``). ``operations``: whether ``membrain`` runs memory operations (the
-    product default)."""
+    product default). ``postgres``: postgresstore's server (see :func:`bench_postgres`); the
+    method is dropped, with a logged reason, when it cannot run."""
+    unknown = [m for m in methods if m not in METHODS + OPTIONAL_METHODS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; known: {METHODS + OPTIONAL_METHODS}")
+    methods = list(methods)
+    if "postgresstore" not in methods:
+        return _run_locomo(data, conversations, ks, methods, cache_dir, config, flat_config, mode, embedder,
+                           operations, None, log)
+    with bench_postgres(postgres, log) as url:
+        if url is None:
+            methods.remove("postgresstore")
+        return _run_locomo(data, conversations, ks, methods, cache_dir, config, flat_config, mode, embedder,
+                           operations, url, log)
+
+
+def _run_locomo(data: str, conversations: int | None, ks: Sequence[int], methods: Sequence[str],
+                cache_dir: str | None, config: RetrievalConfig, flat_config: RetrievalConfig | None, mode: str,
+                embedder: Any, operations: bool, postgres_url: str | None, log: Callable[[str], None]) -> dict:
     convs = load_locomo(data, conversations)
     if embedder is None:
         from ..index.embeddings import MiniLMEmbeddings
@@ -436,13 +570,17 @@ def run_locomo(data: str, *, conversations: int | None = None, ks: Sequence[int]
                     shapes.append(_tree_shape(memories[m].tree(("locomo", conv.sample_id))))
             if "flat_pipeline" in methods:
                 retrievers["flat_pipeline"] = MembrainNamespace(flat, None, lookup, "exact")
-        retrievers.update(_baselines(conv, embs, {**by_text, **qfull}, cache, methods))
-        for m in methods:
-            r = retrievers[m]
-            for q in qs:
-                t0 = time.perf_counter()
-                ranked[m].append(r.search(q, kmax))
-                latency[m].append(time.perf_counter() - t0)
+        retrievers.update(_baselines(conv, embs, {**by_text, **qfull}, cache, methods, postgres_url))
+        try:
+            for m in methods:
+                r = retrievers[m]
+                for q in qs:
+                    t0 = time.perf_counter()
+                    ranked[m].append(r.search(q, kmax))
+                    latency[m].append(time.perf_counter() - t0)
+        finally:
+            for r in retrievers.values():
+                r.close()
         questions += conv.questions
         log(f"{conv.sample_id}: {len(conv.turns)} turns, {len(conv.questions)} questions"
             f" ({conv.skipped} skipped: no valid evidence id)")
@@ -476,19 +614,23 @@ def _formation_stats(memory: Any, inputs: int) -> dict[str, Any]:
 
 
 def _baselines(conv: Any, embs: np.ndarray, known: dict[str, Any], cache: Any,
-               methods: Sequence[str]) -> dict[str, Retriever]:
+               methods: Sequence[str], postgres_url: str | None = None) -> dict[str, Retriever]:
     """The flat baselines among ``methods`` for one conversation (``known``: the embeddings
-    of its turns and questions, text -> vector)."""
+    of its turns and questions, text -> vector; ``postgres_url``: postgresstore's server)."""
     out: dict[str, Retriever] = {}
     if "bm25" in methods:
         out["bm25"] = BM25Retriever(conv)
     if "dense" in methods:
         out["dense"] = DenseRetriever(conv, embs, known)
-    if "inmemorystore" in methods:
-        def lookup_many(texts: Sequence[str]) -> list[list[float]]:
-            return [(known[t] if t in known else cache.embed([t])[0]).tolist() for t in texts]
 
+    def lookup_many(texts: Sequence[str]) -> list[list[float]]:
+        return [(known[t] if t in known else cache.embed([t])[0]).tolist() for t in texts]
+
+    if "inmemorystore" in methods:
         out["inmemorystore"] = InMemoryStoreRetriever(conv, embs, lookup_many)
+    if "postgresstore" in methods:
+        assert postgres_url, "postgresstore needs a server (run_locomo drops it without one)"
+        out["postgresstore"] = PostgresStoreRetriever(conv, embs, lookup_many, postgres_url)
     return out
 
 
@@ -522,7 +664,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="path to locomo JSON (list of samples)")
     parser.add_argument("--conversations", type=int, default=None, help="use the first N conversations")
     parser.add_argument("--k", default="5,10", help="comma-separated cut-offs (default 5,10)")
-    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of methods")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"comma-separated methods (default: {','.join(METHODS)}; also: "
+                             f"{','.join(OPTIONAL_METHODS)})")
+    parser.add_argument("--postgres", default=os.environ.get(POSTGRES_URL_VAR) or None, metavar="URL",
+                        help=f"PostgreSQL with pgvector for postgresstore (default: ${POSTGRES_URL_VAR}; "
+                             f"unset: a pgserver started for the run); its schema {POSTGRES_SCHEMA} is "
+                             "dropped and made afresh")
     parser.add_argument("--mode", choices=["fast", "exact"], default="fast", help="membrain search mode")
     parser.add_argument("--cache-dir", default=None, help="embedding cache (default: a temp dir)")
     parser.add_argument("--operations", action=argparse.BooleanOptionalAction, default=True,
@@ -537,7 +685,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.operations and args.methods == ",".join(METHODS):
         methods.remove("membrain_no_ops")  # it would repeat membrain
     out = run_locomo(args.data, conversations=args.conversations, ks=ks, methods=methods,
-                     cache_dir=args.cache_dir, mode=args.mode, operations=args.operations)
+                     cache_dir=args.cache_dir, mode=args.mode, operations=args.operations,
+                     postgres=args.postgres)
     print_table(out, ks)
     if args.json:
         payload = {m: {c: {k: v for k, v in r.items() if k != "n"} for c, r in cats.items()}
