@@ -116,13 +116,13 @@ def test_setting_the_teacher_changes_who_answers_every_kind_of_question(kind):
 
 def test_setting_the_teacher_resolves_it_and_refits_what_follows_from_it():
     """``memory.teacher = None`` is the offline teacher, as ``teacher=None`` is; a teacher that
-    is not in-process lifts the trainer queue's bound (none of its audits is skipped)."""
+    is not in-process lifts the trainer queue's bound (an add never waits for its answers)."""
     with MembrainMemory(embeddings=WordEmbeddings(), background=False) as mem:
-        bounded = mem._bg.training_bound
+        bounded = mem._bg.queue.maxsize
         slow = HeuristicTeacher()
         slow.fast = False  # type: ignore[attr-defined]
         mem.teacher = slow
-        assert mem._bg.training_bound == 0 and bounded > 0
+        assert mem._bg.queue.maxsize == 0 and bounded > 0
         mem.teacher = None
         assert isinstance(mem.teacher, HeuristicTeacher) and mem.teacher is not slow
-        assert mem._bg.training_bound == bounded
+        assert mem._bg.queue.maxsize == bounded

@@ -105,3 +105,13 @@ def test_every_key_exists_under_every_teacher(tmp_path):
     with StoredMemory(db) as stored:
         stats = stored.stats()
         assert stats["teacher"] == {} and stats["operations"] == {} and "stage1" in stats
+
+
+def test_stats_before_the_first_insert_hold_the_learning_counters():
+    from test_cli import WordHashEmbeddings
+
+    from langchain_membrain.memory import MembrainMemory
+
+    with MembrainMemory(embeddings=WordHashEmbeddings()) as memory:
+        s = memory.stats()
+        assert s["questions"] == {} and s["stage1"]["decisions"] == 0 and s["stage2"]["labelled"] == 0

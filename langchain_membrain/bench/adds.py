@@ -16,9 +16,10 @@ The paths, in the same run (paired: the same store, the same texts, alternating 
 - ``product``: the package as it is.
 - ``deep copies``: every ``MembrainTree.copy`` is a full copy of the tree
   (``MembrainTree.deep_copy``: what ``copy`` was before copy-on-write).
-
-Each run also reports what the trainer skipped: the share of that process's inserts it fell
-too far behind to train on (``stats()["skipped_training"]``, after a final ``flush``).
+- ``lag in inserts``: an add waits for the trainer whenever it is ``max_training_lag``
+  inserts behind, however long that takes (``background.LAG_WAIT_S = None``: the bound
+  before it was bounded in time too).
+- ``before``: both of the above, the release before.
 
     python -m langchain_membrain.bench adds [--facts 1000 5000 20000] [--adds 100] [--json out.json]
 """
@@ -39,7 +40,7 @@ from typing import Any
 from . import machine_description
 from .cold import NAMESPACE, WORDS, build_store
 
-PATHS = ("product", "deep copies")
+PATHS = ("product", "deep copies", "lag in inserts", "before")
 
 # One (size, path): open, warm up, time the adds; prints one "wall cpu" line per timed add.
 _CHILD = r"""
@@ -49,8 +50,11 @@ from langchain_membrain.memory import MembrainMemory
 from langchain_membrain.tree.tree import MembrainTree
 db, path, warmup, adds, seed, words, ns = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
     int(sys.argv[5]), sys.argv[6].split(), sys.argv[7]
-if path == "deep copies":
+if path in ("deep copies", "before"):
     MembrainTree.copy = MembrainTree.deep_copy
+if path in ("lag in inserts", "before"):
+    import langchain_membrain.insert.background as background
+    background.LAG_WAIT_S = None
 rng = random.Random(seed)
 texts = [" ".join(rng.choice(words) for _ in range(6)) + f" (added {i})" for i in range(warmup + adds)]
 with MembrainMemory(db, embeddings=HashEmbeddings()) as memory:
@@ -60,9 +64,6 @@ with MembrainMemory(db, embeddings=HashEmbeddings()) as memory:
         wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
         if i >= warmup:
             print(f"{wall} {cpu}", flush=True)
-    memory.flush()
-    stats = memory.stats()
-    print(f"skipped {stats['skipped_training']} {stats['supervised']}", flush=True)
 """
 
 
@@ -90,11 +91,8 @@ def time_adds(db: str, path: str, args: argparse.Namespace, cwd: str) -> dict[st
                           env=_env(), cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the {path} run exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")
-    lines = [line.split() for line in proc.stdout.splitlines() if line.strip()]
-    pairs = [line for line in lines if line[0] != "skipped"]
-    skipped, supervised = next((int(a), int(b)) for tag, a, b in (line for line in lines if line[0] == "skipped"))
-    return {"wall": [float(w) for w, _ in pairs], "cpu": [float(c) for _, c in pairs],
-            "skipped": [skipped / max(skipped + supervised, 1)]}
+    pairs = [line.split() for line in proc.stdout.splitlines() if line.strip()]
+    return {"wall": [float(w) for w, _ in pairs], "cpu": [float(c) for _, c in pairs]}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -110,10 +108,9 @@ def percentile(values: list[float], q: float) -> float:
 
 def summarise(times: dict[str, list[float]]) -> dict[str, float]:
     """p50 and p95 of the wall and CPU times, in milliseconds."""
-    return {**{f"{kind}_{name}_ms": round(1000 * fn(times[kind]), 2)
-               for kind in ("wall", "cpu")
-               for name, fn in (("p50", statistics.median), ("p95", lambda v: percentile(v, 95)))},
-            "skipped_share": round(times["skipped"][0], 3)}
+    return {f"{kind}_{name}_ms": round(1000 * fn(times[kind]), 2)
+            for kind in ("wall", "cpu")
+            for name, fn in (("p50", statistics.median), ("p95", lambda v: percentile(v, 95)))}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,12 +135,12 @@ def run(args: argparse.Namespace) -> int:
             pristine.unlink()
     table = Table(title=f"add() by namespace size, SQLite, hash embedder ({args.adds} adds, ms)",
                   title_justify="left")
-    for col in ("facts", "path", "wall p50", "wall p95", "CPU p50", "CPU p95", "skipped"):
+    for col in ("facts", "path", "wall p50", "wall p95", "CPU p50", "CPU p95"):
         table.add_column(col, justify="right")
     for n, by_path in results.items():
         for path, r in by_path.items():
             table.add_row(f"{n:,}", path, f"{r['wall_p50_ms']:.1f}", f"{r['wall_p95_ms']:.1f}",
-                          f"{r['cpu_p50_ms']:.1f}", f"{r['cpu_p95_ms']:.1f}", f"{r['skipped_share']:.2f}")
+                          f"{r['cpu_p50_ms']:.1f}", f"{r['cpu_p95_ms']:.1f}")
     console.print(table)
     small, large = min(results), max(results)
     if small != large:

@@ -9,9 +9,7 @@ owns what happens after:
   shipped prior, under one lock (:attr:`Background.lock`);
 - supervision of each placement record (the deferred teacher question, the training and the
   corrections it brings), in a daemon thread fed by a queue, or inline without
-  ``background``. An add never waits for that thread: with an in-process teacher, past
-  ``max_training_lag`` inserts waiting, the oldest is skipped (``stats()
-  ["skipped_training"]``), so a trainer that falls behind learns from fewer inserts;
+  ``background``;
 - relabelling of aspects that have doubled since they were named;
 - the models' checkpoint: saved every ``checkpoint_every`` supervised inserts by the one
   process of a database that trains (its trainer lock), reloaded by the others, which take
@@ -71,39 +69,35 @@ logger = logging.getLogger("langchain_membrain")
 #: itself slow, or a very long queue, runs into it.
 DRAIN_MARGIN_S = 10.0
 
+#: The longest an ``add`` waits (seconds) for the trainer of an in-process teacher when it is
+#: ``max_training_lag`` inserts behind; past it the insert is queued beyond that bound, up to
+#: :data:`LAG_HARD_FACTOR` times it, where adds wait as long as it takes. So a slow step of
+#: the trainer (a checkpoint, a relabel, a long correction) no longer stalls the adds queued
+#: behind it, while a trainer slower than the adds on average still holds them to its pace.
+#: None: no time bound (adds wait whenever the trainer is ``max_training_lag`` behind).
+#: Longer than an ordinary training step, so the usual short wait is kept as it was: a much
+#: shorter bound has every add run beside the trainer, sharing the interpreter with it, and
+#: raises the median add for a shorter tail (RESULTS.md, adds).
+LAG_WAIT_S: float | None = 0.5
+LAG_HARD_FACTOR = 4
+
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
 OPERATIONS_CHECKPOINT = "operations"  # the operation student (operation_student.py), saved beside them
 
 
-@dataclass(frozen=True)
-class Trainee:
-    """An insert waiting for the trainer: its namespace and placement record, and whether it
-    may be skipped when the trainer falls behind (not while an import runs)."""
-
-    ns: Namespace
-    record: PlaceRecord
-    droppable: bool = True
-
-
-def enqueue_dropping_oldest(q: queue.Queue, item: Any, bound: int) -> int:
-    """Put ``item`` in the trainer's queue ``q`` without waiting; when ``bound`` (> 0) items
-    already wait there, first drop the oldest droppable inserts (:class:`Trainee`; never a
-    batch question nor the stop signal) until fewer do. Returns how many were dropped. A
-    trainer that falls behind so learns from fewer inserts, the latest, and never slows the
-    writer."""
-    dropped = 0
-    with q.mutex:
-        while bound and len(q.queue) >= bound:
-            oldest = next((i for i, x in enumerate(q.queue) if isinstance(x, Trainee) and x.droppable), None)
-            if oldest is None:
-                break
-            del q.queue[oldest]
-            q.unfinished_tasks -= 1
-            dropped += 1
-        if dropped and not q.unfinished_tasks:
-            q.all_tasks_done.notify_all()
-    q.put(item)
-    return dropped
+def wait_for_trainer(q: queue.Queue, lag: int) -> None:
+    """While the trainer's ``q`` holds ``lag`` inserts or more (an in-process teacher's
+    queue: a bounded one), wait for it to take some, :data:`LAG_WAIT_S` seconds at most.
+    The queue's own bound (``lag`` times :data:`LAG_HARD_FACTOR`) is waited for by ``put``."""
+    if LAG_WAIT_S is None or not q.maxsize:
+        return
+    end = time.monotonic() + LAG_WAIT_S
+    with q.not_full:
+        while len(q.queue) >= lag:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            q.not_full.wait(left)
 
 
 def saved_questions(counters: dict[str, Any]) -> dict[str, int]:
@@ -189,15 +183,13 @@ class Background:
         self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
         # This process's counters (stats().process); the forest counts its refreshes.
         self.counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0,
-                       "relabelled": 0, "without_teacher": 0, "skipped_training": 0}
+                       "relabelled": 0, "without_teacher": 0}
         self.stored_counts: Counters | None = None  # as the checkpoint the models came from recorded them
         self._last_naming = -self.naming_interval  # supervised-insert count at the last naming question
         self.recent_calls: deque[int] = deque(maxlen=100)  # teacher calls of the last inserts
         self.last_worker_error: str | None = None
         self.checkpoint_error: str | None = None
-        self.queue: queue.Queue = queue.Queue()  # never full: enqueue_dropping_oldest bounds it
-        self.training_bound = 0  # inserts that may wait for the trainer (_fit_teacher)
-        self.importing = 0  # add_many calls running: their inserts are trained later, none skipped
+        self.queue: queue.Queue = queue.Queue()  # its bound follows the teacher (_fit_teacher)
         self.offline_names = False
         self._fit_teacher()
         self.worker: threading.Thread | None = None
@@ -225,10 +217,14 @@ class Background:
         # Whether the offline labeller may rename aspects between the teacher's naming
         # questions: only when the teacher's own labels do not name topics (see relabel).
         self.offline_names = not names_topics(teacher)
-        # Bounded for a fast (in-process) teacher: past this many inserts waiting, the
-        # oldest is dropped (enqueue_dropping_oldest), so labels stay recent. Unbounded for a
-        # slow one (an LLM): each waiting insert holds that teacher's audit, answered in turn.
-        self.training_bound = self.max_training_lag if is_fast(teacher) else 0
+        # Bounded for a fast (in-process) teacher: an add waits while the trainer is this
+        # many inserts behind, so an insert's labels are trained on within that many inserts.
+        # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add
+        # never waits for an LLM's answer to someone else's insert.
+        hard = self.max_training_lag * (1 if LAG_WAIT_S is None else LAG_HARD_FACTOR)
+        with self.queue.mutex:
+            self.queue.maxsize = hard if is_fast(teacher) else 0
+            self.queue.not_full.notify_all()
         if self.current is not None:
             with self.lock:
                 self.current.stand_in = self.offline_rule()
@@ -258,20 +254,8 @@ class Background:
             self.supervise(ns, record)
             return
         self._start_worker()
-        trainee = Trainee(ns, record, droppable=not self.importing)
-        self.counts["skipped_training"] += enqueue_dropping_oldest(self.queue, trainee, self.training_bound)
-
-    @contextlib.contextmanager
-    def import_running(self) -> Iterator[None]:
-        """While the block runs (an ``add_many``), no waiting insert is skipped: an import's
-        inserts are all trained, after it if the trainer falls behind (``flush`` waits)."""
-        with self.lock:
-            self.importing += 1
-        try:
-            yield
-        finally:
-            with self.lock:
-                self.importing -= 1
+        wait_for_trainer(self.queue, self.max_training_lag)
+        self.queue.put((ns, record))
 
     def _start_worker(self) -> None:
         if self.worker is None or not self.worker.is_alive():
@@ -401,7 +385,7 @@ class Background:
                     if isinstance(item, _BatchJob):
                         self._answer_batch(item)
                     else:
-                        self.supervise(item.ns, item.record)
+                        self.supervise(*item)
             except Exception as exc:  # noqa: BLE001 - the worker must survive anything
                 self.counts["worker_errors"] += 1
                 self.last_worker_error = f"{type(exc).__name__}: {exc}"
@@ -586,7 +570,10 @@ class Background:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the trainer thread (after what is queued; waits ``timeout`` seconds at most)."""
         if self.worker is not None and self.worker.is_alive():
-            self.queue.put(None)
+            try:
+                self.queue.put(None, timeout=timeout)
+            except queue.Full:  # still training what a bounded flush left: it stays a daemon
+                return
             self.worker.join(timeout=timeout)
 
     # ------------------------------------------------------------------ reports

@@ -41,7 +41,6 @@ class Counters:
     inserts: int = 0  # facts placed through the insert graph
     merged: int = 0  # adds that were duplicates of a stored fact (``dedupe``)
     supervised: int = 0  # inserts the trainer has handled
-    skipped_training: int = 0  # inserts the trainer fell too far behind to train on (max_training_lag)
     corrections: int = 0  # teacher corrections applied to the tree
     relabelled: int = 0  # aspects renamed as they grew
     worker_errors: int = 0  # failures of the background trainer

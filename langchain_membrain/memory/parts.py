@@ -157,7 +157,7 @@ class MemoryParts:
         vecs = self.embed([text for _, _, text in prepared])
         if progress is None:
             progress = len(texts) >= 200 and sys.stderr.isatty()
-        with progress_bar(progress, len(texts)) as advance, self.bg.import_running():
+        with progress_bar(progress, len(texts)) as advance:
             if kind is None:
                 inputs = [Input(ns, key, value, text, vec, session if session is not None else
                                 str(value.get("session", ""))) for (ns, value, text), vec, key in zip(prepared, vecs, keys)]

@@ -76,7 +76,7 @@ REPLACING = re.compile(r"(?<!\bfor )\bnow\b|\bthese days\b|\bnowadays\b|\binstea
                        r"|\bfell through\b|\bbroke up\b|\bsplit up\b|\bdivorc\w*|\bseparated\b|\bpushed\b.{0,24}\b(?:back|forward)\b"
                        r"|\bpostponed\b|\bresched\w*|\bbrought\b.{0,24}\bforward\b|\bwent from\b|\bactually\b"
                        r"|\bgot rid of\b|\bgave up\b|\bback on\b|\b(?:went|gone) (?:vegan|vegetarian|veggie|teetotal|sober)\b|\bstol(?:e|en)\b"
-                       r"|\breplac\w*|\btransferring\b|\btraded\b|\bsomeone new\b|\bclosed down\b|\bfor good\b"
+                       r"|\breplac\w*|\btransferring\b|\btraded\b|\bsomeone new\b|\bclosed down\b|\bfor good\b|\bdropped out\b"
                        r"|(?:\bis|'s) off\b|\bchange of plans?\b")
 
 #: Cosines (all-MiniLM-L6-v2) at which a change statement is near enough to supersede a fact:
@@ -107,7 +107,7 @@ buddy mate mates nephew nieces husband's wife's sibling siblings twin twins step
 SLOTS: dict[str, frozenset[str]] = {name: frozenset(words.split()) for name, words in {
     "home": "live lives living flat apartment house home rent renting studio cottage bungalow condo "
             "flatshare houseshare address neighbourhood neighborhood landlord landlady lodging",
-    "work": "work works working job employer company firm office employed unemployed career role position "
+    "work": "work works working job employer company firm employed unemployed career role position "
             "title boss manager colleague colleagues profession",
     "partner": "partner boyfriend girlfriend husband wife dating single relationship married marriage divorced "
                "engaged fiance fiancee spouse courting widow widower",
@@ -238,6 +238,9 @@ def holder(text: str) -> str | None:
         if low in _POSSESSIVE:  # "my phone" is the speaker's; "my best friend" is not
             after = [_fold(w).removesuffix("'s") for w in words[i + 1: i + 4]]
             return next((w for w in after if w in PEOPLE), None)
+        if low in ("his", "her", "their"):  # "Her husband Per died": someone else's, whatever follows
+            after = [_fold(w).removesuffix("'s") for w in words[i + 1: i + 4]]
+            return next((w for w in after if w in PEOPLE), low)
         if low.endswith("'s") and i + 1 < len(words) and _fold(words[i + 1]) not in _NOT_A_NOUN | _FILLER \
                 and not change_cue(words[i + 1]):
             return _thing_or_speaker(_fold(words[i + 1]), words)  # "Bronagh's clinic": the clinic
@@ -329,23 +332,23 @@ def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, nea
     sentence = change_sentence(new)
     if sentence is None:
         return False
-    text, new = new, sentence
+    new = sentence
     who = holder(new)
     if who is not None and not any(same_word(h, w) for h in who.split() for w in _WORD.findall(_fold(old))):
         return False
     named = named_old_values(new)
     if any(not _names(old, value) for value in named):
         return False
+    replacing = REPLACING.search(_fold(new)) is not None
     # A third party's name is in every fact about them; the names in the speaker's own change
-    # are the things it is about ("Someone stole my Brompton").
-    names = who is None
+    # that ends a state are the things it is about ("Someone stole my Brompton").
+    names = who is None and replacing
     old_words = content_words(old, names=names)
     sharing = bool(named) or any(same_word(w, o) for w in content_words(new, names=names) - {who} for o in old_words)
     if cosine >= near or sharing and cosine >= near_sharing:
         return True
-    if who is None and cosine >= near_slot and slots(text) & slots(old):
+    if replacing and who is None and cosine >= near_slot and slots(new) & slots(old):
         return True
-    replacing = REPLACING.search(_fold(new)) is not None
     return replacing and cosine >= near_nearest and cosine - runner_up >= margin
 
 
