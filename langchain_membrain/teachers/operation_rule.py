@@ -109,6 +109,7 @@ class RuleConfig:
     near_sharing: float = supersession.NEAR_SHARING  # when they share a content word
     near_nearest: float = supersession.NEAR_NEAREST  # when the fact is the nearest candidate
     margin: float = supersession.MARGIN  # by this much
+    near_slot: float = supersession.NEAR_SLOT  # when both name one attribute held one value at a time
 
 
 def conservative_operation(question: OperationQuestion, config: RuleConfig = RuleConfig()) -> Operation:
@@ -134,7 +135,7 @@ def conservative_operation(question: OperationQuestion, config: RuleConfig = Rul
     for i, cand in enumerate(cands):  # nearest first
         runner_up = max((c.similarity for j, c in enumerate(cands) if j != i), default=-1.0)
         if supersedes(text, cand.text, cand.similarity, runner_up, near=config.near, near_sharing=config.near_sharing,
-                      near_nearest=config.near_nearest, margin=config.margin):
+                      near_nearest=config.near_nearest, margin=config.margin, near_slot=config.near_slot):
             return Operation("UPDATE", cand.key)
     return ADD
 

@@ -19,8 +19,10 @@ Definitions (words are matched case-folded, a typographic apostrophe read as a p
   holder is the speaker or is named in ``old``; every old value it names is in ``old`` (a
   change away from something never stored corrects nothing stored); and the two are near: a
   cosine of their embeddings of at least :data:`NEAR`; or :data:`NEAR_SHARING` when they
-  share a content word written in lower case (:func:`content_words`) or ``new`` names an old
-  value; or :data:`NEAR_NEAREST` when the cue is a replacing one and ``old`` is nearer to
+  share a content word written in lower case (:func:`content_words`; with a replacing cue in
+  the speaker's own change, a name too) or ``new`` names an old value; or, when the cue is a
+  replacing one: :data:`NEAR_SLOT` when both name one attribute held one value at a time
+  (:data:`SLOTS`: home, work, partner...), :data:`NEAR_NEAREST` when ``old`` is nearer to
   ``new`` than anything else it could supersede, by :data:`MARGIN`. A line of a transcript
   ("Kenji: ...") neither supersedes nor is superseded: it records what was said, and the facts
   a forming teacher draws from it are what change.
@@ -82,7 +84,8 @@ REPLACING = re.compile(r"(?<!\bfor )\bnow\b|\bthese days\b|\bnowadays\b|\binstea
 #: Cosines (all-MiniLM-L6-v2) at which a change statement is near enough to supersede a fact:
 #: :data:`NEAR` whatever their words and whatever else is near; :data:`NEAR_SHARING` where
 #: they share a content word; :data:`NEAR_NEAREST` where the fact is nearer to the statement
-#: than anything else it could supersede, by :data:`MARGIN`.
+#: than anything else it could supersede, by :data:`MARGIN`; :data:`NEAR_SLOT` where both name
+#: one attribute held one value at a time (:data:`SLOTS`).
 NEAR = 0.55
 NEAR_SHARING = 0.4
 NEAR_NEAREST = 0.3
@@ -101,8 +104,8 @@ buddy mate mates nephew nieces husband's wife's sibling siblings twin twins step
 #: Attributes of a person that hold one value at a time, each with the words that name it: a
 #: change stated in a sentence naming an attribute replaces the value of a fact naming the
 #: same one, however far apart their embeddings ("We moved to Amsterdam; we rent a flat in De
-#: Pijp" replaces "Jordi and I rented our own place in Ruzafa"). Words are matched as
-#: :func:`same_word` does; a change cue is never an attribute's word ("moved" names no home).
+#: Pijp" replaces "Jordi and I rented our own place in Ruzafa"). Words are matched without
+#: plural or verb endings (:func:`slots`); a change cue is never an attribute's word.
 #: Attributes a person holds several of (hobbies, pets, friends, trips) are not here.
 SLOTS: dict[str, frozenset[str]] = {name: frozenset(words.split()) for name, words in {
     "home": "live lives living flat apartment house home rent renting studio cottage bungalow condo "
@@ -217,10 +220,11 @@ def same_word(a: str, b: str) -> bool:
 def holder(text: str) -> str | None:
     """Who the change in ``text`` is about, read from the first word of the sentence that
     holds the cue (after openers such as "Finally" or "Big news"): None for the speaker ("I",
-    "we", "my phone", "the trip", a sentence opening with its verb), else the third party it
+    "we", "my phone", a sentence opening with its verb), else the third party or thing it
     opens with: a word of :data:`PEOPLE`, bare or after "my"/"our" ("my brother" ->
-    "brother"), a capitalised name ("Ines moved" -> "ines"), the thing after "the" or a
-    name's "'s" ("the hot dog stand" -> "hot"), or something new ("A new cafe opened")."""
+    "brother"), someone after "his"/"her"/"their" ("Her husband Per died" -> "husband"), a
+    capitalised name ("Ines moved" -> "ines"), the thing after "the" ("The Iceland trip is
+    off" -> "iceland trip") or after a name's "'s", or something new ("A new cafe opened")."""
     pieces = [p for p in _SENTENCE.split(text.strip()) if p.strip()] or [text]
     sentence = next((p for p in pieces if change_cue(p)), pieces[0])
     words = re.findall(r"[\w'’-]+", sentence)
