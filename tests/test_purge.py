@@ -83,17 +83,27 @@ class Place:
         self.sql("DROP TRIGGER refuse" if self.kind == "sqlite" else "DROP TRIGGER refuse ON membrain_nodes")
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def place(request, tmp_path):
-    if request.param == "postgres" and not PG_URL:
+def _place(kind: str, tmp_path):
+    if kind == "postgres" and not PG_URL:
         pytest.skip(NO_POSTGRES)
-    where = Place(request.param, tmp_path)
+    where = Place(kind, tmp_path)
     yield where
-    if request.param == "postgres":
+    if kind == "postgres":
         import psycopg
 
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{where.schema}" CASCADE')
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def place(request, tmp_path):
+    yield from _place(request.param, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stored_place(request, tmp_path):
+    """A place whose writes are transactions that can fail: the two storage backends."""
+    yield from _place(request.param, tmp_path)
 
 
 def add(mem: MembrainMemory, ev_id: str, text: str, op: str = "ADD", target: str | None = None,
@@ -223,9 +233,8 @@ def test_delete_keeps_a_tombstone_in_history_until_purged(place) -> None:
             assert mem.namespaces() == [] and mem.history("bees", namespace=NS) == []
 
 
-def test_a_purge_that_fails_part_way_stores_none_of_it(place) -> None:
-    if place.kind == "memory":
-        pytest.skip("no transaction to fail in memory")
+def test_a_purge_that_fails_part_way_stores_none_of_it(stored_place) -> None:
+    place = stored_place
     with place.open() as mem:
         keys, _ = fill(mem, place.clock)
         archived = sorted(e.id for e in mem.tree(NS).archive.values())
