@@ -36,9 +36,9 @@ def cmd_add(args: argparse.Namespace, console: Console) -> int:
         memory.flush()
         record = memory.get(key, namespace=ns)
         if record is None:  # not stored as a memory (judged not one: IGNORE)
-            operation = getattr(getattr(memory, "last_operation", None), "operation", None)
-            kind = getattr(operation, "kind", "IGNORE")
-            console.print(f"[yellow]not stored[/]: judged not a memory ({escape(str(kind))}); it is logged "
+            decision = memory.last_operation
+            kind = decision.operation.kind if decision is not None else "IGNORE"
+            console.print(f"[yellow]not stored[/]: judged not a memory ({escape(kind)}); it is logged "
                           "under 'membrain history --ignored'")
             return 0
         path = " › ".join(record.path) if record.path else "(top level)"

@@ -21,11 +21,11 @@ from ..storage.forest import Forest
 from ..tree.archive import HISTORY_KEY, working_id
 from ..tree.filters import matches
 from ..tree.inputs import Namespace
-from ..tree.kinds import KIND_KEY, SEARCHED_KINDS, SOURCES_KEY, VALID_TIME_KEY, MemoryKind
+from ..tree.kinds import KIND_KEY, SEARCHED_KINDS, SOURCES_KEY, MemoryKind
 from ..tree.nodes import Node
 from ..tree.placement import cosine
 from ..tree.records import MemoryRecord
-from ..tree.tree import MembrainTree
+from ..tree.tree import MembrainTree, stated_valid_time
 from .scores import calibrated, non_increasing
 from .supersession import place, superseder
 
@@ -40,9 +40,9 @@ def record_of(ns: Namespace, tree: MembrainTree, key: str, score: float | None =
     node = tree.node(key)
     labels = [tree.node(a).text for a in tree.path(key)[1:-1]]
     value = copy.deepcopy(node.metadata.get("value", {}))  # callers never alias stored state
-    valid_from, valid_to = node.metadata.get(VALID_TIME_KEY) or (None, None)
+    valid_from, valid_to = stated_valid_time(node)
     return MemoryRecord(key, ns, node.text, value, labels, node.created_at, node.updated_at, score,
-                        valid_from=tree.valid_from(key) if valid_from is None else valid_from, valid_to=valid_to,
+                        valid_from=node.created_at if valid_from is None else valid_from, valid_to=valid_to,
                         kind=node.metadata.get(KIND_KEY, "fact"), sources=list(node.metadata.get(SOURCES_KEY, ())))
 
 

@@ -239,12 +239,10 @@ def holder(text: str) -> str | None:
         if low == "the":  # "The Iceland trip is off": the Iceland trip; "The hot dog stand closed": not Rex
             thing = [w for w in _WORD.findall(_fold(" ".join(words[i + 1: i + 3]))) if content_words(w)]
             return _thing_or_speaker(" ".join(thing) or None, words)
-        if low in _POSSESSIVE:  # "my phone" is the speaker's; "my best friend" is not
+        if low in _POSSESSIVE or low in ("his", "her", "their"):
+            # "my phone" is the speaker's, "my best friend" is not; "her ..." is someone else's
             after = [_fold(w).removesuffix("'s") for w in words[i + 1: i + 4]]
-            return next((w for w in after if w in PEOPLE), None)
-        if low in ("his", "her", "their"):  # "Her husband Per died": someone else's, whatever follows
-            after = [_fold(w).removesuffix("'s") for w in words[i + 1: i + 4]]
-            return next((w for w in after if w in PEOPLE), low)
+            return next((w for w in after if w in PEOPLE), None if low in _POSSESSIVE else low)
         if low.endswith("'s") and i + 1 < len(words) and _fold(words[i + 1]) not in _NOT_A_NOUN | _FILLER \
                 and not change_cue(words[i + 1]):
             return _thing_or_speaker(_fold(words[i + 1]), words)  # "Bronagh's clinic": the clinic

@@ -23,9 +23,9 @@ from rich.text import Text
 from rich.tree import Tree
 
 from .archive import HISTORY_KEY
-from .kinds import KIND_KEY, SOURCES_KEY, VALID_TIME_KEY
+from .kinds import KIND_KEY, SOURCES_KEY
 from .nodes import Node
-from .tree import VALID_FROM_KEY, MembrainTree
+from .tree import MembrainTree, stated_valid_time
 
 __all__ = ["forest_to_html", "forest_to_json", "forest_to_mermaid", "shorten", "tree_to_html", "tree_to_json",
            "tree_to_mermaid", "tree_to_rich"]
@@ -328,10 +328,7 @@ def fact_when(node: Node) -> str:
     """When a current fact holds, labelled so a reader can tell which time it is: its valid
     time where known ("valid from ...", "valid ... – ...", "valid until ...": the time its
     text names, else since its last UPDATE), else when it was stored ("stored ...")."""
-    stated = node.metadata.get(VALID_TIME_KEY) or (None, None)
-    start, end = stated[0], stated[1]
-    if start is None and VALID_FROM_KEY in node.metadata:
-        start = float(node.metadata[VALID_FROM_KEY])
+    start, end = stated_valid_time(node)
     if start is not None and end is not None:
         return f"valid {format_valid_time(start)} – {format_valid_time(end)}"
     if start is not None:

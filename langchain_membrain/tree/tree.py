@@ -43,6 +43,7 @@ from .archive import HISTORY_KEY as HISTORY_KEY  # public names of this module
 from .archive import TreeArchive
 from .archive import working_id as working_id
 from .cow import CowGraph
+from .kinds import VALID_TIME_KEY
 from .nodes import ARCHIVE_KINDS, Node, as_vector, check_text, copy_node
 from .nodes import NodeKind as NodeKind  # re-exported, as SERIAL_VERSION: public names of this module
 from .rows import SERIAL_VERSION as SERIAL_VERSION
@@ -56,6 +57,16 @@ ROOT_ID = "root"
 #: The metadata key of a current fact that holds the time its version became valid (set by
 #: an UPDATE; a fact never updated is valid from its ``created_at``).
 VALID_FROM_KEY = "valid_from"
+
+
+def stated_valid_time(node: Node) -> tuple[float | None, float | None]:
+    """The interval a current fact is known to hold: the one a forming teacher gave it
+    (``kinds.VALID_TIME_KEY``), its start else the time of its last UPDATE; None where unknown
+    (a fact never updated and given no time has only its creation time)."""
+    start, end = node.metadata.get(VALID_TIME_KEY) or (None, None)
+    if start is None and VALID_FROM_KEY in node.metadata:
+        start = float(node.metadata[VALID_FROM_KEY])
+    return start, end
 
 
 def check_max_height(max_height: Any) -> int | None:
