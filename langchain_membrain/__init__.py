@@ -9,11 +9,6 @@ torch, nor the embedder, nor an LLM SDK.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
-import types
-import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time see __getattr__ below
@@ -113,75 +108,6 @@ __all__ = [
     "TeacherError",
     "__version__",
 ]
-
-
-#: Module paths of 0.1 -> where each lives now (one release of DeprecationWarning), then
-#: where the names it re-exported without defining them are defined.
-_MOVED: dict[str, tuple[str, ...]] = {
-    "actions": ("tree.actions",), "background": ("insert.background",), "batches": ("insert.batches",),
-    "calibration": ("students.calibration",), "chat": ("index.chat",), "config": ("insert.config",),
-    "decoding": ("students.decoding",), "dense": ("index.dense",), "embeddings": ("index.embeddings",),
-    "evaluation": ("tree.evaluation",), "export": ("tree.export",), "features": ("students.features",),
-    "filters": ("tree.filters",), "forest": ("storage.forest",),
-    "formation": ("insert.formation", "tree.kinds"), "formation_student": ("students.formation",),
-    "formation_writer": ("insert.formation_writer",), "graph": ("insert.graph",),
-    "index_cache": ("storage.index_cache",), "inputs": ("tree.inputs",),
-    "insert_records": ("insert.records",), "labels": ("tree.labels",), "ledger": ("insert.ledger",),
-    "lexical": ("index.lexical",), "losses": ("students.losses",), "minilm": ("index.minilm",),
-    "models": ("students.models", "students.nets"), "multistep": ("retrieval.multistep",),
-    "nets": ("students.nets",), "nodes": ("tree.nodes",), "operation_rule": ("teachers.operation_rule",),
-    "operation_student": ("students.operation",), "operation_types": ("tree.operation_types",),
-    "operations": ("insert.operations", "students.operation", "teachers.operation_rule", "tree.operation_types"),
-    "pipeline": ("insert.pipeline", "insert.config", "insert.records", "insert.ledger", "tree.placement",
-                 "tree.labels", "teachers.base"),
-    "placement": ("tree.placement",), "prior": ("students.prior",), "reads": ("retrieval.reads",),
-    "records": ("tree.records",), "replay": ("students.replay",),
-    "retriever": ("retrieval.retriever",), "scores": ("retrieval.scores",), "shadow": ("students.shadow",),
-    "shutdown": ("insert.shutdown",), "slot_state": ("index.slot_state",), "stats": ("insert.stats",),
-    "store": ("integrations.store",), "tools": ("integrations.tools",), "torchfile": ("students.torchfile",),
-    "training": ("students.training", "students.training_config", "students.weights"),
-    "training_config": ("students.training_config",), "tree_archive": ("tree.archive",),
-    "tree_rows": ("tree.rows",), "writes": ("insert.writes",),
-}
-
-
-class _MovedModule(types.ModuleType):
-    """An old module path: every name is looked up where the module lives now."""
-
-    __targets__: list[str]
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        for target in self.__targets__:
-            module = importlib.import_module(target)
-            if hasattr(module, name):
-                return getattr(module, name)
-        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
-
-
-class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``langchain_membrain.<old>`` for the modules of :data:`_MOVED`."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        old = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + ".") else None
-        if old not in _MOVED:
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec: Any) -> types.ModuleType:
-        old = spec.name[len(__name__) + 1:]
-        module = _MovedModule(spec.name)
-        module.__targets__ = [f"{__name__}.{m}" for m in _MOVED[old]]
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        warnings.warn(f"{module.__name__} moved to {module.__targets__[0]}; the old path goes in the next release",
-                      DeprecationWarning, stacklevel=2)
-
-
-if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-    sys.meta_path.append(_MovedFinder())
 
 
 def __getattr__(name: str) -> Any:

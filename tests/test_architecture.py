@@ -301,3 +301,53 @@ def test_the_size_check_counts_methods_and_mutable_fields():
     source = "@dataclass\nclass A:\n    x: int\n    y: int\n    def f(self):\n        pass\n" \
              "@dataclass(frozen=True)\nclass B:\n    x: int\n"
     assert class_sizes({"p.m": ast.parse(source)}) == ({"p.m.A": 1, "p.m.B": 0}, {"p.m.A": 2})
+
+
+# ---------------------------------------------------------------- nothing behind the user's back
+#: The two lazy loaders (PEP 562) that keep ``import langchain_membrain`` and the teachers'
+#: light modules from loading langchain-core, langgraph and openai (about 1.5 s).
+LAZY_LOADERS = {"langchain_membrain", "langchain_membrain.teachers"}
+
+
+def test_importing_the_package_adds_no_import_hook():
+    import subprocess
+    import sys
+
+    code = ("import sys; before = list(sys.meta_path); import langchain_membrain, langchain_membrain.memory; "
+            "print(sys.meta_path == before)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
+
+
+def test_package_inits_define_no_module_getattr_but_the_lazy_loaders():
+    found = {module_name(p) for p in ROOT.rglob("__init__.py")
+             if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
+                    for n in ast.parse(p.read_text()).body)}
+    assert found == LAZY_LOADERS
+
+
+def test_no_thread_local_state_but_the_storage_connections_and_a_cache():
+    allowed = {f"{PACKAGE}.storage.sqlite", f"{PACKAGE}.storage.postgres", f"{PACKAGE}.index.lexical"}
+    users = {name for name, tree in modules().items()
+             if any(isinstance(n, ast.Attribute) and n.attr == "local" and isinstance(n.value, ast.Name)
+                    and n.value.id == "threading" for n in ast.walk(tree))}
+    assert users <= allowed, users - allowed
+
+
+def test_no_private_member_of_the_standard_library_is_used():
+    private = [(name, n.attr) for name, tree in modules().items() for n in ast.walk(tree)
+               if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+               and n.value.id in ("threading", "sys", "os", "importlib") and n.attr.startswith("_")
+               and not n.attr.startswith("__")]
+    assert private == []
+
+
+def test_the_product_code_cites_no_measurement_document_or_issue():
+    """Docstrings and comments say what a thing is and why; when and how it was measured
+    lives in bench/RESULTS.md and the CHANGELOG."""
+    import re
+
+    cite = re.compile(r"RESULTS\.md|\bissues? \d+")
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(ROOT.rglob("*.py")) if "bench" not in p.parts
+             for i, line in enumerate(p.read_text().splitlines(), 1) if cite.search(line)]
+    assert found == []

@@ -9,7 +9,7 @@ import pytest
 from helpers import WordEmbeddings
 
 from langchain_membrain import MembrainMemory
-from langchain_membrain.bench import TopicTeacher
+from langchain_membrain.bench.topic_teacher import TopicTeacher
 from langchain_membrain.bench.topics import headline, load_topics, r_precision, run_topics
 from langchain_membrain.insert.config import LearnerConfig
 from langchain_membrain.students.training_config import Policy

@@ -2,26 +2,14 @@
 ``python -m langchain_membrain.bench SUBCOMMAND --help`` (also ``membrain bench``).
 
 Each subcommand lives in its own module exposing ``configure(parser)`` and ``run(args)``;
-each prints a table and can write JSON with ``--json OUT``.
+each prints a table and can write JSON with ``--json OUT``. The evaluation teachers live
+beside them: :class:`~.topic_teacher.TopicTeacher`, :class:`~.locomo.LoCoMoFormationTeacher`.
 """
 
 import os
 import platform
 
-__all__ = ["TopicTeacher", "LoCoMoFormationTeacher", "machine_description", "embed_cached"]
-
-
-def __getattr__(name: str):
-    # The evaluation teachers load on first use: ``bench`` itself stays light to import.
-    if name == "TopicTeacher":
-        from .topic_teacher import TopicTeacher
-
-        return TopicTeacher
-    if name == "LoCoMoFormationTeacher":
-        from .locomo import LoCoMoFormationTeacher
-
-        return LoCoMoFormationTeacher
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["machine_description", "embed_cached"]
 
 
 def machine_description() -> str:

@@ -6,7 +6,7 @@ can be used instead; membrain reads the dimension from the vectors it gets.
 
 On the CPU (the default) the encoder runs in numpy (minilm.py), without importing torch,
 transformers or sentence-transformers: that import would be most of a cold ``membrain
-search`` (bench/RESULTS.md, startup). ``MiniLMEmbeddings(device=...)`` runs it through
+search``. ``MiniLMEmbeddings(device=...)`` runs it through
 sentence-transformers on that torch device.
 """
 
@@ -113,9 +113,8 @@ class EmbeddingCache:
 
     For the short phrases labelling reads and writes: every naming embeds up to 32 n-gram
     candidates and renaming embeds the same ones again as an aspect grows: most label texts
-    repeat, and embedding them dominated a chat's inserts before this cache (bench/RESULTS.md,
-    economy). At 384 dimensions
-    the default ``maxsize`` holds about 6 MB, once per memory (not per namespace)."""
+    repeat, and embedding them would dominate a chat's inserts. At 384 dimensions the default
+    ``maxsize`` holds about 6 MB, once per memory (not per namespace)."""
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray], maxsize: int = 4096):
         self.embed, self.maxsize = embed, int(maxsize)

@@ -2,7 +2,7 @@
 sentence-transformers.
 
 Importing sentence-transformers (and with it torch, transformers and scikit-learn) would be
-most of a ``membrain search`` for one query (bench/RESULTS.md, startup). This module runs the
+most of a ``membrain search`` for one query. This module runs the
 same network (a 6-layer BERT, mean pooling over the tokens, unit normalisation: the model's
 ``modules.json``) from its ``model.safetensors`` with numpy, and tokenises with
 ``tokenizers`` from its ``tokenizer.json``, truncating at the model's ``max_seq_length``

@@ -77,7 +77,7 @@ DRAIN_MARGIN_S = 10.0
 #: None: no time bound (adds wait whenever the trainer is ``max_training_lag`` behind).
 #: Longer than an ordinary training step, so the usual short wait is kept as it was: a much
 #: shorter bound has every add run beside the trainer, sharing the interpreter with it, and
-#: raises the median add for a shorter tail (RESULTS.md, adds).
+#: raises the median add for a shorter tail.
 LAG_WAIT_S: float | None = 0.5
 LAG_HARD_FACTOR = 4
 

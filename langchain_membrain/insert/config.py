@@ -53,8 +53,7 @@ class LearnerConfig:
     apply_corrections: bool = True
     allow_aspects: bool = False
     # Ask about stage 2 at most once per this many unsure decisions under the same parent:
-    # the others wait, executed as Idle (bench/RESULTS.md, learning: the oracle teacher). 1: ask at
-    # every unsure decision.
+    # the others wait, executed as Idle. 1: ask at every unsure decision.
     stage2_defer: int = 1
     # Inserts the student is unsure of wait, placed by the student meanwhile, until this many
     # have gathered in a namespace; then one question about all of them (the teacher's

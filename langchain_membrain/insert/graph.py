@@ -21,7 +21,7 @@ The nodes are plain functions (methods of :class:`InsertPipeline`) and the routi
 plain functions, so the same definition runs either compiled (``mem.graph``, composable
 into a user's graph as a subgraph) or walked directly by :meth:`InsertPipeline.run`,
 which ``MembrainMemory.add`` uses because a compiled graph adds its own cost to every step
-(bench/RESULTS.md, graph).
+(``bench graph`` measures it).
 The descent loops inside ``stage1_descend`` (one graph step for many tree levels).
 
 State in: ``text``, and optionally ``namespace``, ``metadata``, ``key`` (and, from the memory

@@ -365,10 +365,10 @@ class Learner:
         # Stage 1 was sure at every level (it would have asked otherwise): its labels here are
         # a sample of what its gate let through, so they calibrate it. They keep its window
         # fresh after warm-up, where 2% audits alone barely renew it (a new teacher's gate
-        # stayed fitted to the warm-up's mistakes; bench/RESULTS.md, economy). Stage 2 is not
+        # stayed fitted to the warm-up's mistakes). Stage 2 is not
         # calibrated on stage 1's questions the other way round: its gate never sees those
         # inserts, and they are harder for it, so its gate would shut more often than it
-        # should (bench/RESULTS.md, economy).
+        # should.
         labels1 = plan_labels(self.config, view, rec.new_fact, plan, True)
         move_to = plan.parent_id if plan.parent_id != tree.parent(rec.fact_id) else None
         rec.answer = replace(rec.answer, asked=True, plan=plan, labels1=labels1, move_to=move_to)

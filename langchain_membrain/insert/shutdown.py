@@ -11,8 +11,9 @@ weak reference: registering never keeps a memory alive.
 
 Both are bounded (by :data:`EXIT_TIMEOUT_S`; ``close()`` called by the user, by
 :data:`CLOSE_TIMEOUT_S`): a teacher that hangs, refuses connections or answers slowly must
-not keep a process from exiting (issue 44). The questions still pending then are dropped (``Background.flush``), and the guarded teachers' request threads are
-daemons (teachers/workers.py), so none of them is joined at exit.
+not keep a process from exiting. The questions still pending then are dropped
+(``Background.flush``), and the guarded teachers' request threads are daemons
+(teachers/workers.py), so none of them is joined at exit.
 """
 
 from __future__ import annotations
@@ -70,12 +71,15 @@ def _install_exit_hooks() -> None:
     import atexit
 
     atexit.register(_at_exit, close=True)
-    try:
-        # threading's exit hooks run before atexit's, before non-daemon threads are joined:
-        # the trainer is idle again (not in torch code) when the interpreter shuts down.
-        threading._register_atexit(_at_exit, close=False)  # type: ignore[attr-defined]
-    except (AttributeError, RuntimeError):  # another Python; or already shutting down
-        pass
+    # The flush runs once the main thread has finished, on a non-daemon thread: the interpreter
+    # joins it before it runs atexit's hooks and tears down, so the trainer is idle again
+    # (not in torch code) by then.
+    threading.Thread(target=_flush_after_main, name="membrain-exit", daemon=False).start()
+
+
+def _flush_after_main() -> None:
+    threading.main_thread().join()
+    _at_exit(close=False)
 
 
 def _at_exit(close: bool) -> None:

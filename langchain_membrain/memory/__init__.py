@@ -517,7 +517,7 @@ class MembrainMemory:
         shutdown.forget(self)
         self._bg.stop(timeout=max(1.0, timeout - (time.monotonic() - started)))
         if self._storage is not None:
-            self._forest.save_indexes()  # a restart then reads them instead of indexing (issue 48)
+            self._forest.save_indexes()  # a restart then reads them instead of indexing
             self._storage.close()
 
     def __enter__(self) -> MembrainMemory:

@@ -1,5 +1,5 @@
 """Calibrated relevance: a hit's ``score`` is the estimated probability that it is relevant to
-the query (issue 47).
+the query.
 
 A small logistic model reads features of a hit that mean the same in every namespace, whatever
 its size or the kinds it holds (:func:`hit_features`): the cosine of the hit's embedding with
@@ -10,7 +10,7 @@ its rank in its namespace, the ranking score its namespace's index gave it
 ``data/relevance.json``, a labelled set written for this project (queries with the facts that
 answer them, and queries nothing answers, in namespaces of 1 to 500 facts with the tuning
 personas' facts around them); the bench prints its AUROC, what the threshold keeps and a
-reliability table on a held-out split (RESULTS.md, scores).
+reliability table on a held-out split.
 
 A search keeps its index's ranking (the fused score, every boost included) and reports the
 model's probabilities made non-increasing down that ranking by isotonic regression

@@ -3,8 +3,8 @@
 ``open_storage(target)`` picks the backend from its argument:
 
 - ``"postgresql://..."`` or ``"postgres://..."``: :class:`~.postgres.PostgresStorage`
-  (needs the ``[postgres]`` extra: psycopg 3 and psycopg_pool), to share one memory
-  between processes on several machines;
+  (import it from :mod:`.postgres`; it needs the ``[postgres]`` extra: psycopg 3 and
+  psycopg_pool), to share one memory between processes on several machines;
 - any other string or path (``"membrain.db"``): :class:`~.sqlite.SQLiteStorage`, a file
   shared safely by the processes of one machine;
 - ``None`` or ``":memory:"``: a private in-process SQLite database (nothing persists).
@@ -64,22 +64,11 @@ def open_storage(target: str | os.PathLike[str] | None = None, **options: Any) -
     return SQLiteStorage(target, **options)
 
 
-def __getattr__(name: str) -> Any:
-    # ``from langchain_membrain.storage import PostgresStorage`` without importing psycopg
-    # for everyone else.
-    if name == "PostgresStorage":
-        from .postgres import PostgresStorage
-
-        return PostgresStorage
-    raise AttributeError(name)
-
-
 __all__ = [
     "SCHEMA_VERSION",
     "STORE_VALUE_KEY",
     "Namespace",
     "NotADatabaseError",
-    "PostgresStorage",
     "ReadOnlyError",
     "SQLiteStorage",
     "SchemaVersionError",

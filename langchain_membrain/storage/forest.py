@@ -111,8 +111,8 @@ class Forest:
     """
 
     #: Whether a namespace read from storage is indexed in one pass (``FactIndex.add_many``);
-    #: False indexes it fact by fact, as before issue 48 (``bench cold``'s baseline, and the
-    #: tests that compare the two).
+    #: False indexes it fact by fact (``bench cold``'s baseline, and the tests that compare
+    #: the two).
     bulk_load: bool = True
 
     def __init__(self, storage: Storage | None, *, new_index: Callable[[], FactIndex],

@@ -1,4 +1,4 @@
-"""Saved search indexes (issue 48): a namespace's :class:`~.retrieval.FactIndex` written
+"""Saved search indexes: a namespace's :class:`~.retrieval.FactIndex` written
 to a local file, so that a new process searches a large namespace without indexing every
 fact again.
 

@@ -1,4 +1,4 @@
-"""Saved trees (issue 48): a large namespace's :class:`~.tree.MembrainTree` written beside
+"""Saved trees: a large namespace's :class:`~.tree.MembrainTree` written beside
 its SQLite file with its saved search index (index_cache.py), so that a new process opens
 it without reading and decoding every row and rebuilding the tree from them.
 

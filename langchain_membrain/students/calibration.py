@@ -39,9 +39,9 @@ class Calibrator:
     fitted temperature is lowered from the NLL fit as far as the rows the gate would then
     pass still agree with the teacher at that rate, by a one-sided 95% lower bound (Wilson's)
     on their agreement. Why: NLL weighs a few confident errors heavily (a new teacher that
-    the student already matches on 97% of its decisions got temperatures of 2 to 3, which
-    keep nearly every decision under a gate of 0.9, bench/RESULTS.md: a new teacher
-    starts expensive), while the gate needs only that what it lets through is right at its rate.
+    the student already matches on nearly every decision can get a temperature that keeps
+    nearly every decision under the gate), while the gate needs only that what it lets
+    through is right at its rate.
     The temperature is never raised above the NLL fit."""
 
     GRID = np.exp(np.linspace(math.log(0.2), math.log(10.0), 49))
@@ -109,15 +109,13 @@ class PlattCalibrator:
 
     Why the size: a prior is fitted on closures of the sizes its streams had, and long
     chats grow larger ones. With the score alone the fit extrapolated to them with the
-    same confidence, and the student's stage-2 series alone agreed with a shadow of the
-    teacher in only 73 to 86% of LoCoMo turns (bench/RESULTS.md, economy). Trained on decisions of at
-    most 12 facts and tested on larger ones (teacher-forced LoCoMo), the gate at 0.9 let
-    through 75% of them at 0.89 agreement with the score alone, 54% at 0.98 with the size.
+    same confidence, and let through wrong decisions on closures larger than any it was fitted
+    on; with the size it lets fewer through, and those agree with the teacher more often.
     Fitted once the window holds MIN_ROWS rows; before, ``(a, c, b) = (1, 0, 0)``.
 
     Not fitted for its gate as :class:`Calibrator` is: raising ``b`` as far as the window's
     passing decisions agreed at 0.9 let a student trained from scratch go silent once its
-    own decisions shaped the tree (bench/RESULTS.md, economy: a new teacher starts expensive)."""
+    own decisions shaped the tree."""
 
     MIN_ROWS = 64
     BOUND = 50.0

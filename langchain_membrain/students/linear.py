@@ -171,7 +171,7 @@ class AttachHere:
 
     Why beside the networks: a teacher that descends on 98% of its levels (the offline rule on
     WordNet's animals) gives the candidate softmax a handful of "attach here" labels, which it
-    answers by descending, confidently (bench/RESULTS.md, issue 35). Balanced weights make the
+    answers by descending, confidently. Balanced weights make the
     decision rule the one that errs as often on either class: ``balanced`` is the fit's
     probability, ``prob`` the same corrected back to the window's share of stops (the
     intercept shift that undoes the balancing), the probability the gate compares.

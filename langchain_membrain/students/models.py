@@ -178,8 +178,8 @@ def torch_threads(n: int | None) -> Iterator[None]:
 
     These networks are small enough that spreading one operation over threads costs more
     than it saves: a forward is several times slower on two threads than on one, and a
-    training batch takes no less wall time on one thread, at less CPU (bench/RESULTS.md,
-    economy). torch keeps the count per thread,
+    training batch takes no less wall time on one thread, at less CPU. torch keeps the count
+    per thread,
     but also as the default of threads started meanwhile and as MKL's global setting,
     which is why it is set only around this package's own work and restored at once.
     """

@@ -124,7 +124,7 @@ class OnlineTrainer:
     a checkpoint or a prior run in numpy (nets.py) until then, and such a checkpoint is
     written back without torch (torchfile.py), so a process that only places facts never
     imports it (importing torch, and ``torch._dynamo`` for the optimisers, would be most of
-    ``membrain add``'s start-up; bench/RESULTS.md, startup). The torch objects
+    ``membrain add``'s start-up). The torch objects
     (``stage1``, ``stage2``, ``infer1``, ``infer2``, ``opt1``, ``opt2``, ``device``) are
     built on first use, from the loaded state when there is one, else from a random
     initialisation seeded by ``config.seed`` (as they always were). Predictions then run

@@ -71,7 +71,7 @@ class TrainingConfig:
     # Learning rates (both stages, skip heads included) are multiplied by this when the
     # networks start from a prior: fine-tuning. A fresh Adam moves every weight by about its
     # learning rate per step whatever the gradient, so the from-scratch rates undo a prior
-    # within a few batches of a new teacher's labels (bench/RESULTS.md, economy: a new teacher starts expensive).
+    # within a few batches of a new teacher's labels.
     prior_lr_scale: float = 0.3
     # CPU threads torch uses for these networks' forwards and optimiser steps (None: torch's
     # own setting, one per core); one is fastest at these sizes (models.torch_threads).

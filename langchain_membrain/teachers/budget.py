@@ -31,13 +31,17 @@ This module imports nothing heavy.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 import time
 from typing import Any, Callable, Iterator
 
 from .base import RemoteTeacher, capable
 
-_local = threading.local()
+# Context variables rather than thread-locals: a thread starts with none set, and an asyncio
+# task sees its own.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("membrain_deadline", default=None)
+_CUTOFF: contextvars.ContextVar[Cutoff | None] = contextvars.ContextVar("membrain_cutoff", default=None)
 
 #: A request is not sent with less than this left before the deadline.
 MIN_REQUEST_S = 0.05
@@ -50,13 +54,13 @@ def deadline(seconds: float | None) -> Iterator[None]:
     if seconds is None:
         yield
         return
-    previous = getattr(_local, "deadline", None)
+    previous = _DEADLINE.get()
     end = time.monotonic() + float(seconds)
-    _local.deadline = end if previous is None else min(previous, end)
+    token = _DEADLINE.set(end if previous is None else min(previous, end))
     try:
         yield
     finally:
-        _local.deadline = previous
+        _DEADLINE.reset(token)
 
 
 class Cutoff:
@@ -86,19 +90,18 @@ class Cutoff:
 @contextlib.contextmanager
 def under(cutoff: Cutoff) -> Iterator[None]:
     """Within the block, this thread's requests end at ``cutoff.end`` too (when it is set)."""
-    previous = getattr(_local, "cutoff", None)
-    _local.cutoff = cutoff
+    token = _CUTOFF.set(cutoff)
     try:
         yield
     finally:
-        _local.cutoff = previous
+        _CUTOFF.reset(token)
 
 
 def current_deadline() -> float | None:
     """This thread's deadline (``time.monotonic()`` seconds): the earlier of its
     :func:`deadline` and its :class:`Cutoff`'s end; None when neither bounds it."""
-    end = getattr(_local, "deadline", None)
-    cutoff = getattr(_local, "cutoff", None)
+    end = _DEADLINE.get()
+    cutoff = _CUTOFF.get()
     cut = None if cutoff is None else cutoff.end
     if cut is None:
         return end
@@ -108,13 +111,13 @@ def current_deadline() -> float | None:
 def insert_deadline() -> float | None:
     """This thread's :func:`deadline` alone (an insert's budget), without its cutoff: what
     makes a request a foreground one (the slow breaker applies to those only)."""
-    return getattr(_local, "deadline", None)
+    return _DEADLINE.get()
 
 
 def cut_off() -> bool:
     """Whether this thread runs under a :class:`Cutoff` whose end has passed (its questions
     are given up: the memory is closing)."""
-    cutoff = getattr(_local, "cutoff", None)
+    cutoff = _CUTOFF.get()
     return cutoff is not None and cutoff.end is not None and time.monotonic() >= cutoff.end
 
 

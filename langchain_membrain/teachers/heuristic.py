@@ -53,8 +53,8 @@ O(max_neighbourhood^2) at worst (the rest is linear in P's width). For ``f`` and
 Sibling tidying is off by default because it makes stage 2 hard to imitate: it re-asks every
 sibling's place at every insert, and a student has to predict all of those moves at once to
 agree with the series. Off, the moves concern the new fact alone (the Groups below still
-cover the whole neighbourhood), and on long chats the student decides stage 2 alone about
-twice as often at a higher agreement (bench/RESULTS.md, economy).
+cover the whole neighbourhood), and on long chats the student decides stage 2 alone more
+often, at a higher agreement.
 
 Then Group, when ``P`` is crowded (at least ``crowd`` fact children left) and large enough
 to split (at least ``split_min`` facts below it): its fact children are clustered by

@@ -38,6 +38,7 @@ can wait on the LLM.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -58,6 +59,14 @@ logger = logging.getLogger("langchain_membrain")
 
 Request = Callable[[list[prompts.Message], type[BaseModel]], RawAnswer]
 AsyncRequest = Callable[[list[prompts.Message], type[BaseModel]], Awaitable[RawAnswer]]
+
+
+# Per thread (or asyncio task), as context variables: the requests each line sent from it (by
+# the line's id), whether its request in flight is an insert's (under a deadline), and on a
+# worker thread the timeout of the request it runs.
+_SENT: contextvars.ContextVar[dict[int, int] | None] = contextvars.ContextVar("membrain_sent", default=None)
+_FOREGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("membrain_foreground", default=False)
+_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("membrain_timeout", default=None)
 
 
 class RequestLine:
@@ -89,7 +98,6 @@ class RequestLine:
         self.slow = self.breaker.twin()  # answers slower than a deadline (see budget.py)
         self._health_lock = threading.Lock()
         self._down = False  # either breaker open: reported once by _report
-        self._tls = threading.local()  # per thread: requests sent, the current request's timeout
         # The sync requests' threads, two per slot: an abandoned call frees its slot at once.
         self._workers = DaemonWorkers(2 * self.max_concurrency, name=f"{name}-teacher")
 
@@ -104,11 +112,12 @@ class RequestLine:
         """Requests sent on this line from the calling thread (retries and failed ones
         included, questions it did not send excluded): a caller counts one question's
         requests as the difference around it."""
-        return getattr(self._tls, "sent", 0)
+        return (_SENT.get() or {}).get(id(self), 0)
 
     def request_timeout(self) -> float:
         """The timeout of the request being sent from this thread (a deadline may cut it)."""
-        return getattr(self._tls, "timeout", self.timeout)
+        timeout = _TIMEOUT.get()
+        return self.timeout if timeout is None else timeout
 
     def close(self) -> None:
         """Release the idle worker threads; returns at once (one blocked in an abandoned
@@ -154,12 +163,12 @@ class RequestLine:
         if not acquire_within(self._sem):
             self._release_probes()
             return TeacherUnavailable("busy", "every request slot stayed taken until the deadline")
-        self._tls.sent = self.requests_sent() + 1
-        self._tls.foreground = budget.insert_deadline() is not None
+        self._count_sent(+1)
+        _FOREGROUND.set(budget.insert_deadline() is not None)
         try:
             return self._sync_request(step.messages, step.schema, timeout)
         except TeacherUnavailable as exc:  # queued behind abandoned calls, never started: not sent
-            self._tls.sent -= 1
+            self._count_sent(-1)
             self._release_probes()
             return exc
         except Exception as exc:  # noqa: BLE001 - handed to the core
@@ -180,14 +189,21 @@ class RequestLine:
             return refused
         while not self._sem.acquire(blocking=False):
             await asyncio.sleep(0.005)
-        self._tls.sent = self.requests_sent() + 1
-        self._tls.foreground = False
+        self._count_sent(+1)
+        _FOREGROUND.set(False)
         try:
             return await asyncio.wait_for(self.arequest(step.messages, step.schema), self.timeout)
         except Exception as exc:  # noqa: BLE001 - handed to the core
             return exc
         finally:
             self._sem.release()
+
+    def _count_sent(self, step: int) -> None:
+        sent = _SENT.get()
+        if sent is None:
+            sent = {}
+            _SENT.set(sent)
+        sent[id(self)] = sent.get(id(self), 0) + step
 
     # -------------------------------------------------------- the breakers
     def _admit(self, *, foreground: bool) -> TeacherUnavailable | None:
@@ -210,7 +226,7 @@ class RequestLine:
         """A request was answered with a usable answer: both breakers close."""
         if self.breaker.success():
             self._report(f"the teacher {self.describe()} answers again")
-        if getattr(self._tls, "foreground", False) and self.slow.success():
+        if _FOREGROUND.get() and self.slow.success():
             self._report(f"the teacher {self.describe()} answers within the insert's budget again")
 
     def _note_failure(self, err: TeacherCallError) -> None:
@@ -309,11 +325,11 @@ class RequestLine:
 
     def _request_on_worker(self, msgs: list[prompts.Message], schema: type[BaseModel], timeout: float) -> RawAnswer:
         """``request`` on a worker thread, ``timeout`` its :meth:`request_timeout`."""
-        self._tls.timeout = timeout
+        token = _TIMEOUT.set(timeout)
         try:
             return self.request(msgs, schema)
         finally:
-            self._tls.timeout = self.timeout
+            _TIMEOUT.reset(token)
 
     def _count_call(self, stage: str, raw: RawAnswer | None, latency: float) -> None:
         if raw is None:

@@ -133,7 +133,7 @@ class LLMTeacher(GuardedTeacher):
             return self._raw(runnable.invoke(_to_langchain(messages)))
         # The model is called on this (daemon) thread, not on the thread of a LangChain
         # executor: an executor's threads are joined at interpreter exit, so a call abandoned
-        # in one, on a server that never answers, would keep the process alive (issue 44).
+        # in one, on a server that never answers, would keep the process alive.
         model, parse = split
         return self._raw(parse.invoke({"raw": model.invoke(_to_langchain(messages))}))
 

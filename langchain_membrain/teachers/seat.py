@@ -3,9 +3,8 @@
 A memory asks its teacher from several objects: the learner (placements, stage 2, audits,
 batches, naming), the operation decider (memory operations) and the background half (its
 batch questions and stats). Each of them reads the teacher from the memory's one seat, at
-each question, so ``memory.teacher = X`` reaches every question at once. Before, each held
-the teacher it was built with, and setting it changed one holder only: placements and
-operations were then asked of different teachers (issue 44).
+each question, so ``memory.teacher = X`` reaches every question at once: placements and
+operations are never asked of different teachers.
 
 A :class:`~.pipeline.Learner` or an :class:`~.operations.OperationDecider` built with a plain
 teacher gets a seat of its own.

@@ -9,8 +9,8 @@ never.
 
 Why not :class:`~concurrent.futures.ThreadPoolExecutor`: its workers are non-daemon threads,
 and ``concurrent.futures`` joins every one of them at interpreter exit
-(``threading._register_atexit``). One request stuck in an HTTP read that never ends then keeps
-the process alive forever, closed memory or not (issue 44). These threads are daemons that
+One request stuck in an HTTP read that never ends then keeps the process alive forever,
+closed memory or not. These threads are daemons that
 nobody joins: the process exits while a worker is still blocked in an abandoned read. A
 worker runs no torch code (only a client's request), so ending it with the interpreter is
 safe (see shutdown.py for why the trainer, which does, is flushed before exit instead).

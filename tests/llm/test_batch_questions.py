@@ -12,7 +12,7 @@ from openai_server import schema_name, text
 from test_placement_e2e import EMB, EXPECTED, FACTS, keyword_llm, shape
 
 from langchain_membrain import LearnerConfig, MembrainMemory, Policy
-from langchain_membrain.bench import TopicTeacher
+from langchain_membrain.bench.topic_teacher import TopicTeacher
 
 FORCED = dict(stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
 
