@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time see __getattr_
     )
     from .index.facts import RetrievalConfig
     from .insert.config import LearnerConfig
-    from .insert.pipeline import Learner
+    from .insert.learner import Learner
     from .integrations.store import MembrainStore
     from .integrations.tools import memory_tools
     from .memory import MembrainMemory
@@ -59,7 +59,7 @@ _LAZY: dict[str, str] = {
     "TeacherError": ".errors",
     "MembrainMemory": ".memory",
     "MemoryRecord": ".tree.records",
-    "Learner": ".insert.pipeline",
+    "Learner": ".insert.learner",
     "LearnerConfig": ".insert.config",
     "RetrievalConfig": ".index.facts",
     "MembrainRetriever": ".retrieval.retriever",

@@ -51,9 +51,9 @@ _FORCED: dict[int, tuple[object, object]] = {}  # id(teacher) -> (teacher, its t
 
 def insert_by_teacher(tree, new_fact, teacher, **kw) -> str:
     """Insert ``new_fact`` decided by ``teacher`` alone, through the insert graph
-    (``pipeline.teacher_forcing``, one learner per teacher); the new fact's id."""
-    from langchain_membrain.insert.graph import insert_fact
-    from langchain_membrain.insert.pipeline import teacher_forcing
+    (``learner.teacher_forcing``, one learner per teacher); the new fact's id."""
+    from langchain_membrain.bench.bare_tree import insert_fact
+    from langchain_membrain.insert.learner import teacher_forcing
 
     entry = _FORCED.get(id(teacher))
     if entry is None or entry[0] is not teacher:
@@ -72,7 +72,7 @@ def small_model(dim: int):
 def small_learner(dim: int):
     """A learner of the offline teacher with :func:`small_model` networks, trained on the CPU."""
     from langchain_membrain.insert.config import LearnerConfig
-    from langchain_membrain.insert.pipeline import Learner
+    from langchain_membrain.insert.learner import Learner
     from langchain_membrain.students.training_config import TrainingConfig
     from langchain_membrain.teachers.heuristic import HeuristicTeacher
 

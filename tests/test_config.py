@@ -49,17 +49,55 @@ def test_scalars_are_normalised():
     assert MemoryConfig(teacher_budget=None).teacher_budget is None
 
 
-def test_the_settings_the_trainer_reads_stay_attributes_of_the_memory():
+def test_reconfigure_reaches_every_part_and_becomes_the_config():
     from helpers import WordEmbeddings
 
     with MembrainMemory(embeddings=WordEmbeddings(), relabel=False, naming_interval=9) as mem:
         assert (mem.background, mem.relabel, mem.naming_interval, mem.checkpoint_every, mem.prior) == (
             True, False, 9, 50, True)
-        mem.relabel, mem.naming_interval = True, 3
+        before = mem.config
+        new = mem.reconfigure(relabel=True, naming_interval=3, search_mode="exact", refresh_interval=5,
+                              teacher_budget=1, max_loaded_namespaces=7)
+        assert mem.config is new and before.relabel is False  # the old config is untouched
+        assert (new.relabel, new.naming_interval, new.search_mode, new.refresh_interval) == (True, 3, "exact", 5.0)
         assert mem._bg.relabel is True and mem._bg.naming_interval == 3  # what the trainer reads
+        assert (mem.search_mode, mem.refresh_interval, mem.max_loaded_namespaces) == ("exact", 5.0, 7)
+        assert mem._parts.teacher_budget == 1.0
         assert mem.prior_used is None
         mem.add("Maya is allergic to peanuts")
         assert mem.prior_used == mem.stats()["prior"]
+
+
+def test_reconfigure_with_dedupe_off_stores_a_repeated_text_again():
+    from helpers import WordEmbeddings
+
+    with MembrainMemory(embeddings=WordEmbeddings(), operations=False) as mem:
+        first = mem.add("Maya is allergic to peanuts")
+        assert mem.add("Maya is allergic to peanuts") == first
+        mem.reconfigure(dedupe=False)
+        assert mem.add("Maya is allergic to peanuts") != first
+
+
+def test_a_setting_is_not_set_as_an_attribute_and_a_fixed_one_is_refused():
+    from helpers import WordEmbeddings
+
+    from langchain_membrain.errors import ConfigurationError
+
+    with MembrainMemory(embeddings=WordEmbeddings()) as mem:
+        with pytest.raises(AttributeError, match=r"reconfigure\(relabel=...\)"):
+            mem.relabel = False
+        with pytest.raises(AttributeError, match="fixed when the memory opens"):
+            mem.retrieval = None
+        with pytest.raises(AttributeError):
+            mem.teacher = None
+        config = mem.config
+        with pytest.raises(ConfigurationError, match="retrieval cannot change on an open memory"):
+            mem.reconfigure(retrieval=None, relabel=False)
+        with pytest.raises(ConfigurationError, match="no MemoryConfig field 'relable'"):
+            mem.reconfigure(relable=False)
+        with pytest.raises(InvalidOperationError, match="search_mode"):
+            mem.reconfigure(search_mode="slow")
+        assert mem.config is config and mem.relabel is True and mem.search_mode == "fast"
 
 
 def test_configs_are_frozen_and_a_memory_keeps_the_one_it_was_made_with():

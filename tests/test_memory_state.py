@@ -85,7 +85,7 @@ QUESTION_SETUPS = {
 
 
 @pytest.mark.parametrize("kind", list(QUESTION_SETUPS))
-def test_setting_the_teacher_changes_who_answers_every_kind_of_question(kind):
+def test_a_new_teacher_changes_who_answers_every_kind_of_question(kind):
     log: list[tuple[str, str]] = []
     with MembrainMemory(embeddings=WordEmbeddings(), teacher=Recording("old", log), background=False, prior=False,
                         **QUESTION_SETUPS[kind]) as mem:
@@ -96,7 +96,7 @@ def test_setting_the_teacher_changes_who_answers_every_kind_of_question(kind):
         unsure_before = dict(learner.ledger.unsure)
         named_before = learner.ledger.questions["naming"]
         new = Recording("new", log)
-        mem.teacher = new
+        mem.reconfigure(teacher=new)
         log.clear()
         for fact in GROWING[6:]:
             mem.add(fact, namespace="a")
@@ -114,15 +114,15 @@ def test_setting_the_teacher_changes_who_answers_every_kind_of_question(kind):
         assert mem.teacher is new and learner.teacher is new and mem._operations.teacher is new
 
 
-def test_setting_the_teacher_resolves_it_and_refits_what_follows_from_it():
-    """``memory.teacher = None`` is the offline teacher, as ``teacher=None`` is; a teacher that
+def test_a_new_teacher_is_resolved_and_refits_what_follows_from_it():
+    """``reconfigure(teacher=None)`` is the offline teacher, as ``teacher=None`` is; a teacher that
     is not in-process lifts the trainer queue's bound (an add never waits for its answers)."""
     with MembrainMemory(embeddings=WordEmbeddings(), background=False) as mem:
         bounded = mem._bg.queue.maxsize
         slow = HeuristicTeacher()
         slow.fast = False  # type: ignore[attr-defined]
-        mem.teacher = slow
+        mem.reconfigure(teacher=slow)
         assert mem._bg.queue.maxsize == 0 and bounded > 0
-        mem.teacher = None
+        assert mem.reconfigure(teacher=None).teacher is None and mem.config.teacher is None
         assert isinstance(mem.teacher, HeuristicTeacher) and mem.teacher is not slow
         assert mem._bg.queue.maxsize == bounded

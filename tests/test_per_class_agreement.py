@@ -13,9 +13,9 @@ import pytest
 from helpers import WordEmbeddings
 
 from langchain_membrain import MembrainMemory
+from langchain_membrain.bench.bare_tree import insert_fact
 from langchain_membrain.insert.config import LearnerConfig
-from langchain_membrain.insert.graph import insert_fact
-from langchain_membrain.insert.pipeline import Learner
+from langchain_membrain.insert.learner import Learner
 from langchain_membrain.insert.stats import LearningStats
 from langchain_membrain.students.decoding import action_key
 from langchain_membrain.students.shadow import SHADOW_CLASSES
@@ -42,7 +42,7 @@ class StopAndIdle(HeuristicTeacher):
 
 
 def _run(shadow, learner: LearnerConfig) -> tuple[dict, dict, list]:
-    """The texts inserted through the insert graph on a bare tree (graph.insert_fact) by a
+    """The texts inserted through the insert graph on a bare tree (bench.bare_tree.insert_fact) by a
     learner with ``shadow``: (per-class counts, pooled agreement, every insert's record)."""
     emb = WordEmbeddings()
     learner = replace(learner, model=replace(learner.model, dim=emb.dimensions))

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from helpers import insert_by_teacher
 
+from langchain_membrain.bench.bare_tree import insert_fact, place_fact
 from langchain_membrain.errors import DimensionError
 from langchain_membrain.insert.config import LearnerConfig
-from langchain_membrain.insert.graph import insert_fact, place_fact
-from langchain_membrain.insert.pipeline import Learner, teacher_forcing
+from langchain_membrain.insert.learner import Learner, teacher_forcing
 from langchain_membrain.students.nets import ModelConfig
 from langchain_membrain.students.training_config import Policy, StageTraining, TrainingConfig
 from langchain_membrain.teachers.base import BaseTeacher, NewFact

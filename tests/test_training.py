@@ -10,11 +10,11 @@ import pytest
 import torch
 from helpers import insert_by_teacher
 
+from langchain_membrain.bench.bare_tree import insert_fact, place_fact
 from langchain_membrain.errors import CheckpointError
 from langchain_membrain.insert.config import LearnerConfig
 from langchain_membrain.insert.decisions import stage2_feats
-from langchain_membrain.insert.graph import insert_fact, place_fact
-from langchain_membrain.insert.pipeline import Learner
+from langchain_membrain.insert.learner import Learner
 from langchain_membrain.students.calibration import Calibrator
 from langchain_membrain.students.features import stage1_features
 from langchain_membrain.students.nets import ModelConfig

@@ -1,7 +1,7 @@
 """Dendrogram purity of the online tree against flat, MemTree's rule and offline clustering.
 
 The facts are inserted one by one, in file order, through the insert graph under
-``pipeline.teacher_forcing`` (the teacher alone decides; no model). A fact's class is ``tuple(path[:2])``, the ground-truth
+``learner.teacher_forcing`` (the teacher alone decides; no model). A fact's class is ``tuple(path[:2])``, the ground-truth
 ancestor one level below the subject; facts with a shorter path are in no pair but still
 count as leaves (``evaluation.dendrogram_purity``). Methods, all in one run on the same
 embeddings (all-MiniLM-L6-v2):
@@ -157,9 +157,9 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
 def build_online(rows: list, emb: np.ndarray, teacher: Any, *, allow_aspects: bool = False,
                  subject: str = "") -> tuple[MembrainTree, list[str], float]:
     """Insert every row in order with ``teacher`` alone; returns (tree, fact ids, seconds)."""
-    from ..insert.graph import insert_fact
-    from ..insert.pipeline import teacher_forcing
+    from ..insert.learner import teacher_forcing
     from ..tree.placement import NewFact
+    from .bare_tree import insert_fact
     from .oracle import oracle_metadata
 
     tree = MembrainTree(subject, dim=int(emb.shape[1]))

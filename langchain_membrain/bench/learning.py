@@ -1,7 +1,7 @@
 """Online imitation learning curve of the stage-1/stage-2 networks.
 
 Ingests the facts of a JSON-lines file in order (``text``, optional ``path`` for purity)
-with a :class:`~langchain_membrain.insert.pipeline.Learner`: teacher forcing for the first half
+with a :class:`~langchain_membrain.insert.learner.Learner`: teacher forcing for the first half
 (``execute="teacher", query="always"``), then ``execute="auto", query="uncertain"``.
 Every decision is also put to an evaluation copy of the teacher (the *shadow*: never
 counted as a teacher call, never trained on), so agreement is measured on all decisions,
@@ -183,11 +183,11 @@ def _purity(tree, fact_ids: list[str], rows) -> float | None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..insert.graph import insert_fact
-    from ..insert.pipeline import teacher_forcing
+    from ..insert.learner import teacher_forcing
     from ..tree.evaluation import load_labelled_facts
     from ..tree.placement import NewFact
     from ..tree.tree import MembrainTree
+    from .bare_tree import insert_fact
 
     torch.set_num_threads(max(1, args.threads))
     rows = load_labelled_facts(args.data, limit=args.limit)
@@ -260,7 +260,7 @@ def _learner(args: argparse.Namespace, dim: int) -> Any:
     """The learner under test, with a shadow of the same teacher; teacher forcing at first."""
     from ..decoding import DecodeConfig
     from ..insert.config import LearnerConfig
-    from ..insert.pipeline import Learner
+    from ..insert.learner import Learner
     from ..nets import ModelConfig
     from ..students.training_config import Policy
     from ..training import TrainingConfig
@@ -291,8 +291,8 @@ def _stream(tree: Any, learner: Any, facts: list, half: int, args: argparse.Name
     """Insert ``facts`` in order through the insert graph: teacher forcing for the first
     ``half``, the gated policies after; the inserts' results and the learning curve (every
     10 inserts, over the last 50)."""
-    from ..insert.graph import insert_fact
     from ..students.training_config import Policy
+    from .bare_tree import insert_fact
 
     results: list = []
     curve: list[dict] = []

@@ -88,9 +88,9 @@ def _sha256(path: str) -> str:
 
 
 def _run_streams(learner, streams, vectors) -> None:
-    from ..insert.graph import insert_fact
     from ..tree.placement import NewFact
     from ..tree.tree import MembrainTree
+    from .bare_tree import insert_fact
 
     for name, texts in streams:
         tree = MembrainTree(name)
@@ -103,7 +103,7 @@ def heldout_report(state, teacher_id: str, vectors, streams) -> dict:
     ``streams`` (the held-out personas, the held-out chat): the share of inserts that asked
     the teacher and the agreement."""
     from ..insert.config import LearnerConfig
-    from ..insert.pipeline import Learner
+    from ..insert.learner import Learner
     from ..students.prior import teacher_identity
     from ..teachers.heuristic import HeuristicTeacher
 
@@ -124,7 +124,7 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
 
     from ..index.embeddings import MiniLMEmbeddings, embed_texts
     from ..insert.config import LearnerConfig
-    from ..insert.pipeline import Learner
+    from ..insert.learner import Learner
     from ..students.prior import teacher_identity
     from ..students.training_config import Policy
     from ..teachers.heuristic import HeuristicTeacher

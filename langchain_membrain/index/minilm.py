@@ -18,6 +18,7 @@ caller falls back to sentence-transformers).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 from pathlib import Path
@@ -83,21 +84,15 @@ def blas_threads(n: int | None) -> Iterator[None]:
         yield
 
 
-_CONTROLLER: Any = None
-
-
+@functools.lru_cache(maxsize=1)
 def _controller() -> Any:
     """threadpoolctl's view of the loaded BLAS, made once (making one scans the loaded
     libraries: about a millisecond, against 10 microseconds to use it)."""
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-        except ImportError:  # pragma: no cover - installed with the package
-            _CONTROLLER = False
-        else:
-            _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER or None
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - installed with the package
+        return None
+    return ThreadpoolController()
 
 
 class NumpyMiniLM:

@@ -4,7 +4,7 @@ A :class:`~.memory.MembrainMemory` places each fact at once (the insert graph, g
 and hands the record of that placement here (:meth:`Background.placed`). This module
 owns what happens after:
 
-- the :class:`~.pipeline.Learner` (the two networks and their online trainer), created on
+- the :class:`~.learner.Learner` (the two networks and their online trainer), created on
   the first insert with the embedder's dimension, from the stored checkpoint, else from the
   shipped prior, under one lock (:attr:`Background.lock`);
 - supervision of each placement record (the deferred teacher question, the training and the
@@ -52,9 +52,9 @@ from ..tree.labels import LABELLED_FACTS, offline_label, relabel_avoid, stale_as
 from ..tree.tree import MembrainTree
 from .batches import answer_batch, batch_view, carry_out
 from .config import DEFAULT_BATCH, LearnerConfig
+from .learner import Learner
 from .ledger import QUESTION_KINDS
 from .operations import OperationDecider
-from .pipeline import Learner
 from .records import PlaceRecord
 from .stats import Counters, LearningStats, read_stored
 
@@ -170,11 +170,8 @@ class Background:
         self._embed = embed
         self.embed_label = embed_label
         self.max_training_lag = settings.max_training_lag
-        self.background = settings.background
-        self.checkpoint_every = settings.checkpoint_every
-        self.relabel = settings.relabel
-        self.naming_interval = settings.naming_interval
         self.prior = settings.prior
+        self.configure(settings)
         self.prior_used: str | None = None  # "trusted", "weights only" or None (stats())
         self.current: Learner | None = None  # the learner, once the first insert made it
         self.lock = threading.RLock()  # held around every use of the learner
@@ -196,6 +193,13 @@ class Background:
         # The end of the trainer's teacher questions: none until a bounded flush sets it.
         self.cutoff = budget.Cutoff()
         self._load_operation_student()
+
+    def configure(self, settings: MemoryConfig) -> None:
+        """The settings read at each use (``MembrainMemory.reconfigure``)."""
+        self.background = settings.background
+        self.checkpoint_every = settings.checkpoint_every
+        self.relabel = settings.relabel
+        self.naming_interval = settings.naming_interval
 
     # ------------------------------------------------------------------ teacher
     @property

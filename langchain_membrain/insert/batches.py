@@ -1,7 +1,7 @@
 """Batch questions: the inserts a student was unsure of wait, placed where the student put
 them, until ``LearnerConfig.batch`` of them have gathered in a namespace; then one question
 about all of them (the teacher's ``place_batch``) places and tidies them
-(:meth:`~.pipeline.Learner.settle_batch`).
+(:meth:`~.learner.Learner.settle_batch`).
 
 Definitions:
 
@@ -35,7 +35,7 @@ from .records import PlaceRecord, Stage1Label, Stage2Decision
 
 
 class Learning(Protocol):
-    """What a batch question uses of its :class:`~.pipeline.Learner`."""
+    """What a batch question uses of its :class:`~.learner.Learner`."""
 
     teacher: Teacher
     config: LearnerConfig

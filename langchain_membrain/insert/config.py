@@ -33,7 +33,7 @@ MAX_BATCH = 16  # the most: each new fact then still gets a fair share of the qu
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    """Everything a :class:`~.pipeline.Learner` is configured by.
+    """Everything a :class:`~.learner.Learner` is configured by.
 
     ``apply_corrections``: the insert's supervision moves a fact (and applies the teacher's
     stage-2 actions) when a deferred audit disagrees with what the model executed.
@@ -114,6 +114,12 @@ def check_teacher_budget(seconds: Any) -> float | None:
     return float(seconds)
 
 
+#: The settings ``MembrainMemory.reconfigure`` may change on an open memory; every other
+#: one decides what the memory is built of (its storage, embedder, index, models, students).
+CHANGEABLE = frozenset({"teacher", "teacher_model", "teacher_budget", "background", "checkpoint_every", "relabel",
+                        "naming_interval", "search_mode", "dedupe", "refresh_interval", "max_loaded_namespaces"})
+
+
 @dataclass(frozen=True)
 class MemoryConfig:
     """The settings of a :class:`~.memory.MembrainMemory`, one field per keyword argument
@@ -136,7 +142,7 @@ class MemoryConfig:
         embeddings: any LangChain ``Embeddings`` (default: the bundled MiniLM).
         index_fields: value fields embedded by ``put`` (default ``content``, then
             ``text``, else the value's JSON).
-        learner: policies and model sizes (:class:`~.pipeline.LearnerConfig`).
+        learner: policies and model sizes (:class:`~.learner.LearnerConfig`).
         device: torch device for the models (default CUDA when available, else CPU):
             ``"cpu"``, ``"cuda"`` (``"cuda:1"``) or ``"mps"``; a device that torch does not
             know or that this machine lacks is refused here (``check_device``).

@@ -17,9 +17,9 @@ is asked later, by the background trainer (``train``). With batch questions
 insert waits where the student put it, and the insert that fills its namespace's batch asks
 one question about all of them in ``batch_teacher``.
 
-The nodes are plain functions (methods of :class:`InsertPipeline`) and the routing is three
+The nodes are plain functions (methods of :class:`InsertGraph`) and the routing is three
 plain functions, so the same definition runs either compiled (``mem.graph``, composable
-into a user's graph as a subgraph) or walked directly by :meth:`InsertPipeline.run`,
+into a user's graph as a subgraph) or walked directly by :meth:`InsertGraph.run`,
 which ``MembrainMemory.add`` uses because a compiled graph adds its own cost to every step
 (``bench graph`` measures it).
 The descent loops inside ``stage1_descend`` (one graph step for many tree levels).
@@ -37,9 +37,9 @@ from a checkpoint in the middle of an insert raises; the insert is started again
 The nodes reach the memory through :class:`InsertHost` alone: its namespaces (the
 :class:`~.forest.Forest`, which owns each namespace's tree, index and locks), its embedder,
 its learner and its trainer. ``MembrainMemory`` provides one; this module imports nothing of
-memory.py. :class:`TreeHost` is the other host: one bare tree and a learner driven
-directly, for benchmarks and labs (:func:`insert_fact`), so that they measure the same
-insert a user's memory runs.
+memory.py. The benchmarks' :class:`~langchain_membrain.bench.bare_tree.TreeHost` is the
+other: one bare tree and a learner driven directly, so that they measure the insert a user's
+memory runs.
 """
 
 from __future__ import annotations
@@ -65,12 +65,11 @@ from typing import (
 import numpy as np
 
 from ..errors import InvalidOperationError
-from ..tree.actions import Action
 from ..tree.inputs import Namespace, as_namespace, check_text, memory_value
 from ..tree.placement import NewFact
 from ..tree.tree import MembrainTree
-from .pipeline import Learner
-from .records import Correction, PlaceRecord, SupervisionResult
+from .learner import Learner
+from .records import PlaceRecord
 
 T = TypeVar("T")
 
@@ -156,7 +155,7 @@ def compiled_state() -> type:
     return cast(type, TypedDict("InsertState", hints, total=False))  # type: ignore[operator]
 
 
-class InsertPipeline:
+class InsertGraph:
     """The nodes and routes of the insert graph, bound to one memory (its :class:`InsertHost`)."""
 
     NODES = ("embed", "stage1_descend", "stage1_teacher", "attach", "stage2_rewrite", "stage2_teacher",
@@ -375,126 +374,4 @@ class InsertPipeline:
         return run
 
 
-# =============================================================================== a bare tree
-@dataclass
-class InsertResult:
-    """The outcome of :func:`insert_fact`.
-
-    ``stage1_by``/``stage2_by``: who decided ("model", "teacher", "forced" when there was
-    no choice; for stage 1, "offline rule" when the teacher gave no answer before the model
-    was warm: ``PlaceRecord.placed_by``). ``teacher_calls`` counts the teacher questions of
-    this insert (0 or 1; the requests sent, retries included, with an LLM teacher).
-    ``actions``: the stage-2 actions applied, corrections included.
-    """
-
-    fact_id: str
-    parent_id: str
-    placed_under: str
-    stage1_by: str
-    stage2_by: str
-    teacher_calls: int
-    teacher_failures: int
-    actions: list[Action]
-    corrections: list[Correction]
-    record: PlaceRecord
-    supervision: SupervisionResult
-    naming_calls: int = 0
-
-
-class OneTree:
-    """One bare tree standing for every namespace; a write is a plain call (nothing to
-    commit)."""
-
-    __slots__ = ("bare", "_lock")
-
-    def __init__(self, tree: MembrainTree):
-        self.bare = tree
-        self._lock = threading.RLock()
-
-    def lock(self, ns: Namespace) -> threading.RLock:
-        return self._lock
-
-    def tree(self, ns: Namespace, *, create: bool) -> MembrainTree:
-        return self.bare
-
-    def mutate(self, ns: Namespace, write: Callable[[MembrainTree], T]) -> T:
-        with self._lock:
-            return write(self.bare)
-
-
-class TreeHost:
-    """The insert graph's host for one bare tree and a :class:`~.pipeline.Learner` driven
-    directly (benchmarks, labs). Facts come embedded (:func:`insert_fact`). With
-    ``supervise`` each insert is supervised and trained on before it returns, and the
-    teacher's corrections applied (``LearnerConfig.apply_corrections``), as in a memory with
-    ``background=False``; without, its record is left for the caller to supervise."""
-
-    def __init__(self, tree: MembrainTree, learner: Learner, *, supervise: bool = True):
-        self.forest = OneTree(tree)
-        self.current = learner
-        self.supervises = supervise
-        self.record: PlaceRecord | None = None
-        self.last: InsertResult | None = None
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        raise InvalidOperationError("a bare tree has no embedder: insert embedded facts (insert_fact)")
-
-    @contextlib.contextmanager
-    def learner(self, dim: int | None = None) -> Iterator[Learner]:
-        yield self.current
-
-    def placed(self, ns: Namespace, record: PlaceRecord) -> None:
-        self.record = record
-        if not self.supervises:
-            return
-        learner, tree = self.current, self.forest.bare
-        sup = learner.supervise(record)
-        extra = learner.apply_corrections(tree, sup) if learner.config.apply_corrections else []
-        parent_id = tree.parent(record.fact_id)
-        assert parent_id is not None  # a fact is never the root
-        self.last = InsertResult(
-            fact_id=record.fact_id, parent_id=parent_id, placed_under=record.placed_under,
-            stage1_by=record.placed_by, stage2_by=record.stage2.by if record.stage2 is not None else "forced",
-            teacher_calls=record.teacher_calls + sup.teacher_calls,
-            teacher_failures=record.teacher_failures + sup.teacher_failures,
-            actions=list(record.applied) + list(extra), corrections=sup.corrections, record=record,
-            supervision=sup)
-
-    def settle_batch(self, ns: Namespace, carrier: PlaceRecord | None = None) -> None:
-        learner = self.current
-        learner.settle_batch(self.forest.bare, learner.waiting.take(ns), carrier)
-
-
-BARE_TREE: Namespace = ("tree",)  # the namespace key of a bare tree's inserts (waiting batches)
-
-
-def _run_on_tree(host: TreeHost, new_fact: NewFact, node_id: str | None) -> None:
-    pipeline = InsertPipeline(host)
-    pipeline.run(cast(InsertState, pipeline.start(BARE_TREE, new_fact, node_id)), start="stage1_descend")
-
-
-def insert_fact(tree: MembrainTree, learner: Learner, new_fact: NewFact, *,
-                node_id: str | None = None) -> InsertResult:
-    """Insert an embedded fact into a bare tree through the insert graph (the nodes a
-    memory's ``add`` runs, after its embed step), decided by ``learner``, and supervise it;
-    ``node_id`` None: the tree names the fact."""
-    host = TreeHost(tree, learner)
-    named = learner.ledger.naming_calls
-    _run_on_tree(host, new_fact, node_id)
-    assert host.last is not None
-    host.last.naming_calls = learner.ledger.naming_calls - named
-    return host.last
-
-
-def place_fact(tree: MembrainTree, learner: Learner, new_fact: NewFact, *,
-               node_id: str | None = None) -> PlaceRecord:
-    """The same insert, left unsupervised: its record, for the caller's
-    :meth:`~.pipeline.Learner.supervise` (what a memory's background worker does later)."""
-    host = TreeHost(tree, learner, supervise=False)
-    _run_on_tree(host, new_fact, node_id)
-    assert host.record is not None
-    return host.record
-
-
-__all__ = ["BARE_TREE", "InFlight", "InsertHost", "InsertPipeline", "InsertResult", "InsertState", "Namespaces", "OneTree",
-           "TreeHost", "insert_fact", "place_fact"]
+__all__ = ["InFlight", "InsertGraph", "InsertHost", "InsertState", "Namespaces"]

@@ -1,4 +1,4 @@
-"""What an insert's steps decide and carry: the records a :class:`~.pipeline.Learner`
+"""What an insert's steps decide and carry: the records a :class:`~.learner.Learner`
 fills as an insert runs (graph.py's nodes), and what its supervision returns.
 
 A :class:`PlaceRecord` travels through every step of one insert, in the insert graph's
@@ -121,7 +121,7 @@ class Answer:
     ("stage1" or "stage2", the stage that asked; it failed, was not asked while its circuit
     breaker was open, or ran past the insert's budget): the insert was decided without it,
     and the question is asked again on the audit's snapshot by
-    :meth:`~.pipeline.Learner.supervise`, like an audit. ``batched``: the unsure stage,
+    :meth:`~.learner.Learner.supervise`, like an audit. ``batched``: the unsure stage,
     while the insert is placed by the student to wait for its batch question.
     ``move_to``: the teacher's parent, when it differs from the model's. ``labels1``: the
     stage-1 labels read from ``plan``."""
@@ -160,7 +160,7 @@ class Tally:
 
 @dataclass
 class PlaceRecord:
-    """What an insert's steps decided, for :meth:`~.pipeline.Learner.supervise` and the caller.
+    """What an insert's steps decided, for :meth:`~.learner.Learner.supervise` and the caller.
 
     Each step returns its decision as an immutable value (:class:`Audit`, :class:`Descent`,
     :class:`Answer`, :class:`Clock`, :class:`Tally`) that replaces the record's; the
@@ -226,7 +226,7 @@ class PlaceRecord:
 
 @dataclass
 class SupervisionResult:
-    """What :meth:`~.pipeline.Learner.supervise` did: teacher calls, optimiser steps, and corrections
+    """What :meth:`~.learner.Learner.supervise` did: teacher calls, optimiser steps, and corrections
     (a re-placement and/or the teacher's stage-2 actions) for the caller to apply."""
 
     corrections: list[Correction]

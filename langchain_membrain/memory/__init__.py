@@ -17,6 +17,7 @@ training (``insert``), reads (``retrieval.reads``) and the exit (``insert.shutdo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -24,17 +25,16 @@ from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, ParamSp
 
 from langchain_core.embeddings import Embeddings
 
-from ..errors import InvalidOperationError, NodeNotFoundError
+from ..errors import ConfigurationError, InvalidOperationError, NodeNotFoundError
 from ..index.facts import RetrievalConfig
 from ..insert import shutdown
 from ..insert.background import CHECKPOINT_NAME  # noqa: F401 - importable as before
-from ..insert.config import LearnerConfig, MemoryConfig, check_max_loaded
+from ..insert.config import CHANGEABLE, LearnerConfig, MemoryConfig
 from ..insert.formation import extractive_summary
 from ..insert.operations import OperationDecision
 from ..insert.stats import ForestStats, MemoryStats
 from ..retrieval import reads
 from ..storage.base import Storage
-from ..teachers.resolve import resolve_teacher
 from ..tree.archive import working_id
 from ..tree.filters import check_filter
 from ..tree.inputs import Namespace, as_namespace, as_timestamp, check_text
@@ -48,24 +48,24 @@ if TYPE_CHECKING:  # multistep imports LangChain's chat models: not on every sta
 
 
 class _Forward:
-    """A memory's attribute that is its part's ``attr`` (default: the same name), read and,
-    unless ``read_only``, set (through ``convert``): ``memory.relabel = False`` stops the
-    trainer's relabelling at its next use (the :class:`~.background.Background` reads it)."""
+    """A memory's read-only attribute that is its part's ``attr`` (default: the same name).
+    ``memory.config`` is the settings' one source: a setting changes through
+    :meth:`MembrainMemory.reconfigure`, which reaches every part, or not at all."""
 
-    def __init__(self, part: str, attr: str | None = None, *, convert: Callable[[Any], Any] | None = None,
-                 read_only: bool = False, doc: str | None = None):
-        self.part, self.attr, self.convert, self.read_only, self.__doc__ = part, attr, convert, read_only, doc
+    def __init__(self, part: str, attr: str | None = None, *, doc: str | None = None):
+        self.part, self.attr, self.__doc__ = part, attr, doc
 
     def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
         self.attr = self.attr or name
 
     def __get__(self, memory: MembrainMemory | None, owner: type | None = None) -> Any:
         return self if memory is None else getattr(getattr(memory, self.part), cast(str, self.attr))
 
     def __set__(self, memory: MembrainMemory, value: Any) -> None:
-        if self.read_only:
-            raise AttributeError(f"{self.attr} is read-only")
-        setattr(getattr(memory, self.part), cast(str, self.attr), self.convert(value) if self.convert else value)
+        how = (f"change it with memory.reconfigure({self.name}=...)" if self.name in CHANGEABLE
+               else "it is fixed when the memory opens")
+        raise AttributeError(f"{self.name} is read-only: {how}")
 
 
 _P = ParamSpec("_P")
@@ -90,15 +90,14 @@ class MembrainMemory:
     works offline with no arguments: the bundled MiniLM embedder, the heuristic teacher,
     everything in memory."""
 
-    # Settings the background half reads at each use (Background).
+    # The settings as the parts hold them (read-only; see reconfigure).
     background = _Forward("_bg")
     checkpoint_every = _Forward("_bg")
     relabel = _Forward("_bg")
     naming_interval = _Forward("_bg")
     prior = _Forward("_bg")
     prior_used = _Forward("_bg")  # "trusted", "weights only" or None (stats())
-    _learner = _Forward("_bg", "current", read_only=True)  # None before the first insert (tests, benchmarks)
-    # Settings the memory's parts read at each use (MemoryParts).
+    _learner = _Forward("_bg", "current")  # None before the first insert (tests, benchmarks)
     embeddings = _Forward("_parts")
     index_fields = _Forward("_parts")
     retrieval = _Forward("_parts")
@@ -107,13 +106,12 @@ class MembrainMemory:
     operations = _Forward("_parts")
     teacher_budget = _Forward("_parts")
     # The namespaces' settings (forest.py).
-    refresh_interval = _Forward("_forest", convert=float, doc="Seconds between two checks for other processes' "
+    refresh_interval = _Forward("_forest", doc="Seconds between two checks for other processes' "
                                 "writes (to a namespace when it is read, and to the trainer's checkpoint).")
-    max_height = _Forward("_forest", read_only=True,
-                          doc="How many levels below the subject a fact may lie (None: unbounded).")
-    max_loaded_namespaces = _Forward("_forest", "max_loaded", convert=check_max_loaded, doc=(
+    max_height = _Forward("_forest", doc="How many levels below the subject a fact may lie (None: unbounded).")
+    max_loaded_namespaces = _Forward("_forest", "max_loaded", doc=(
         "With storage, namespaces kept loaded at once (least recently used unloaded first)."))
-    refresh_counts = _Forward("_forest", "counts", read_only=True, doc=(
+    refresh_counts = _Forward("_forest", "counts", doc=(
         "This process's live counts of namespaces brought up to date after other processes' writes "
         "(by their change log or by a reload), and the seconds spent."))
 
@@ -158,7 +156,7 @@ class MembrainMemory:
             max_height=max_height, teacher_budget=teacher_budget, clock=clock, index_dir=index_dir)
         parts = self._parts = MemoryParts(cfg)
         self._storage, self._forest, self._bg, self._operations = parts.storage, parts.forest, parts.bg, parts.decider
-        self._pipeline, self._writer, self._former = parts.pipeline, parts.writer, parts.former
+        self._insert_graph, self._writer, self._former = parts.insert_graph, parts.writer, parts.former
         self._embed, self._embed_label = parts.embed, parts.embed_label
         self._counts = self._bg.counts  # this process's counters (stats().process)
         self._learner_lock = self._bg.lock
@@ -168,19 +166,35 @@ class MembrainMemory:
 
     @property
     def teacher(self) -> Any:
-        """Who the models imitate (resolved by :func:`~.teachers.resolve.resolve_teacher`).
-
-        Setting it (a teacher, a LangChain chat model, ``"provider:model"``; None: the
-        offline teacher) changes the teacher of every question from the next one on
-        (placement, stage 2, audit, batch, memory operation, naming): they all read it from
-        one place, the memory's
-        :class:`~.teachers.seat.TeacherSeat`. What was decided at construction stays: the
-        search's topic weight, and whether the shipped prior was trusted."""
+        """Who the models imitate (resolved by :func:`~.teachers.resolve.resolve_teacher`);
+        change it with :meth:`reconfigure` (``teacher=``)."""
         return self._bg.teacher
 
-    @teacher.setter
-    def teacher(self, teacher: Any) -> None:
-        self._bg.teacher = resolve_teacher(teacher, embed=self._embed_label)
+    def reconfigure(self, **changes: Any) -> MemoryConfig:
+        """Change settings of the open memory: ``memory.reconfigure(teacher="openai:gpt-4o-mini",
+        teacher_budget=5.0)``. Each keyword is a :class:`~.config.MemoryConfig` field of
+        :data:`~.config.CHANGEABLE` (the teacher and its budget, ``background``,
+        ``checkpoint_every``, ``relabel``, ``naming_interval``, ``search_mode``, ``dedupe``,
+        ``refresh_interval``, ``max_loaded_namespaces``); the others decide what the memory is
+        built of, and a new memory is opened to change them. The new config is validated as
+        the constructor's is, then reaches every part before this returns; it becomes
+        :attr:`config`, and is returned. A new teacher answers every question from the next
+        one on (placement, stage 2, audit, batch, memory operation, naming); what was decided
+        at construction stays (the search's topic weight, whether the shipped prior was
+        trusted). Raises :class:`~.errors.ConfigurationError` for a field that cannot change
+        and :class:`~.errors.InvalidOperationError` for a value the constructor refuses."""
+        fixed = sorted(set(changes) - CHANGEABLE)
+        if fixed:
+            known = {f.name for f in dataclasses.fields(MemoryConfig)}
+            unknown = [name for name in fixed if name not in known]
+            raise ConfigurationError(
+                f"no MemoryConfig field {unknown[0]!r}" if unknown else
+                f"{', '.join(fixed)} cannot change on an open memory (it decides what the memory is built of): "
+                f"open a new MembrainMemory; reconfigure() changes {', '.join(sorted(CHANGEABLE))}")
+        config = dataclasses.replace(self.config, **changes)
+        self._parts.configure(config, teacher_changed=bool({"teacher", "teacher_model"} & set(changes)))
+        self.config = config
+        return config
 
     # ------------------------------------------------------------- namespaces
     def namespaces(self) -> list[Namespace]:
@@ -466,7 +480,7 @@ class MembrainMemory:
         (lifetime counters); ``stats().as_dict()`` is that mapping as a dict."""
         names = self.namespaces()
         return MemoryStats(forest=ForestStats.of(reads.trees(self._forest, names), namespaces=len(names)),
-                           loaded_namespaces=self._forest.loaded(), inserts_in_flight=self._pipeline.in_flight(),
+                           loaded_namespaces=self._forest.loaded(), inserts_in_flight=self._insert_graph.in_flight(),
                            operations=self._operations.stats(), formation=self._former.student.stats(),
                            **self._bg.report())
 
@@ -475,7 +489,7 @@ class MembrainMemory:
     def graph(self):
         """The insert pipeline as a compiled LangGraph ``StateGraph`` (see graph.py)."""
         if self._graph is None:
-            self._graph = self._pipeline.compile()
+            self._graph = self._insert_graph.compile()
         return self._graph
 
     def as_retriever(self, namespace: str | Sequence[str] | None = None, *, k: int = 4,

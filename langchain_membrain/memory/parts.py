@@ -27,7 +27,7 @@ from ..insert.background import Background, own_config
 from ..insert.config import MemoryConfig
 from ..insert.formation import Candidate
 from ..insert.formation_writer import FormationWriter, Input, mark_formed
-from ..insert.graph import InsertPipeline
+from ..insert.graph import InsertGraph
 from ..insert.operations import OperationDecider
 from ..insert.writes import Writer, prepare
 from ..insert.writes import progress as progress_bar
@@ -48,12 +48,9 @@ from ..tree.kinds import check_kinds
 
 class MemoryParts:
     """The parts of one memory, built from ``cfg`` (validated already: nothing here checks
-    a setting). ``embeddings``, ``index_fields``, ``retrieval``, ``search_mode``,
-    ``dedupe``, ``operations`` and ``teacher_budget`` are read at each use, so the memory's
-    attributes of those names are these."""
+    a setting). The settings :meth:`configure` may change are read at each use."""
 
     def __init__(self, cfg: MemoryConfig):
-        self.teacher_budget = cfg.teacher_budget
         self.embeddings = cfg.embeddings if cfg.embeddings is not None else MiniLMEmbeddings()
         self.index_fields = list(cfg.index_fields or ())
         # Labels (aspect names and their n-gram candidates) are embedded through a cache:
@@ -62,7 +59,6 @@ class MemoryParts:
         resolved = resolve_teacher(cfg.teacher, cfg.teacher_model, embed=self.embed_label)
         shadow = (None if cfg.shadow_teacher is None
                   else resolve_teacher(cfg.shadow_teacher, cfg.teacher_model, embed=self.embed_label))
-        self.dedupe = cfg.dedupe
         self.operations = bool(cfg.operations)
         learner_config = own_config(cfg.learner, cfg.device)  # a new value: configs are frozen
         seat = TeacherSeat(resolved)  # the one place the teacher is held, read at each question
@@ -77,7 +73,6 @@ class MemoryParts:
         # but the offline rule (RetrievalConfig.tree_topic_weight, teachers.base.names_topics).
         self.retrieval = resolve_topic_weight(cfg.retrieval or RetrievalConfig(),
                                               teacher_names_topics=names_topics(resolved))
-        self.search_mode = cfg.search_mode
         # Every namespace's tree, search index, locks and sync with storage (forest.py).
         self.forest = Forest(self.storage, new_index=self.new_index, refresh_interval=cfg.refresh_interval,
                              max_loaded=cfg.max_loaded_namespaces, max_height=cfg.max_height, clock=cfg.clock,
@@ -87,9 +82,18 @@ class MemoryParts:
         self.bg = Background(self.forest, self.storage, seat, shadow=shadow, operations=self.decider,
                              learner_config=learner_config, embed=self.embed, embed_label=self.embed_label,
                              settings=cfg)
-        self.pipeline = InsertPipeline(self.bg)
-        self.writer = Writer(self.forest, self.pipeline, self.decider, self.bg)
+        self.insert_graph = InsertGraph(self.bg)
+        self.writer = Writer(self.forest, self.insert_graph, self.decider, self.bg)
         self.former = FormationWriter(self.writer, self.embed)
+        self.configure(cfg)
+
+    def configure(self, cfg: MemoryConfig, *, teacher_changed: bool = False) -> None:
+        """Hand the settings of :data:`~.config.CHANGEABLE` to every part that reads them."""
+        self.teacher_budget, self.dedupe, self.search_mode = cfg.teacher_budget, cfg.dedupe, cfg.search_mode
+        self.forest.refresh_interval, self.forest.max_loaded = cfg.refresh_interval, cfg.max_loaded_namespaces
+        self.bg.configure(cfg)
+        if teacher_changed:
+            self.bg.teacher = resolve_teacher(cfg.teacher, cfg.teacher_model, embed=self.embed_label)
 
     # ---------------------------------------------------------------- embedding
     def embed(self, texts: list[str]) -> np.ndarray:

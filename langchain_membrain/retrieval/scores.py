@@ -22,6 +22,7 @@ threshold the agent tools use: below it, "nothing relevant".
 
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 from contextlib import contextmanager
@@ -61,22 +62,25 @@ def hit_features(cosine: float, share: float, position: int, rank_score: float, 
                      cosine * share, max(first_cosine - cosine, 0.0)], np.float64)
 
 
-_USING: list[tuple[np.ndarray, float]] = []  # models put in place by use_model, innermost last
+# The model put in place by use_model (None: the shipped one).
+_USING: contextvars.ContextVar[tuple[np.ndarray, float] | None] = contextvars.ContextVar("membrain_scores",
+                                                                                         default=None)
 
 
 @contextmanager
 def use_model(model: tuple[np.ndarray, float]) -> Iterator[None]:
-    """Score with ``model`` (weights, bias) instead of the shipped one inside the block (the
-    bench's fitting and held-out runs)."""
-    _USING.append(model)
+    """Score with ``model`` (weights, bias) instead of the shipped one inside the block, in
+    this thread (the bench's fitting and held-out runs)."""
+    token = _USING.set(model)
     try:
         yield
     finally:
-        _USING.pop()
+        _USING.reset(token)
 
 
 def _model() -> tuple[np.ndarray, float]:
-    return _USING[-1] if _USING else _shipped()
+    model = _USING.get()
+    return _shipped() if model is None else model
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,7 @@
 """The linear students: small, fast-learning reads of the networks' own features that decide
 where a network is unsure, each behind its own gate, and stage 1's attach-here student, which
 answers the rare "attach here" class for it (training.OnlineTrainer owns them;
-pipeline.Learner asks them).
+learner.Learner asks them).
 """
 
 from __future__ import annotations

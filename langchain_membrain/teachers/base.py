@@ -110,7 +110,7 @@ class RemoteTeacher(Protocol):
 
 
 P = TypeVar("P")
-_CAPABLE: dict[tuple[type, type], bool] = {}
+_CAPABLE: dict[tuple[type, type], bool] = {}  # a cache: (teacher class, protocol) -> capable
 
 
 def capable(teacher: object, protocol: type[P]) -> TypeGuard[P]:

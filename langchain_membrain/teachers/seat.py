@@ -3,10 +3,10 @@
 A memory asks its teacher from several objects: the learner (placements, stage 2, audits,
 batches, naming), the operation decider (memory operations) and the background half (its
 batch questions and stats). Each of them reads the teacher from the memory's one seat, at
-each question, so ``memory.teacher = X`` reaches every question at once: placements and
+each question, so ``memory.reconfigure(teacher=X)`` reaches every question at once: placements and
 operations are never asked of different teachers.
 
-A :class:`~.pipeline.Learner` or an :class:`~.operations.OperationDecider` built with a plain
+A :class:`~.learner.Learner` or an :class:`~.operations.OperationDecider` built with a plain
 teacher gets a seat of its own.
 
 This module imports nothing heavy.

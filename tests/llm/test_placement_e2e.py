@@ -16,7 +16,7 @@ from llm_helpers import new_fact
 from openai_server import answer, http_error, last_user_text, refusal, schema_name, slow, truncated
 from openai_server import text as text_answer
 
-from langchain_membrain.insert.graph import insert_fact
+from langchain_membrain.bench.bare_tree import insert_fact
 from langchain_membrain.teachers.answers import TeacherCallError
 from langchain_membrain.teachers.base import NewFact, Subtree
 from langchain_membrain.teachers.llm import LLMTeacher
@@ -338,18 +338,19 @@ def _topic_embedding(text: str, dim: int = 16) -> np.ndarray:
 
 @pytest.mark.slow
 def test_learner_agreement_with_the_llm_teacher_rises(server, fallback, one_torch_thread):
-    from langchain_membrain.insert import pipeline
+    from langchain_membrain.insert import config as insert_config
+    from langchain_membrain.insert import learner
     from langchain_membrain.students.nets import ModelConfig
     from langchain_membrain.students.training_config import Policy, StageTraining, TrainingConfig
 
     server.responder = keyword_llm
     teacher = openai_teacher(server, fallback=fallback)
-    config = pipeline.LearnerConfig(
+    config = insert_config.LearnerConfig(
         model=ModelConfig(dim=16, d_model=16, heads=2),
         training=TrainingConfig(stage1=StageTraining(batch_size=8, steps_per_batch=2),
                                 stage2=StageTraining(batch_size=10**6)),  # stage 2 not trained here
         stage1=Policy(execute="teacher", query="always"), stage2=Policy(execute="teacher", query="always"))
-    learner = pipeline.Learner(teacher, config)
+    learner = learner.Learner(teacher, config)
     tree = MembrainTree("computer")
     kinds = ["laptop", "laptop battery", "desktop", "mouse"]
     texts = [f"The {kinds[i % 4]} number {i} has property {(i * 7919) % 1000}" for i in range(40)]
@@ -412,7 +413,8 @@ def test_every_bad_answer_keeps_the_fact(server, small_tree, bad):
 def test_raise_on_failure_lets_the_learner_use_its_own_model(server, one_torch_thread):
     """With ``raise_on_failure=True`` the teacher raises after its retry, and the Learner
     falls back to its model's decision (counted as a teacher failure); the fact is kept."""
-    from langchain_membrain.insert import pipeline
+    from langchain_membrain.insert import config as insert_config
+    from langchain_membrain.insert import learner
     from langchain_membrain.students.nets import ModelConfig
     from langchain_membrain.students.training_config import Policy
 
@@ -421,9 +423,9 @@ def test_raise_on_failure_lets_the_learner_use_its_own_model(server, one_torch_t
     sub = Subtree(MembrainTree("x"), "root", ["root", "root"])
     with pytest.raises(TeacherCallError):
         teacher.choose_stage1(fact("a"), sub)
-    config = pipeline.LearnerConfig(model=ModelConfig(dim=16, d_model=16, heads=2),
+    config = insert_config.LearnerConfig(model=ModelConfig(dim=16, d_model=16, heads=2),
                                     stage1=Policy(execute="teacher"), stage2=Policy(execute="teacher"))
-    learner = pipeline.Learner(teacher, config)
+    learner = learner.Learner(teacher, config)
     tree = MembrainTree("computer")
     tree.add_aspect(tree.root_id, "laptops", embedding=_topic_embedding("laptop"))
     tree.add_fact(tree.child_aspects(tree.root_id)[0], "A laptop", embedding=_topic_embedding("A laptop"))
