@@ -91,9 +91,10 @@ def test_public_names_still_import():
 
 
 def test_cli_checkpoint_name_matches_memory():
-    from langchain_membrain import cli, memory
+    from langchain_membrain import cli
+    from langchain_membrain.insert import background
 
-    assert cli.CHECKPOINT_NAME == memory.CHECKPOINT_NAME
+    assert cli.CHECKPOINT_NAME == background.CHECKPOINT_NAME
 
 
 def test_stored_view_reports_what_a_fresh_memory_reports(tmp_path):

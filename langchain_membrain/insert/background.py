@@ -257,6 +257,10 @@ class Background:
         if not self.background:
             self.supervise(ns, record)
             return
+        # The hand-off may wait for the trainer, which may need this namespace: after the commit.
+        self.forest.after_commit(lambda: self._hand_to_trainer(ns, record))
+
+    def _hand_to_trainer(self, ns: Namespace, record: PlaceRecord) -> None:
         self._start_worker()
         wait_for_trainer(self.queue, self.max_training_lag)
         self.queue.put((ns, record))

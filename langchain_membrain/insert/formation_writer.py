@@ -148,19 +148,20 @@ class FormationWriter:
         if formation.as_said:
             return self.writer.insert(ns, item.key, value, item.text, item.vec, budget=budget, merge=merge,
                                       operate=operate)
-        raw_key = self.forest.mutate(ns, lambda t: t.keep_raw(item.key, item.text, embedding=item.vec,
-                                                              metadata={"value": value}))
         working = formation.working if formation.working != self._working_text(ns, item.session) else None
         texts = [c.text for c in formation.candidates]
         vecs: Any = self.embed(texts + ([working] if working else [])) if texts or working else []
-        for cand, cvec in zip(formation.candidates, vecs):
-            fact = self.writer.insert(ns, None, {**value, "content": cand.text}, cand.text, cvec, budget=budget,
-                                      merge=merge, operate=operate)
-            self.forest.mutate(ns, functools.partial(mark_formed, key=fact, cand=cand, raw_key=raw_key))
-        if working:
-            meta = {"value": {**value, "content": working}, SOURCES_KEY: [raw_key]}
-            self.forest.mutate(ns, lambda t: t.set_working(item.session, cast(str, working), metadata=meta,
-                                                            embedding=vecs[-1]))
+        with self.writer.one_commit(ns):  # the raw item, its facts and the summary: one commit
+            raw_key = self.forest.mutate(ns, lambda t: t.keep_raw(item.key, item.text, embedding=item.vec,
+                                                                  metadata={"value": value}))
+            for cand, cvec in zip(formation.candidates, vecs):
+                fact = self.writer.insert(ns, None, {**value, "content": cand.text}, cand.text, cvec, budget=budget,
+                                          merge=merge, operate=operate)
+                self.forest.mutate(ns, functools.partial(mark_formed, key=fact, cand=cand, raw_key=raw_key))
+            if working:
+                meta = {"value": {**value, "content": working}, SOURCES_KEY: [raw_key]}
+                self.forest.mutate(ns, lambda t: t.set_working(item.session, cast(str, working), metadata=meta,
+                                                                embedding=vecs[-1]))
         return raw_key
 
 

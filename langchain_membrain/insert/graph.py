@@ -158,8 +158,6 @@ def compiled_state() -> type:
 class InsertGraph:
     """The nodes and routes of the insert graph, bound to one memory (its :class:`InsertHost`)."""
 
-    NODES = ("embed", "stage1_descend", "stage1_teacher", "attach", "stage2_rewrite", "stage2_teacher",
-             "apply_actions", "batch_teacher", "train")
 
     def __init__(self, host: InsertHost):
         self.host = host
@@ -328,6 +326,12 @@ class InsertGraph:
         "batch_teacher": "train",
     }
 
+    def nodes(self) -> dict[str, Callable[[InsertState], dict[str, Any]]]:
+        """The steps of an insert, by name, in the order they run."""
+        return {"embed": self.embed, "stage1_descend": self.stage1_descend, "stage1_teacher": self.stage1_teacher,
+                "attach": self.attach, "stage2_rewrite": self.stage2_rewrite, "stage2_teacher": self.stage2_teacher,
+                "apply_actions": self.apply_actions, "batch_teacher": self.batch_teacher, "train": self.train}
+
     def routes(self) -> dict[str, Callable[[InsertState], str]]:
         return {"stage1_descend": self.after_descend, "stage2_rewrite": self.after_stage2,
                 "apply_actions": self.after_apply}
@@ -338,7 +342,7 @@ class InsertGraph:
         from langgraph.graph import END, START, StateGraph  # imported on first use: a slow import
 
         builder = StateGraph(compiled_state())
-        for name in self.NODES:
+        for name in self.nodes():
             builder.add_node(name, self.node(name))
         builder.add_edge(START, "embed")
         for src, dst in self.EDGES.items():
@@ -362,7 +366,7 @@ class InsertGraph:
     def node(self, name: str) -> Node:
         """The node ``name``; an insert whose node raises is no longer in flight (its
         record, in the state, is dropped with it)."""
-        step: Node = getattr(self, name)
+        step = self.nodes()[name]
 
         def run(state: InsertState) -> dict[str, Any]:
             try:

@@ -26,17 +26,18 @@ of another namespace) or a malformed answer becomes ADD, so nothing is ever lost
 Only ``add``/``add_many`` without a key run an operation; ``put(key, ...)`` keeps its
 LangGraph meaning and always stores.
 
-The modules of the operation: operation_types.py (the question and answer types and
-:func:`validate_operation`), operation_rule.py (the offline rule and its text heuristics),
-operation_student.py (the student), and this one (asking the teacher, the decider and
-:func:`operate`). Their public names are importable from here too.
+The modules of the operation: ``tree/operation_types.py`` (the question and answer types and
+:func:`validate_operation`), ``teachers/operation_rule.py`` (the offline rule and its text
+heuristics), ``students/operation.py`` (the student), and this one (asking the teacher, the
+decider, :func:`decide` and :func:`apply`, which the writer calls in turn, placing the item
+between them where the operation keeps it).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, cast
+from typing import TYPE_CHECKING, Any, Literal, Sequence, cast
 
 import numpy as np
 
@@ -60,8 +61,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..storage.forest import Forest
 
 __all__ = [
-    "Operated", "OperationCounters", "OperationDecider", "OperationDecision", "ask_teacher", "candidates_for",
-    "execute", "operate",
+    "OperationCounters", "OperationDecider", "OperationDecision", "apply", "ask_teacher", "candidates_for", "decide",
 ]
 
 
@@ -98,40 +98,12 @@ def candidates_for(tree: MembrainTree, nearest: Sequence[tuple[str, float]]) -> 
     return tuple(out)
 
 
-# ------------------------------------------------------------------ applying
-Place = Callable[[tuple[str, ...], dict[str, Any], str, np.ndarray], str]
-
-
-def execute(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], value: dict[str, Any],
-            text: str, vec: np.ndarray, *, place: Place, audit: bool | None = None) -> str | None:
-    """Decide and apply the operation for one item added without a key; returns the key it
-    now has, or None for ADD (the caller then places it as always): :func:`operate`'s key."""
-    return operate(forest, decider, ns, value, text, vec, place=lambda *item, decision: place(*item),
-                   audit=audit).key
-
-
-@dataclass(frozen=True)
-class Operated:
-    """What :func:`operate` did for one item: the key it now has (None: ADD, for the caller
-    to place) and the decision, this item's own."""
-
-    key: str | None
-    decision: OperationDecision
-
-
-def operate(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], value: dict[str, Any],
-            text: str, vec: np.ndarray, *, place: Callable[..., str], audit: bool | None = None) -> Operated:
-    """Decide and apply the operation for one item added without a key. Call holding the
-    namespace's insert lock. ``place(ns, value, text, vec, decision=...)`` places an item
-    through the insert graph (a DELETE that keeps its item places it), told the item's
-    decision, and returns its key. ``audit``: the caller's audit draw for this item (see
-    :meth:`OperationDecider.judge`).
-
-    Crash safety: every change is one committed write (``forest.mutate``). An UPDATE
-    archives the old version and writes the new one in the same transaction. A DELETE whose
-    item is kept places the item first and retires the old fact after, so a crash between
-    the two leaves both stored (today's behaviour), never neither.
-    """
+# ------------------------------------------------------------------ deciding and applying
+def decide(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], value: dict[str, Any],
+           text: str, vec: np.ndarray, *, audit: bool | None = None) -> OperationDecision:
+    """The operation for one item added without a key, judged against the namespace's
+    nearest current facts. ``audit``: the caller's audit draw for this item (see
+    :meth:`OperationDecider.judge`)."""
     with forest.lock(ns):
         tree = forest.tree(ns, create=False)
         index = forest.index(ns)
@@ -141,36 +113,39 @@ def operate(forest: Forest, decider: OperationDecider, ns: tuple[str, ...], valu
         snapshot = None
         if not is_fast(decider.teacher):  # O(n), beside an LLM's latency
             snapshot = tree.copy() if tree is not None else MembrainTree("/".join(ns))
-    question = OperationQuestion(text, vec, cands, ns, value, snapshot)
-    decision = decider.judge(question, audit=audit)
-    op = decision.operation
+    return decider.judge(OperationQuestion(text, vec, cands, ns, value, snapshot), audit=audit)
+
+
+def apply(forest: Forest, ns: tuple[str, ...], op: Operation, value: dict[str, Any], text: str,
+          vec: np.ndarray, placed: str | None = None) -> str | None:
+    """Carry out ``op`` for one item (one committed write); returns the key the item now
+    has, or None when it is still to be placed (an ADD, or an UPDATE whose fact another
+    process removed meanwhile). ``placed``: the item's key where a DELETE keeps the item
+    (placed by the caller before the old fact is retired). An UPDATE archives the old version and writes the new one in the same write."""
     meta = {"value": value, "indexed": True}
-    if op.kind == "ADD":
-        return Operated(None, decision)
-    if op.kind == "IGNORE":
-        return Operated(forest.mutate(ns, lambda t: t.log_ignored(None, text, embedding=vec, metadata=meta)),
-                        decision)
     target = op.target
+    if op.kind == "ADD":
+        return None
+    if op.kind == "IGNORE":
+        return forest.mutate(ns, lambda t: t.log_ignored(None, text, embedding=vec, metadata=meta))
     if op.kind == "UPDATE":
         def update(t: MembrainTree) -> str | None:
             if target is None or target not in t or t.node(target).kind != "fact":
-                return None  # gone meanwhile (another process): fall back to ADD
+                return None
             t.supersede(target, text, embedding=vec, metadata=meta)
             return target
 
-        return Operated(forest.mutate(ns, update), decision)
-    # DELETE
-    new_key = place(ns, value, text, vec, decision=decision) if op.keep else None
+        return forest.mutate(ns, update)
 
     def delete(t: MembrainTree) -> str | None:
         logged = None
         if not op.keep:
             logged = t.log_ignored(None, text, embedding=vec, metadata=meta, reason="retraction")
         if target is not None and target in t and t.node(target).kind == "fact":
-            t.retire(target, superseded_by=new_key or logged)
-        return new_key or logged
+            t.retire(target, superseded_by=placed or logged)
+        return placed or logged
 
-    return Operated(forest.mutate(ns, delete), decision)
+    return forest.mutate(ns, delete)
 
 
 # ------------------------------------------------------------------ the decider

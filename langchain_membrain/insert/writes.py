@@ -19,14 +19,15 @@ import numpy as np
 
 from ..errors import InvalidOperationError, MembrainError
 from ..storage.forest import Forest
-from ..teachers.base import RemoteTeacher, capable
+from ..teachers.base import RemoteTeacher, capable, is_fast
 from ..teachers.budget import deadline as teacher_deadline
 from ..tree.inputs import Namespace, as_namespace, memory_value
 from ..tree.placement import Placement
 from ..tree.tree import MembrainTree
+from . import operations
 from .background import Background
-from .graph import InsertPipeline
-from .operations import OperationDecider, OperationDecision, operate
+from .graph import InsertGraph
+from .operations import OperationDecider, OperationDecision
 
 
 def normalised(text: str) -> str:
@@ -98,10 +99,10 @@ class InsertAccount:
 class Writer:
     """The write path of one memory over its forest, insert graph and memory operations."""
 
-    def __init__(self, forest: Forest, pipeline: InsertPipeline, operations: OperationDecider,
+    def __init__(self, forest: Forest, graph: InsertGraph, operations: OperationDecider,
                  background: Background):
         self.forest = forest
-        self.pipeline = pipeline
+        self.graph = graph
         self.operations = operations
         self.background = background
 
@@ -112,7 +113,7 @@ class Writer:
         counts what it cost on ``account``. ``audit``, ``shared`` and ``offered``: see
         ``InsertState``."""
         # The graph's state types an embedding as a list (JSON); its embed step takes an array too.
-        done = self.pipeline.run({"namespace": ns, "text": text, "key": key, "value": value,
+        done = self.graph.run({"namespace": ns, "text": text, "key": key, "value": value,
                                   "embedding": cast(Any, vec), "audit": audit, "shared": shared,
                                   "offered": offered})
         record = done["inflight"].record
@@ -133,11 +134,23 @@ class Writer:
         account = InsertAccount()
         with bg.lock:
             bg.learner_for(int(vec.size))  # the models' first load is not the teacher's time
-        with teacher_deadline(budget):
+        with teacher_deadline(budget), self.one_commit(ns):
             done = self._insert_now(ns, key, value, text, vec, account, merge=merge, operate=operate)
         if account.untaught:
             bg.counts["without_teacher"] += 1
         return done
+
+    @contextlib.contextmanager
+    def one_commit(self, ns: Namespace) -> Iterator[None]:
+        """What the block writes to ``ns`` commits once, at its end (``Forest.transaction``,
+        inside the namespace's insert lock), when the teacher answers in-process. A remote
+        teacher's questions may take up to the insert's budget, and no writer should wait
+        on the storage for them: then each step commits its own write."""
+        if not is_fast(self.background.teacher):
+            yield
+            return
+        with self.forest.insert_lock(ns), self.forest.transaction(ns):
+            yield
 
     def _insert_now(self, ns: Namespace, key: str | None, value: dict[str, Any], text: str,
                     vec: np.ndarray, account: InsertAccount, *, merge: bool, operate: bool) -> str:
@@ -190,12 +203,17 @@ class Writer:
             offered = decision.operation.placement if decision.by == "teacher" else None
             return self.place(ns_, value_, text_, vec_, account=account, audit=audit, shared=shared, offered=offered)
 
-        operated = operate(self.forest, ops, ns, value, text, vec, place=place, audit=audit)
-        decision, done = operated.decision, operated.key
+        decision = operations.decide(self.forest, ops, ns, value, text, vec, audit=audit)
+        op = decision.operation
         op_asked = asked_teacher(decision)
         if decision.asked and not decision.answered:
             account.untaught = True
         placed = len(placements)
+        # A DELETE that keeps its item places it before the old fact is retired: in one commit
+        # (one_commit), or, with a remote teacher, in two, where a crash between them leaves
+        # both stored, never neither.
+        kept = place(ns, value, text, vec, decision=decision) if op.kind == "DELETE" and op.keep else None
+        done = operations.apply(self.forest, ns, op, value, text, vec, kept)
         if done is None:
             done = place(ns, value, text, vec, decision=decision)
         if decision.requests is not None:

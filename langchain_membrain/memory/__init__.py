@@ -28,7 +28,6 @@ from langchain_core.embeddings import Embeddings
 from ..errors import ConfigurationError, InvalidOperationError, NodeNotFoundError
 from ..index.facts import RetrievalConfig
 from ..insert import shutdown
-from ..insert.background import CHECKPOINT_NAME  # noqa: F401 - importable as before
 from ..insert.config import CHANGEABLE, LearnerConfig, MemoryConfig
 from ..insert.formation import extractive_summary
 from ..insert.operations import OperationDecision

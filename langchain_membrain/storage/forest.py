@@ -26,6 +26,7 @@ both tells whether another process wrote it and brings what that process wrote.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gc
 import json
 import os
@@ -49,6 +50,11 @@ from .index_cache import IndexCache
 from .tree_cache import Stamp
 
 T = TypeVar("T")
+
+# The work to run once this thread's (or task's) open Forest.transaction has committed, or
+# None outside one.
+_AFTER_COMMIT: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "membrain_after_commit", default=None)
 #: What ``Storage.changes_since`` answers: (rows to upsert, ids removed, current version).
 Changes = tuple[list[dict[str, Any]], list[str], int]
 #: What an empty set field of :class:`Loaded` holds: one shared empty set, not 216 bytes of
@@ -133,7 +139,7 @@ class Forest:
         # One per namespace, held by an add() from its duplicate check to the end of its
         # insert. Only adds take it, so the background worker, which needs the tree lock
         # between the insert's steps, is never starved by a long add_many.
-        self._insert_locks: dict[Namespace, threading.Lock] = {}
+        self._insert_locks: dict[Namespace, threading.RLock] = {}
         self._guard = threading.Lock()  # guards the dicts above across namespaces
 
     # ------------------------------------------------------------------ locks
@@ -142,10 +148,51 @@ class Forest:
         with self._guard:
             return self._locks.setdefault(ns, threading.RLock())
 
-    def insert_lock(self, ns: Namespace) -> threading.Lock:
-        """The namespace's insert lock (see ``MembrainMemory.add``): taken before :meth:`lock`."""
+    def insert_lock(self, ns: Namespace) -> threading.RLock:
+        """The namespace's insert lock (see ``MembrainMemory.add``): taken before :meth:`lock`
+        and before a :meth:`transaction` (a formed input holds it around its inserts)."""
         with self._guard:
-            return self._insert_locks.setdefault(ns, threading.Lock())
+            return self._insert_locks.setdefault(ns, threading.RLock())
+
+    @contextlib.contextmanager
+    def transaction(self, ns: Namespace) -> Iterator[None]:
+        """Every write to ``ns`` made inside the block by this thread (:meth:`mutate`) commits
+        together, once, as the block ends: the namespace's lock and its storage transaction
+        are held throughout, and each write inside is a savepoint. If the block fails,
+        what it wrote is rolled back and the namespace is reloaded from storage on next use.
+        What :meth:`after_commit` was handed inside runs after the commit, outside the locks
+        (not after a failure). A block inside another joins it."""
+        if _AFTER_COMMIT.get() is not None:
+            with self.lock(ns):
+                yield
+            return
+        after: list[Callable[[], None]] = []
+        token = _AFTER_COMMIT.set(after)
+        try:
+            with self.lock(ns):
+                if self.storage is None:
+                    yield
+                else:
+                    try:
+                        with self.storage.namespace_lock(ns):
+                            yield
+                    except BaseException:
+                        self.drop(ns)
+                        raise
+        finally:
+            _AFTER_COMMIT.reset(token)
+        for work in after:
+            work()
+
+    @staticmethod
+    def after_commit(work: Callable[[], None]) -> None:
+        """Run ``work`` once the :meth:`transaction` open in this thread has committed; now,
+        outside one."""
+        pending = _AFTER_COMMIT.get()
+        if pending is None:
+            work()
+        else:
+            pending.append(work)
 
     # ------------------------------------------------------------------ reads
     def tree(self, ns: Namespace, *, create: bool) -> MembrainTree | None:

@@ -258,10 +258,8 @@ def test_teacher_budget_is_validated():
 
 
 def test_one_resolver_and_the_library_stays_offline(monkeypatch, server):
-    from langchain_membrain import memory as memory_module
     from langchain_membrain.cli import teacher_from_env
 
-    assert memory_module.resolve_teacher is resolve_teacher  # importable from memory, as before
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("MEMBRAIN_TEACHER_MODEL", "env-model")
     with MembrainMemory(embeddings=EMB) as mem:  # the library reads no environment
