@@ -46,7 +46,19 @@ def test_the_product_trees_aspects_are_scored_against_their_majority_topic():
     out = tree_labels(persona, minilm.embed_documents, lambda: MembrainMemory(embeddings=minilm, background=False),
                       offline_labeller(minilm.embed_documents))
     assert len(out["current"]) >= 2, "the persona's tree has aspects"
-    assert [s.majority_share for s in out["offline"]] == [s.majority_share for s in out["current"]]
+    assert [s.majority_share for s in out["relabelled"]] == [s.majority_share for s in out["current"]]
     for cur in out["current"]:
         assert cur.topic in topics and 1 / len(topics) <= cur.majority_share <= 1.0 and cur.facts >= 2
         assert -1.0 <= cur.score <= 1.0 and cur.label.strip()
+
+
+def test_the_vocabulary_labeller_names_a_group_by_the_topic_it_fits_best():
+    from langchain_membrain.bench.labels import load_vocabulary, vocabulary_labeller
+
+    vocabulary = load_vocabulary()
+    assert len(vocabulary) >= 200 and "garden" in vocabulary and not any(t.startswith("#") for t in vocabulary)
+    assert "garden" not in load_vocabulary(exclude=["Garden"])
+    scores = topic_labels(PERSONAS, vocabulary_labeller(embed, ["music", "cycling", "travel", "garden"]), embed)
+    assert {(s.topic, s.label) for s in scores} == {("garden", "garden"), ("cycling", "cycling")}
+    label = vocabulary_labeller(embed, ["garden", "cycling"])
+    assert label(GARDEN, embed(GARDEN)[0], ["garden"], embed(CYCLING)[0]) == "cycling"  # what it avoids is skipped

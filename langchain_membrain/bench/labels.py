@@ -13,7 +13,8 @@ Definitions, with ``cos`` the cosine of two MiniLM embeddings:
 - **Tree**: every aspect of each persona's tree, built through ``MembrainMemory().add``
   (one namespace per persona, the default settings), against the *majority topic* of the
   facts below it, with the label the product gave it (``current``) and with the offline
-  labeller run again on its typical facts (``offline``, its relabel). The aspects' mean
+  labeller run again on its typical facts (``relabelled``, its relabel; ``--labeller
+  vocabulary``: the best-fitting topic of ``data/topic_vocabulary.txt`` instead). The aspects' mean
   majority share says how mixed they are: a label cannot name one topic for an aspect
   that holds three.
 
@@ -41,12 +42,15 @@ import argparse
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]] | np.ndarray]
-Labeller = Callable[[list[str], np.ndarray, list[str]], str]  # (texts, their mean embedding, avoid) -> label
+#: (texts, their mean embedding, avoid, the mean embedding of what surrounds them) -> label
+Labeller = Callable[[list[str], np.ndarray, list[str], np.ndarray], str]
+#: How much a topic's cosine to the surroundings counts against it (vocabulary_labeller).
+CONTEXT_WEIGHT = 0.5
 
 
 @dataclass
@@ -76,7 +80,42 @@ def offline_labeller(embed: Embed) -> Labeller:
     """The product's offline labeller, as ``MembrainMemory`` calls it."""
     from ..tree.labels import offline_label
 
-    return lambda texts, mean, avoid: offline_label(texts, embed, mean=mean, avoid=avoid, max_candidates=32)
+    return lambda texts, mean, avoid, context: offline_label(texts, embed, mean=mean, avoid=avoid, max_candidates=32)
+
+
+def load_vocabulary(exclude: Sequence[str] = ()) -> list[str]:
+    """The topics of ``data/topic_vocabulary.txt``, without those of ``exclude``."""
+    from importlib import resources
+
+    text = resources.files("langchain_membrain.data").joinpath("topic_vocabulary.txt").read_text(encoding="utf-8")
+    dropped = {t.casefold() for t in exclude}
+    return [t for t in (line.strip() for line in text.splitlines())
+            if t and not t.startswith("#") and t.casefold() not in dropped]
+
+
+def vocabulary_labeller(embed: Embed, vocabulary: Sequence[str]) -> Labeller:
+    """The topic of ``vocabulary`` that fits a group best: the ``t`` maximising
+    ``cos(t, mean) - CONTEXT_WEIGHT * cos(t, context)``, ``mean`` the group's mean embedding
+    and ``context`` that of what surrounds it (a persona's facts, an aspect's parent), so
+    that a topic near everything ("daily schedule") does not name every group. The
+    candidates ``avoid`` names are skipped."""
+    vocab = list(vocabulary)
+    vecs = np.asarray(embed(vocab), np.float64)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v, np.float64)
+        return v / (np.linalg.norm(v) or 1.0)
+
+    def label(texts: list[str], mean: np.ndarray, avoid: list[str], context: np.ndarray) -> str:
+        fit = vecs @ unit(mean) - CONTEXT_WEIGHT * (vecs @ unit(context))
+        avoided = {a.casefold() for a in avoid}
+        for i in np.argsort(-fit, kind="stable"):
+            if vocab[i].casefold() not in avoided:
+                return vocab[i]
+        return vocab[int(np.argmax(fit))]
+
+    return label
 
 
 def topic_labels(personas: dict[str, list[dict]], labeller: Labeller, embed: Embed) -> list[LabelScore]:
@@ -84,9 +123,10 @@ def topic_labels(personas: dict[str, list[dict]], labeller: Labeller, embed: Emb
     out = []
     for persona, rows in personas.items():
         topics = sorted({r["topic"] for r in rows})
+        context = np.mean(np.asarray(embed([r["text"] for r in rows])), axis=0)
         for topic in topics:
             texts = [r["text"] for r in rows if r["topic"] == topic]
-            label = labeller(texts, np.mean(np.asarray(embed(texts)), axis=0), [])
+            label = labeller(texts, np.mean(np.asarray(embed(texts)), axis=0), [], context)
             out.append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed), facts=len(texts)))
     return out
 
@@ -94,11 +134,12 @@ def topic_labels(personas: dict[str, list[dict]], labeller: Labeller, embed: Emb
 def tree_labels(personas: dict[str, list[dict]], embed: Embed, make_memory: Callable[[], Any],
                 labeller: Labeller | None = None) -> dict[str, list[LabelScore]]:
     """Every aspect of each persona's product tree against its majority topic: ``current``
-    (the label it has) and, with ``labeller``, ``offline`` (relabelled as a relabel does:
-    from its typical facts and its mean embedding, avoiding its neighbours' labels)."""
+    (the label it has) and, with ``labeller``, ``relabelled`` (as a relabel does: from its
+    typical facts and its mean embedding, avoiding its neighbours' labels; the parent's mean
+    embedding is the context)."""
     from ..tree.labels import relabel_avoid, typical_facts
 
-    out: dict[str, list[LabelScore]] = {"current": [], "offline": []}
+    out: dict[str, list[LabelScore]] = {"current": [], "relabelled": []}
     with make_memory() as mem:
         for persona, rows in personas.items():
             for r in rows:
@@ -116,8 +157,9 @@ def tree_labels(personas: dict[str, list[dict]], embed: Embed, make_memory: Call
                 label = tree.node(a).text
                 out["current"].append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed), **kw))
                 if labeller is not None:
-                    label = labeller(typical_facts(tree, a), tree.mean_embedding(a), relabel_avoid(tree, a))
-                    out["offline"].append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed),
+                    label = labeller(typical_facts(tree, a), tree.mean_embedding(a), relabel_avoid(tree, a),
+                                     tree.mean_embedding(cast(str, tree.parent(a))))
+                    out["relabelled"].append(LabelScore(persona, topic, label, *score_label(label, topic, topics, embed),
                                                      **kw))
     return out
 
@@ -133,6 +175,11 @@ def summarize(scores: Sequence[LabelScore]) -> dict[str, Any]:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", default="tune,heldout", help="persona sets, comma-separated (tune, heldout)")
     parser.add_argument("--no-tree", action="store_true", help="only the topics measure (no product trees)")
+    parser.add_argument("--labeller", choices=("offline", "vocabulary"), default="offline",
+                        help="who relabels: the product's offline labeller, or the topic of data/topic_vocabulary.txt "
+                             "that fits best (vocabulary_labeller)")
+    parser.add_argument("--without-set-topics", action="store_true",
+                        help="with --labeller vocabulary: drop the set's own topic names from the vocabulary")
     parser.add_argument("--show", action="store_true", help="print every label")
     parser.add_argument("--json", help="write every label and the summaries here")
 
@@ -149,13 +196,17 @@ def run(args: argparse.Namespace) -> int:
     embedder = MiniLMEmbeddings()
     embed = EmbeddingCache(lambda texts: embed_texts(embedder, texts))  # topic names and labels recur
     console = Console()
-    labeller = offline_labeller(embed)
+    offline = offline_labeller(embed)
     table = Table(title="aspect labels against the personas' topic names (cos by MiniLM)")
     for col in ("set", "measure", "labels", "score", "names its topic", "majority share"):
         table.add_column(col, justify="right")
     report: dict[str, Any] = {}
     for which in [s.strip() for s in args.set.split(",") if s.strip()]:
         personas = load_personas(which)
+        labeller = offline
+        if args.labeller == "vocabulary":
+            names = {r["topic"] for rows in personas.values() for r in rows} if args.without_set_topics else ()
+            labeller = vocabulary_labeller(embed, load_vocabulary(exclude=sorted(names)))
         runs = {"topics": topic_labels(personas, labeller, embed)}
         if not args.no_tree:
             trees = tree_labels(personas, embed, lambda: MembrainMemory(embeddings=embedder), labeller)
