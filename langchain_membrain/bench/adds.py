@@ -21,7 +21,20 @@ The paths, in the same run (paired: the same store, the same texts, alternating 
   before it was bounded in time too).
 - ``before``: both of the above, the release before.
 
-    python -m langchain_membrain.bench adds [--facts 1000 5000 20000] [--adds 100] [--json out.json]
+Beside a peer, with the bundled MiniLM embedder (``--paths minilm inmemorystore``): the
+embedding then counts, as a user's add pays it.
+
+- ``minilm``: the product, its embedder MiniLM (the store's facts keep their random
+  embeddings: only the new texts are embedded).
+- ``inmemorystore``: LangGraph's ``InMemoryStore`` with an index of the same embedder, holding
+  the same N texts (put with random vectors, untimed, then the embedder switched to MiniLM),
+  timed ``put`` of the same new texts.
+
+Both then time ``--searches`` searches of the namespace (``limit=10``, the query embedded).
+``--hog`` runs a CPU-bound process beside the timed runs, as on a shared machine.
+
+    python -m langchain_membrain.bench adds [--facts 1000 5000 20000] [--adds 100] [--paths ...] [--hog]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ from . import machine_description
 from .cold import NAMESPACE, WORDS, build_store
 
 PATHS = ("product", "deep copies", "lag in inserts", "before")
+PEER_PATHS = ("minilm", "inmemorystore")
 
 # One (size, path): open, warm up, time the adds; prints one "wall cpu" line per timed add.
 _CHILD = r"""
@@ -66,14 +80,73 @@ with MembrainMemory(db, embeddings=HashEmbeddings()) as memory:
             print(f"{wall} {cpu}", flush=True)
 """
 
+# The same with MiniLM, for the product or LangGraph's InMemoryStore; then the searches
+# ("search <wall>" lines).
+_PEER_CHILD = r"""
+import random, sqlite3, sys, time
+import numpy as np
+from langchain_membrain.index.embeddings import MiniLMEmbeddings
+db, path, warmup, adds, seed, words, ns, searches = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
+    int(sys.argv[4]), int(sys.argv[5]), sys.argv[6].split(), sys.argv[7], int(sys.argv[8])
+rng = random.Random(seed)
+texts = [" ".join(rng.choice(words) for _ in range(6)) + f" (added {i})" for i in range(warmup + adds)]
+queries = ["what about " + " ".join(rng.choice(words) for _ in range(3)) for _ in range(searches)]
+minilm = MiniLMEmbeddings()
+namespace = tuple(ns.split("/"))
+
+def timed(calls):
+    for i, call in enumerate(calls):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        call()
+        wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+        if i >= warmup:
+            print(f"{wall} {cpu}", flush=True)
+
+if path == "minilm":
+    from langchain_membrain.memory import MembrainMemory
+    with MembrainMemory(db, embeddings=minilm) as memory:
+        timed([lambda t=t: memory.add(t, namespace=namespace) for t in texts])
+        for q in queries:
+            wall = time.perf_counter(); memory.search(q, namespace=namespace, limit=10)
+            print(f"search {time.perf_counter() - wall}", flush=True)
+else:
+    from langchain_core.embeddings import Embeddings
+    from langgraph.store.memory import InMemoryStore
+
+    class Switched(Embeddings):  # random vectors while the store is filled, MiniLM after
+        filling = True
+        def embed_documents(self, docs):
+            if self.filling:
+                v = np.random.default_rng(len(docs)).normal(size=(len(docs), 384)).astype(np.float32)
+                return (v / np.linalg.norm(v, axis=1, keepdims=True)).tolist()
+            return minilm.embed_documents(docs)
+        def embed_query(self, text):
+            return minilm.embed_query(text)
+
+    embed = Switched()
+    store = InMemoryStore(index={"dims": 384, "embed": embed})
+    rows = sqlite3.connect(db).execute("SELECT id, text FROM membrain_nodes WHERE kind = 'fact'").fetchall()
+    from langgraph.store.base import PutOp
+    for lo in range(0, len(rows), 1000):
+        store.batch([PutOp(namespace, key, {"content": text}) for key, text in rows[lo:lo + 1000]])
+    embed.filling = False
+    timed([lambda i=i, t=t: store.put(namespace, f"new{i}", {"content": t}) for i, t in enumerate(texts)])
+    for q in queries:
+        wall = time.perf_counter(); store.search(namespace, query=q, limit=10)
+        print(f"search {time.perf_counter() - wall}", flush=True)
+"""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--facts", type=int, nargs="+", default=[1000, 5000, 20000],
                         help="store sizes (default 1000 5000 20000)")
     parser.add_argument("--adds", type=int, default=100, help="timed adds per size and path (default 100)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed adds first (default 5)")
-    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS),
-                        help="which paths to run (default all)")
+    parser.add_argument("--paths", nargs="+", choices=PATHS + PEER_PATHS, default=list(PATHS),
+                        help="which paths to run (default the four hash-embedder paths; with a peer: minilm "
+                             "inmemorystore)")
+    parser.add_argument("--searches", type=int, default=50, help="timed searches after the peer paths' adds")
+    parser.add_argument("--hog", action="store_true", help="a CPU-bound process runs beside the timed runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the results here")
 
@@ -86,13 +159,19 @@ def _env() -> dict[str, str]:
 
 def time_adds(db: str, path: str, args: argparse.Namespace, cwd: str) -> dict[str, list[float]]:
     """Wall and thread-CPU seconds of each timed add of one fresh process on ``db``."""
-    proc = subprocess.run([sys.executable, "-c", _CHILD, db, path, str(args.warmup), str(args.adds),
-                           str(args.seed), " ".join(WORDS), "/".join(NAMESPACE)],
+    peer = path in PEER_PATHS
+    proc = subprocess.run([sys.executable, "-c", _PEER_CHILD if peer else _CHILD, db, path, str(args.warmup),
+                           str(args.adds), str(args.seed), " ".join(WORDS), "/".join(NAMESPACE),
+                           *([str(args.searches)] if peer else [])],
                           env=_env(), cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the {path} run exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")
-    pairs = [line.split() for line in proc.stdout.splitlines() if line.strip()]
-    return {"wall": [float(w) for w, _ in pairs], "cpu": [float(c) for _, c in pairs]}
+    lines = [line.split() for line in proc.stdout.splitlines() if line.strip()]
+    pairs = [line for line in lines if line[0] != "search"]
+    out = {"wall": [float(w) for w, _ in pairs], "cpu": [float(c) for _, c in pairs]}
+    if peer:
+        out["search"] = [float(line[1]) for line in lines if line[0] == "search"]
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -109,16 +188,27 @@ def percentile(values: list[float], q: float) -> float:
 def summarise(times: dict[str, list[float]]) -> dict[str, float]:
     """p50 and p95 of the wall and CPU times, in milliseconds."""
     return {f"{kind}_{name}_ms": round(1000 * fn(times[kind]), 2)
-            for kind in ("wall", "cpu")
+            for kind in ("wall", "cpu", "search") if times.get(kind)
             for name, fn in (("p50", statistics.median), ("p95", lambda v: percentile(v, 95)))}
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     results: dict[int, dict[str, Any]] = {}
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.hog else None
+    try:
+        _run_sizes(args, console, results)
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+    _report(args, console, results)
+    return 0
+
+
+def _run_sizes(args: argparse.Namespace, console: Any, results: dict[int, dict[str, Any]]) -> None:
     with tempfile.TemporaryDirectory(prefix="membrain-adds-") as tmp:
         for n in args.facts:
             console.print(f"[dim]building a {n}-fact store…[/]")
@@ -133,14 +223,21 @@ def run(args: argparse.Namespace) -> int:
                 results[n][path] = {**summarise(times), **times}
                 db.unlink()
             pristine.unlink()
-    table = Table(title=f"add() by namespace size, SQLite, hash embedder ({args.adds} adds, ms)",
+
+
+def _report(args: argparse.Namespace, console: Any, results: dict[int, dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"add() (put for inmemorystore) by namespace size, SQLite; hash embedder but on the minilm "
+                        f"and inmemorystore paths ({args.adds} adds, ms){'; a CPU hog beside' if args.hog else ''}",
                   title_justify="left")
-    for col in ("facts", "path", "wall p50", "wall p95", "CPU p50", "CPU p95"):
+    for col in ("facts", "path", "wall p50", "wall p95", "CPU p50", "CPU p95", "search p50", "search p95"):
         table.add_column(col, justify="right")
     for n, by_path in results.items():
         for path, r in by_path.items():
+            search = [f"{r[k]:.1f}" if k in r else "-" for k in ("search_p50_ms", "search_p95_ms")]
             table.add_row(f"{n:,}", path, f"{r['wall_p50_ms']:.1f}", f"{r['wall_p95_ms']:.1f}",
-                          f"{r['cpu_p50_ms']:.1f}", f"{r['cpu_p95_ms']:.1f}")
+                          f"{r['cpu_p50_ms']:.1f}", f"{r['cpu_p95_ms']:.1f}", *search)
     console.print(table)
     small, large = min(results), max(results)
     if small != large:
@@ -152,5 +249,4 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"machine: {machine['description']}; load average "
                   + (f"{machine['load_average'][0]:.2f}" if machine["load_average"] else "?"))
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2))
-    return 0
+        Path(args.json).write_text(json.dumps({"machine": machine, "hog": args.hog, "results": results}, indent=2))
