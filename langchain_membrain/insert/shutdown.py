@@ -74,7 +74,10 @@ def _install_exit_hooks() -> None:
     # The flush runs once the main thread has finished, on a non-daemon thread: the interpreter
     # joins it before it runs atexit's hooks and tears down, so the trainer is idle again
     # (not in torch code) by then.
-    threading.Thread(target=_flush_after_main, name="membrain-exit", daemon=False).start()
+    try:
+        threading.Thread(target=_flush_after_main, name="membrain-exit", daemon=False).start()
+    except RuntimeError:  # the interpreter is shutting down already: atexit's close remains
+        pass
 
 
 def _flush_after_main() -> None:
