@@ -146,6 +146,21 @@ def test_the_graph_of_a_bulk_loaded_index_is_built_by_its_next_writes(monkeypatc
     assert index.search("nothing lexical", vecs[599], 10, mode="fast")[0][0] == "f599"
 
 
+def test_nearest_is_exact_while_most_of_a_bulk_load_waits_outside_the_graph(monkeypatch):
+    monkeypatch.setattr(dense, "ANN_BUILD_STEP", 100)
+    rng = np.random.default_rng(11)
+    vecs = rng.normal(size=(600, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    index = FactIndex(RetrievalConfig(ann_min_facts=150))
+    index.add_many([(f"f{i}", f"w{i}", vecs[i], None, False) for i in range(600)])
+    index.add("n0", "new", rng.normal(size=DIM))  # the graph exists, 501 of 601 wait outside it
+    assert index._dense._hnsw is not None and not index._dense.has_graph
+    q = vecs[5] + 0.5 * vecs[7]
+    q /= np.linalg.norm(q)
+    top = np.argsort(-(vecs @ q))[:5]
+    assert [k for k, _ in index.nearest(q, 5)] == [f"f{i}" for i in top]
+
+
 def test_the_moment_sums_of_a_bulk_loaded_index_are_built_by_its_next_writes(monkeypatch):
     """Each write after ``add_many`` folds SUMS_BUILD_STEP rows into the sums; meanwhile the
     moments come from the rows, writes behind the build's front count in the sums and those

@@ -385,7 +385,7 @@ class DenseIndex:
     def nearest(self, vec: np.ndarray, k: int, n_slots: int) -> list[tuple[int, float]]:
         """The ``k`` slots (1 <= k <= n_emb) whose embeddings have the highest cosine with the
         unit vector ``vec``, with those cosines, best first."""
-        if self._hnsw is not None:
+        if self.has_graph:  # else every row in one product: cheaper than gathering the waiting ones
             k_ann = min(k, self.n_emb - self.waiting)
             found = self._hnsw.knn_query(vec.reshape(1, -1), k=k_ann)[0][0] if k_ann > 0 else []
             slots = np.union1d(np.asarray(found, dtype=np.int64), self._waiting_slots())
