@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ConfigurationError, InvalidOperationError
@@ -245,6 +245,19 @@ class MemoryConfig:
     teacher_budget: float | None = 2.0
     clock: Callable[[], float] = time.time
     index_dir: str | os.PathLike[str] | None = None
+
+    def changed(self, **changes: Any) -> MemoryConfig:
+        """A copy with ``changes``, validated as a new config is: only the fields of
+        :data:`CHANGEABLE` may change (ConfigurationError for another, or for a name that is
+        no field)."""
+        fixed = sorted(set(changes) - CHANGEABLE)
+        if fixed:
+            unknown = [name for name in fixed if name not in {f.name for f in fields(self)}]
+            raise ConfigurationError(
+                f"no MemoryConfig field {unknown[0]!r}" if unknown else
+                f"{', '.join(fixed)} cannot change on an open memory (it decides what the memory is built of): "
+                f"open a new MembrainMemory; reconfigure() changes {', '.join(sorted(CHANGEABLE))}")
+        return replace(self, **changes)
 
     def __post_init__(self) -> None:
         if not callable(self.clock):

@@ -158,12 +158,13 @@ def compiled_state() -> type:
 class InsertGraph:
     """The nodes and routes of the insert graph, bound to one memory (its :class:`InsertHost`)."""
 
-
     def __init__(self, host: InsertHost):
         self.host = host
         self.forest = host.forest
         self._open = 0  # inserts started and not finished (stats: inserts_in_flight)
         self._guard = threading.Lock()
+        self._steps = {name: self._guarded(step) for name, step in self.nodes().items()}
+        self._routes = self.routes()
 
     # ------------------------------------------------------------------ the insert in flight
     @staticmethod
@@ -342,12 +343,12 @@ class InsertGraph:
         from langgraph.graph import END, START, StateGraph  # imported on first use: a slow import
 
         builder = StateGraph(compiled_state())
-        for name in self.nodes():
-            builder.add_node(name, self.node(name))
+        for name, step in self._steps.items():
+            builder.add_node(name, step)
         builder.add_edge(START, "embed")
         for src, dst in self.EDGES.items():
             builder.add_edge(src, dst)
-        for src, route in self.routes().items():
+        for src, route in self._routes.items():
             builder.add_conditional_edges(src, route)
         builder.add_edge("train", END)
         return builder.compile(name="membrain_insert")
@@ -356,18 +357,16 @@ class InsertGraph:
         """Walk the same nodes and routes without LangGraph (no per-step overhead), from
         ``start`` ("stage1_descend" for a state that :meth:`start` made)."""
         state = InsertState(**state)  # a copy: the caller's dict is left as it was
-        routes, node = self.routes(), start
+        routes, node = self._routes, start
         while True:
-            state.update(cast(InsertState, self.node(node)(state)))
+            state.update(cast(InsertState, self._steps[node](state)))
             if node == "train":
                 return state
             node = routes[node](state) if node in routes else self.EDGES[node]
 
-    def node(self, name: str) -> Node:
-        """The node ``name``; an insert whose node raises is no longer in flight (its
+    def _guarded(self, step: Callable[[InsertState], dict[str, Any]]) -> Node:
+        """``step`` such that an insert whose node raises is no longer in flight (its
         record, in the state, is dropped with it)."""
-        step = self.nodes()[name]
-
         def run(state: InsertState) -> dict[str, Any]:
             try:
                 return step(state)

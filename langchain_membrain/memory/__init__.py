@@ -17,7 +17,6 @@ training (``insert``), reads (``retrieval.reads``) and the exit (``insert.shutdo
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import sys
 import time
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, ParamSp
 
 from langchain_core.embeddings import Embeddings
 
-from ..errors import ConfigurationError, InvalidOperationError, NodeNotFoundError
+from ..errors import InvalidOperationError, NodeNotFoundError
 from ..index.facts import RetrievalConfig
 from ..insert import shutdown
 from ..insert.config import CHANGEABLE, LearnerConfig, MemoryConfig
@@ -182,15 +181,7 @@ class MembrainMemory:
         at construction stays (the search's topic weight, whether the shipped prior was
         trusted). Raises :class:`~.errors.ConfigurationError` for a field that cannot change
         and :class:`~.errors.InvalidOperationError` for a value the constructor refuses."""
-        fixed = sorted(set(changes) - CHANGEABLE)
-        if fixed:
-            known = {f.name for f in dataclasses.fields(MemoryConfig)}
-            unknown = [name for name in fixed if name not in known]
-            raise ConfigurationError(
-                f"no MemoryConfig field {unknown[0]!r}" if unknown else
-                f"{', '.join(fixed)} cannot change on an open memory (it decides what the memory is built of): "
-                f"open a new MembrainMemory; reconfigure() changes {', '.join(sorted(CHANGEABLE))}")
-        config = dataclasses.replace(self.config, **changes)
+        config = self.config.changed(**changes)
         self._parts.configure(config, teacher_changed=bool({"teacher", "teacher_model"} & set(changes)))
         self.config = config
         return config
