@@ -44,6 +44,8 @@ TUNE, HELDOUT = "corrections.jsonl", "corrections_heldout.jsonl"
 TOPICS = {TUNE: "topics.jsonl", HELDOUT: "topics_heldout.jsonl"}
 CORRECTING = ("correction", "retraction")
 CONFIGS = ("default", "no operations")
+#: The thresholds at which ``kept`` and ``unanswerable empty`` are also reported.
+SWEEP = (0.2, 0.3, 0.4, 0.5)
 #: Questions that no case or filler answers (the first half for the tuning set, the second
 #: for the held-out one).
 UNANSWERABLE = (
@@ -95,17 +97,19 @@ def run_case(memory: Any, ns: tuple[str, ...], case: dict[str, Any], texts: list
     memory.add(texts[-1], namespace=ns)
     decision = memory.last_operation
     hits = memory.search(case["question"], namespace=ns, limit=5)
-    empty = memory.search(unanswerable, namespace=ns, limit=5, min_score=threshold)
+    asked = memory.search(unanswerable, namespace=ns, limit=5)
     scores = [h.score for h in hits if h.score is not None]
+    new_score = max((h.score for h in hits if h.text == case["new"] and h.score is not None), default=0.0)
+    top_unanswerable = max((h.score for h in asked if h.score is not None), default=0.0)
     first = hits[0].text if hits else None
     return {"id": case["id"], "kind": case["kind"], "style": case["style"], "type": case["type"],
             "current_first": first == case["new"], "stale_first": first == case["old"],
-            "kept": any(h.text == case["new"] and h.score is not None and h.score >= threshold for h in hits),
+            "kept": new_score >= threshold, "new_score": new_score,
             "old_first": first == case["old"],
             "updated": decision is not None and decision.operation.kind == "UPDATE"
             and decision.operation.target == old_key,
             "rising": any(b > a + 1e-12 for a, b in zip(scores, scores[1:])),
-            "unanswerable_empty": not empty,
+            "unanswerable_empty": top_unanswerable < threshold, "top_unanswerable": top_unanswerable,
             "hits": [(h.text, None if h.score is None else round(h.score, 3)) for h in hits]}
 
 
@@ -117,7 +121,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def share(part: list[dict[str, Any]], key: str) -> float | None:
         return round(sum(r[key] for r in part) / len(part), 3) if part else None
 
+    def at(part: list[dict[str, Any]], key: str, below: bool) -> dict[str, float]:
+        return {f"{t:.1f}": round(sum((r[key] < t) == below for r in part) / len(part), 3)
+                for t in SWEEP} if part else {}
+
     return {"corrections": len(fix), "related": len(keep), "current_first": share(fix, "current_first"),
+            "kept_at": at(fix, "new_score", False), "unanswerable_empty_at": at(rows, "top_unanswerable", True),
             "stale_first": share(fix, "stale_first"), "kept": share(fix, "kept"), "old_first": share(keep, "old_first"),
             "updated": share(fix, "updated"), "false_updates": share(keep, "updated"),
             "rising": share(rows, "rising"), "unanswerable_empty": share(rows, "unanswerable_empty")}
@@ -201,6 +210,11 @@ def run(args: argparse.Namespace) -> int:
         for name, m in r["sets"].items():
             print(f"| {r['config']} | {name} | {m['corrections']} / {m['related']} | "
                   + " | ".join("-" if m[c] is None else f"{m[c]:.2f}" for c in cols) + " |")
+    print("\nby threshold: kept / unanswerable empty")
+    for r in results:
+        for name, m in r["sets"].items():
+            print(f"  {r['config']}, {name}: " + ", ".join(
+                f"{t} {m['kept_at'][t]:.2f} / {m['unanswerable_empty_at'][t]:.2f}" for t in m["kept_at"]))
     for r in results[:1]:
         for field in ("type", "style", "kind"):
             for name, groups in r[f"by_{field}"].items():

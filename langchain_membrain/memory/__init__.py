@@ -371,7 +371,7 @@ class MembrainMemory:
         Hits come in the order their namespace's index ranks them (the fused score, every
         boost included), their scores made non-increasing down it (a run that rises gets its
         mean: scores.non_increasing), namespaces merged by score. ``min_score``: drop hits
-        scoring below it (and unscored ones); :data:`~.scores.DEFAULT_MIN_SCORE` (0.5) is
+        scoring below it (and unscored ones); :data:`~.scores.DEFAULT_MIN_SCORE` (0.3) is
         the documented threshold, which the agent tools use. With ``include_history`` the
         score is instead the cosine with the query, clipped to ``[0, 1]`` (archived versions
         are in no index). Unembedded facts come last, with None.
