@@ -11,11 +11,11 @@ from langchain_membrain.bench.__main__ import main
 def test_adds_bench_times_every_add_of_each_path(tmp_path):
     out = tmp_path / "adds.json"
     assert main(["adds", "--facts", "200", "400", "--adds", "4", "--warmup", "1",
-                 "--paths", "product", "before", "--json", str(out)]) == 0
+                 "--paths", "product", "waits for the trainer", "--json", str(out)]) == 0
     results = json.loads(out.read_text())["results"]
     assert sorted(results) == ["200", "400"]
     for by_path in results.values():
-        assert sorted(by_path) == ["before", "product"]
+        assert sorted(by_path) == ["product", "waits for the trainer"]
         for row in by_path.values():
             assert len(row["wall"]) == len(row["cpu"]) == 4
             assert 0 < row["wall_p50_ms"] <= row["wall_p95_ms"]

@@ -116,13 +116,13 @@ def test_a_new_teacher_changes_who_answers_every_kind_of_question(kind):
 
 def test_a_new_teacher_is_resolved_and_refits_what_follows_from_it():
     """``reconfigure(teacher=None)`` is the offline teacher, as ``teacher=None`` is; a teacher that
-    is not in-process lifts the trainer queue's bound (an add never waits for its answers)."""
+    is not in-process lifts the trainer queue's bound (none of its audits is skipped)."""
     with MembrainMemory(embeddings=WordEmbeddings(), background=False) as mem:
-        bounded = mem._bg.queue.maxsize
+        bounded = mem._bg.queue_bound
         slow = HeuristicTeacher()
         slow.fast = False  # type: ignore[attr-defined]
         mem.reconfigure(teacher=slow)
-        assert mem._bg.queue.maxsize == 0 and bounded > 0
+        assert mem._bg.queue_bound is None and bounded == mem.config.max_training_lag
         assert mem.reconfigure(teacher=None).teacher is None and mem.config.teacher is None
         assert isinstance(mem.teacher, HeuristicTeacher) and mem.teacher is not slow
-        assert mem._bg.queue.maxsize == bounded
+        assert mem._bg.queue_bound == bounded

@@ -1,57 +1,62 @@
-"""How long an add waits for a background trainer that lags an in-process teacher
-(insert/background.py: ``max_training_lag`` inserts, then ``LAG_WAIT_S`` seconds at most,
-up to ``LAG_HARD_FACTOR`` times the lag, where it waits as long as it takes)."""
+"""An add never waits for the background trainer: past ``max_training_lag`` waiting inserts
+the oldest is skipped and counted (insert/jobs.py, insert/background.py)."""
 
 import threading
-import time
 
 import pytest
 from test_cli import WordHashEmbeddings
 
-from langchain_membrain.insert import background
+from langchain_membrain import MembrainMemory
 from langchain_membrain.insert.config import MemoryConfig
-from langchain_membrain.memory.parts import MemoryParts
-from langchain_membrain.teachers.heuristic import HeuristicTeacher
+from langchain_membrain.insert.jobs import JobQueue
 
 
-def lagging_trainer(lag: int):
-    """The background half of a memory with an in-process teacher whose trainer has not
-    started: the queue holds ``lag`` inserts it has not taken."""
-    bg = MemoryParts(MemoryConfig(embeddings=WordHashEmbeddings(), teacher=HeuristicTeacher(),
-                                  max_training_lag=lag)).bg
-    for _ in range(lag):
-        bg.queue.put_nowait(None)
-    return bg
+def test_put_drops_the_oldest_droppable_job_past_the_bound_and_never_blocks():
+    q = JobQueue()
+    q.put("batch question")  # not droppable
+    assert [q.put(n, bound=2) for n in ("a", "b", "c", "d")] == [0, 0, 1, 1]
+    assert q.waiting() == 3 and q.unfinished == 3
+    assert [q.get() for _ in range(3)] == ["batch question", "c", "d"]
+    for _ in range(3):
+        q.task_done()
+    assert q.join(timeout=0) and q.unfinished == 0
 
 
-def waited(bg) -> float:
-    start = time.monotonic()
-    background.wait_for_trainer(bg.queue, bg.max_training_lag)
-    return time.monotonic() - start
+def test_join_waits_for_the_jobs_taken_and_gives_up_at_its_timeout():
+    q = JobQueue()
+    q.put("a", bound=4)
+    assert not q.join(timeout=0.05)  # put, not yet done
+    assert q.get() == "a"
+    done = threading.Timer(0.05, q.task_done)
+    done.start()
+    assert q.join(timeout=10.0)
+    done.join()
 
 
-def test_an_add_waits_a_bounded_time_for_a_trainer_that_lags():
-    bg = lagging_trainer(2)
-    assert bg.queue.maxsize == 2 * background.LAG_HARD_FACTOR  # the hard bound, put waits for it
-    assert background.LAG_WAIT_S is not None
-    assert background.LAG_WAIT_S <= waited(bg) < background.LAG_WAIT_S + 2.0
-    bg.queue.get_nowait()  # the trainer took one: it is within the lag again
-    assert waited(bg) < background.LAG_WAIT_S
+def test_a_blocked_trainer_never_holds_up_an_add_and_skipped_inserts_are_counted():
+    """The trainer is held at its first insert (as by a long training step): every add
+    returns, ``max_training_lag`` inserts wait, the rest are skipped and counted; once the
+    trainer is free it trains what waits, and every memory is stored."""
+    texts = [f"fact number {i} about topic {i % 3}" for i in range(12)]
+    with MembrainMemory(embeddings=WordHashEmbeddings(), max_training_lag=3) as mem:
+        mem.add("warm up the learner", namespace=("u",))
+        mem.flush()
+        release, supervise = threading.Event(), mem._bg.supervise
 
+        def held(ns, record):
+            release.wait(60.0)
+            supervise(ns, record)
 
-def test_the_wait_ends_when_the_trainer_takes_an_insert(monkeypatch):
-    monkeypatch.setattr(background, "LAG_WAIT_S", 30.0)
-    bg = lagging_trainer(1)
-    taker = threading.Timer(0.05, bg.queue.get)
-    taker.start()
-    assert waited(bg) < 20.0
-    taker.join()
-
-
-def test_without_a_time_bound_the_lag_is_the_queues_bound(monkeypatch):
-    monkeypatch.setattr(background, "LAG_WAIT_S", None)
-    bg = lagging_trainer(3)
-    assert bg.queue.maxsize == 3 and bg.queue.full()
+        mem._bg.supervise = held
+        for text in texts:  # would wait forever if an add waited for the trainer
+            mem.add(text, namespace=("u",))
+        assert mem.stats()["pending_training"] <= 1 + 3  # the one held, and 3 waiting
+        release.set()
+        mem.flush()
+        process = mem.stats().process
+        assert process.training_skipped >= len(texts) - 1 - 3 and mem.stats()["training_skipped"] == process.training_skipped
+        assert process.supervised + process.training_skipped == len(texts) + 1
+        assert len(mem.search(None, namespace=("u",), limit=50)) == len(texts) + 1
 
 
 @pytest.mark.parametrize("lag", [0, -1])

@@ -8,8 +8,9 @@ owns what happens after:
   the first insert with the embedder's dimension, from the stored checkpoint, else from the
   shipped prior, under one lock (:attr:`Background.lock`);
 - supervision of each placement record (the deferred teacher question, the training and the
-  corrections it brings), in a daemon thread fed by a queue, or inline without
-  ``background``;
+  corrections it brings), in a daemon thread fed by a queue (jobs.py) that an add never
+  waits on: past ``max_training_lag`` waiting inserts the oldest is skipped, and counted; or
+  inline without ``background``;
 - relabelling of aspects that have doubled since they were named;
 - the models' checkpoint: saved every ``checkpoint_every`` supervised inserts by the one
   process of a database that trains (its trainer lock), reloaded by the others, which take
@@ -29,9 +30,9 @@ the embedder and the learner through it. It knows nothing of memory.py.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import logging
-import queue
 import threading
 import time
 from collections import deque
@@ -52,6 +53,7 @@ from ..tree.labels import LABELLED_FACTS, offline_label, relabel_avoid, stale_as
 from ..tree.tree import MembrainTree
 from .batches import answer_batch, batch_view, carry_out
 from .config import DEFAULT_BATCH, LearnerConfig
+from .jobs import JobQueue
 from .learner import Learner
 from .ledger import QUESTION_KINDS
 from .operations import OperationDecider
@@ -69,35 +71,24 @@ logger = logging.getLogger("langchain_membrain")
 #: itself slow, or a very long queue, runs into it.
 DRAIN_MARGIN_S = 10.0
 
-#: The longest an ``add`` waits (seconds) for the trainer of an in-process teacher when it is
-#: ``max_training_lag`` inserts behind; past it the insert is queued beyond that bound, up to
-#: :data:`LAG_HARD_FACTOR` times it, where adds wait as long as it takes. So a slow step of
-#: the trainer (a checkpoint, a relabel, a long correction) no longer stalls the adds queued
-#: behind it, while a trainer slower than the adds on average still holds them to its pace.
-#: None: no time bound (adds wait whenever the trainer is ``max_training_lag`` behind).
-#: Longer than an ordinary training step, so the usual short wait is kept as it was: a much
-#: shorter bound has every add run beside the trainer, sharing the interpreter with it, and
-#: raises the median add for a shorter tail.
-LAG_WAIT_S: float | None = 0.5
-LAG_HARD_FACTOR = 4
+#: Whether this context is a bulk import (``add_many``): its inserts wait for the trainer at
+#: ``max_training_lag`` instead of skipping the oldest (jobs.py).
+_IMPORTING: contextvars.ContextVar[bool] = contextvars.ContextVar("membrain_importing", default=False)
+
+
+
+@contextlib.contextmanager
+def importing() -> Iterator[None]:
+    """Within it, inserts wait for the trainer rather than skip (a bulk import)."""
+    token = _IMPORTING.set(True)
+    try:
+        yield
+    finally:
+        _IMPORTING.reset(token)
+
 
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
 OPERATIONS_CHECKPOINT = "operations"  # the operation student (operation_student.py), saved beside them
-
-
-def wait_for_trainer(q: queue.Queue, lag: int) -> None:
-    """While the trainer's ``q`` holds ``lag`` inserts or more (an in-process teacher's
-    queue: a bounded one), wait for it to take some, :data:`LAG_WAIT_S` seconds at most.
-    The queue's own bound (``lag`` times :data:`LAG_HARD_FACTOR`) is waited for by ``put``."""
-    if LAG_WAIT_S is None or not q.maxsize:
-        return
-    end = time.monotonic() + LAG_WAIT_S
-    with q.not_full:
-        while len(q.queue) >= lag:
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            q.not_full.wait(left)
 
 
 def saved_questions(counters: dict[str, Any]) -> dict[str, int]:
@@ -180,13 +171,14 @@ class Background:
         self._checkpoint_checked = float("-inf")  # monotonic time of the last look (non-trainers)
         # This process's counters (stats().process); the forest counts its refreshes.
         self.counts = {"inserts": 0, "corrections": 0, "supervised": 0, "worker_errors": 0, "merged": 0,
-                       "relabelled": 0, "without_teacher": 0}
+                       "relabelled": 0, "without_teacher": 0, "training_skipped": 0}
         self.stored_counts: Counters | None = None  # as the checkpoint the models came from recorded them
         self._last_naming = -self.naming_interval  # supervised-insert count at the last naming question
         self.recent_calls: deque[int] = deque(maxlen=100)  # teacher calls of the last inserts
         self.last_worker_error: str | None = None
         self.checkpoint_error: str | None = None
-        self.queue: queue.Queue = queue.Queue()  # its bound follows the teacher (_fit_teacher)
+        self.queue = JobQueue()
+        self.queue_bound: int | None = None  # inserts waiting at most; follows the teacher (_fit_teacher)
         self.offline_names = False
         self._fit_teacher()
         self.worker: threading.Thread | None = None
@@ -216,19 +208,15 @@ class Background:
 
     def _fit_teacher(self) -> None:
         """Settle what depends on who the teacher is: whether the offline labeller renames
-        aspects, the trainer queue's bound and the learner's stand-in."""
+        aspects, how many inserts may wait for the trainer and the learner's stand-in."""
         teacher = self.teacher
         # Whether the offline labeller may rename aspects between the teacher's naming
         # questions: only when the teacher's own labels do not name topics (see relabel).
         self.offline_names = not names_topics(teacher)
-        # Bounded for a fast (in-process) teacher: an add waits while the trainer is this
-        # many inserts behind, so an insert's labels are trained on within that many inserts.
-        # Unbounded for a slow one (an LLM), whose audits the trainer waits for: an add
-        # never waits for an LLM's answer to someone else's insert.
-        hard = self.max_training_lag * (1 if LAG_WAIT_S is None else LAG_HARD_FACTOR)
-        with self.queue.mutex:
-            self.queue.maxsize = hard if is_fast(teacher) else 0
-            self.queue.not_full.notify_all()
+        # Bounded for a fast (in-process) teacher: past this many waiting inserts the oldest
+        # is skipped, so what the student learns from stays recent. Unbounded for a slow one
+        # (an LLM), whose every audit is worth its wait: the trainer takes them in turn.
+        self.queue_bound = self.max_training_lag if is_fast(teacher) else None
         if self.current is not None:
             with self.lock:
                 self.current.stand_in = self.offline_rule()
@@ -262,8 +250,8 @@ class Background:
 
     def _hand_to_trainer(self, ns: Namespace, record: PlaceRecord) -> None:
         self._start_worker()
-        wait_for_trainer(self.queue, self.max_training_lag)
-        self.queue.put((ns, record))
+        self.counts["training_skipped"] += self.queue.put((ns, record), bound=self.queue_bound,
+                                                          wait=_IMPORTING.get())
 
     def _start_worker(self) -> None:
         if self.worker is None or not self.worker.is_alive():
@@ -554,7 +542,7 @@ class Background:
             caught_up = self._join_queue(None if timeout is None else timeout + DRAIN_MARGIN_S)
             if not caught_up:
                 logger.warning("membrain: the trainer still had %d inserts to train when the flush's time was up; "
-                               "the checkpoint holds what it had trained", self.queue.unfinished_tasks)
+                               "the checkpoint holds what it had trained", self.queue.unfinished)
             self.save_checkpoint()
             return caught_up
         finally:
@@ -565,23 +553,12 @@ class Background:
         """``queue.join()``, for ``timeout`` seconds at most: whether the queue emptied."""
         if self.worker is None or not self.worker.is_alive():
             return True
-        q = self.queue
-        end = None if timeout is None else time.monotonic() + timeout
-        with q.all_tasks_done:
-            while q.unfinished_tasks:
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                q.all_tasks_done.wait(left)
-        return True
+        return self.queue.join(timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the trainer thread (after what is queued; waits ``timeout`` seconds at most)."""
         if self.worker is not None and self.worker.is_alive():
-            try:
-                self.queue.put(None, timeout=timeout)
-            except queue.Full:  # still training what a bounded flush left: it stays a daemon
-                return
+            self.queue.put(None)  # after what is queued; a trainer still busy past ``timeout`` stays a daemon
             self.worker.join(timeout=timeout)
 
     # ------------------------------------------------------------------ reports
@@ -632,7 +609,7 @@ class Background:
             stored, learning = read_stored(self.storage, CHECKPOINT_NAME)
         recent = sum(self.recent_calls) / len(self.recent_calls) if self.recent_calls else None
         return {"process": self.process_counts(), "stored": stored, "learning": learning,
-                "pending_training": self.queue.unfinished_tasks, "last_worker_error": self.last_worker_error,
+                "pending_training": self.queue.unfinished, "last_worker_error": self.last_worker_error,
                 "waiting_for_batch": 0 if learner is None else sum(learner.waiting.counts().values()),
                 "checkpoint_error": self.checkpoint_error, "trainer": self.is_trainer, "prior": self.prior_used,
                 "recent_teacher_calls_per_insert": recent, "teacher": teacher_stats(self.teacher)}

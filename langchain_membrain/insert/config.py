@@ -175,15 +175,13 @@ class MemoryConfig:
             the least recently used past it are unloaded and reloaded from storage when
             next used (a small namespace costs about 50 KB loaded). Without storage
             every namespace stays (memory is its only copy).
-        max_training_lag: inserts the background trainer may be behind before an
-            ``add`` waits for it, with an in-process teacher (``fast``); with an LLM
-            teacher adds never wait. The wait is bounded in time as well
-            (``background.LAG_WAIT_S``, 0.5 s): past it the insert is queued beyond the
-            lag, up to four times it (``LAG_HARD_FACTOR``), where an add waits as long
-            as it takes. So one slow training step (a checkpoint, a relabel) does not
-            stall the adds behind it, and a trainer slower than the adds on average
-            still holds them to its pace; an insert's labels are learned from within
-            this many inserts usually, four times as many at most.
+        max_training_lag: inserts that may wait for the background trainer, with an
+            in-process teacher (``fast``): an ``add`` never waits for it; past this many
+            the oldest waiting insert is skipped (neither audited by the teacher nor
+            learnt from; its memory is stored as placed) and counted in
+            ``stats().process.training_skipped``. A trainer slower than the adds so
+            learns from fewer of them, never holds them up. With an LLM teacher nothing
+            is skipped: every audit is worth its wait, and adds never wait either.
         operations: ``add``/``add_many`` without a key decide, for each item, ADD,
             UPDATE(old), DELETE(old) or IGNORE (operations.py; README, Memories that
             change): superseded and deleted facts are kept as history, ignored items in
@@ -238,7 +236,7 @@ class MemoryConfig:
     naming_interval: int = 50
     prior: bool = True
     max_loaded_namespaces: int = 1000
-    max_training_lag: int = 4
+    max_training_lag: int = 32
     operations: bool | str = True
     shadow_teacher: Any = None
     max_height: int | None = 4

@@ -45,6 +45,7 @@ class Counters:
     relabelled: int = 0  # aspects renamed as they grew
     worker_errors: int = 0  # failures of the background trainer
     without_teacher: int = 0  # adds decided without the teacher's answer (failed, down, or past teacher_budget)
+    training_skipped: int = 0  # inserts the trainer skipped, max_training_lag behind: not audited nor learnt from
     refreshed_by_change: int = 0  # namespaces brought up to date from the change log
     refresh_reloads: int = 0  # namespaces reloaded whole after another process's write
 

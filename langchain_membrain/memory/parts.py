@@ -14,6 +14,7 @@ Behaviour follows the config and what the teacher says of itself (``names_topics
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any, Sequence, cast
@@ -23,7 +24,7 @@ import numpy as np
 from ..errors import InvalidOperationError, ReadOnlyError
 from ..index.embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
 from ..index.facts import FactIndex, RetrievalConfig, resolve_topic_weight
-from ..insert.background import Background, own_config
+from ..insert.background import Background, importing, own_config
 from ..insert.config import MemoryConfig
 from ..insert.formation import Candidate
 from ..insert.formation_writer import FormationWriter, Input, mark_formed
@@ -161,7 +162,9 @@ class MemoryParts:
         vecs = self.embed([text for _, _, text in prepared])
         if progress is None:
             progress = len(texts) >= 200 and sys.stderr.isatty()
-        with progress_bar(progress, len(texts)) as advance:
+        # A bulk import waits for the trainer; one add (add() is add_many of one) never does.
+        bulk = importing() if len(texts) > 1 else contextlib.nullcontext()
+        with progress_bar(progress, len(texts)) as advance, bulk:
             if kind is None:
                 inputs = [Input(ns, key, value, text, vec, session if session is not None else
                                 str(value.get("session", ""))) for (ns, value, text), vec, key in zip(prepared, vecs, keys)]
