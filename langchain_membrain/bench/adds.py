@@ -16,9 +16,8 @@ The paths, in the same run (paired: the same store, the same texts, alternating 
 - ``product``: the package as it is.
 - ``deep copies``: every ``MembrainTree.copy`` is a full copy of the tree
   (``MembrainTree.deep_copy``: what ``copy`` was before copy-on-write).
-- ``waits for the trainer``: an add waits while 4 inserts wait for the trainer, however long
-  that takes (about what the release before did, with its ``max_training_lag`` of 4; now
-  nothing waits, and past 32 the oldest waiting insert is skipped).
+- ``waits for the trainer``: an add waits while ``max_training_lag`` inserts wait for the
+  trainer, however long that takes (no time bound, nothing skipped).
 
 Beside a peer, with the bundled MiniLM embedder (``--paths minilm inmemorystore``): the
 embedding then counts, as a user's add pays it.
@@ -66,14 +65,8 @@ db, path, warmup, adds, seed, words, ns = sys.argv[1], sys.argv[2], int(sys.argv
 if path == "deep copies":
     MembrainTree.copy = MembrainTree.deep_copy
 if path == "waits for the trainer":
-    from langchain_membrain.insert.jobs import JobQueue
-    _put = JobQueue.put
-    def put(self, job, *, bound=None):
-        while bound is not None and self.waiting() >= 4:
-            with self._changed:
-                self._changed.wait(0.01)
-        return _put(self, job, bound=bound)
-    JobQueue.put = put
+    import langchain_membrain.insert.background as background
+    background.LAG_WAIT_S = None
 rng = random.Random(seed)
 texts = [" ".join(rng.choice(words) for _ in range(6)) + f" (added {i})" for i in range(warmup + adds)]
 with MembrainMemory(db, embeddings=HashEmbeddings()) as memory:

@@ -8,9 +8,9 @@ owns what happens after:
   the first insert with the embedder's dimension, from the stored checkpoint, else from the
   shipped prior, under one lock (:attr:`Background.lock`);
 - supervision of each placement record (the deferred teacher question, the training and the
-  corrections it brings), in a daemon thread fed by a queue (jobs.py) that an add never
-  waits on: past ``max_training_lag`` waiting inserts the oldest is skipped, and counted; or
-  inline without ``background``;
+  corrections it brings), in a daemon thread fed by a queue (jobs.py) that an add waits on
+  for :data:`LAG_WAIT_S` at most; a trainer that falls far behind skips the oldest waiting
+  inserts, and counts them; or inline without ``background``;
 - relabelling of aspects that have doubled since they were named;
 - the models' checkpoint: saved every ``checkpoint_every`` supervised inserts by the one
   process of a database that trains (its trainer lock), reloaded by the others, which take
@@ -71,8 +71,17 @@ logger = logging.getLogger("langchain_membrain")
 #: itself slow, or a very long queue, runs into it.
 DRAIN_MARGIN_S = 10.0
 
-#: Whether this context is a bulk import (``add_many``): its inserts wait for the trainer at
-#: ``max_training_lag`` instead of skipping the oldest (jobs.py).
+#: The longest an ``add`` waits (seconds) for the trainer of an in-process teacher while it is
+#: ``max_training_lag`` inserts behind (jobs.py). Past it the insert is queued anyway, and once
+#: :data:`LAG_SKIP_FACTOR` times the lag wait, the oldest waiting insert is skipped. Longer
+#: than an ordinary training step, so that on a machine where the trainer keeps up the
+#: student learns within a few inserts of its decisions; a starved trainer never holds an
+#: add for longer. None: as long as it takes (and nothing is skipped).
+LAG_WAIT_S: float | None = 0.5
+LAG_SKIP_FACTOR = 4
+
+#: Whether this context is a bulk import (``add_many`` of several items): its inserts wait
+#: for the trainer as long as it takes, and none is skipped.
 _IMPORTING: contextvars.ContextVar[bool] = contextvars.ContextVar("membrain_importing", default=False)
 
 
@@ -178,7 +187,7 @@ class Background:
         self.last_worker_error: str | None = None
         self.checkpoint_error: str | None = None
         self.queue = JobQueue()
-        self.queue_bound: int | None = None  # inserts waiting at most; follows the teacher (_fit_teacher)
+        self.queue_bound: int | None = None  # the lag an add waits at; follows the teacher (_fit_teacher)
         self.offline_names = False
         self._fit_teacher()
         self.worker: threading.Thread | None = None
@@ -213,9 +222,9 @@ class Background:
         # Whether the offline labeller may rename aspects between the teacher's naming
         # questions: only when the teacher's own labels do not name topics (see relabel).
         self.offline_names = not names_topics(teacher)
-        # Bounded for a fast (in-process) teacher: past this many waiting inserts the oldest
-        # is skipped, so what the student learns from stays recent. Unbounded for a slow one
-        # (an LLM), whose every audit is worth its wait: the trainer takes them in turn.
+        # Bounded for a fast (in-process) teacher: an add waits a little at this lag, and
+        # skips the oldest waiting insert past a multiple of it. Unbounded for a slow one (an
+        # LLM): an add never waits for its answers, and every audit is worth having.
         self.queue_bound = self.max_training_lag if is_fast(teacher) else None
         if self.current is not None:
             with self.lock:
@@ -250,8 +259,10 @@ class Background:
 
     def _hand_to_trainer(self, ns: Namespace, record: PlaceRecord) -> None:
         self._start_worker()
-        self.counts["training_skipped"] += self.queue.put((ns, record), bound=self.queue_bound,
-                                                          wait=_IMPORTING.get())
+        lag, bulk = self.queue_bound, _IMPORTING.get()
+        self.counts["training_skipped"] += self.queue.put(
+            (ns, record), wait_below=lag, wait_s=None if bulk else LAG_WAIT_S,
+            keep=None if lag is None or bulk else lag * LAG_SKIP_FACTOR)
 
     def _start_worker(self) -> None:
         if self.worker is None or not self.worker.is_alive():

@@ -175,13 +175,16 @@ class MemoryConfig:
             the least recently used past it are unloaded and reloaded from storage when
             next used (a small namespace costs about 50 KB loaded). Without storage
             every namespace stays (memory is its only copy).
-        max_training_lag: inserts that may wait for the background trainer, with an
-            in-process teacher (``fast``): an ``add`` never waits for it; past this many
-            the oldest waiting insert is skipped (neither audited by the teacher nor
-            learnt from; its memory is stored as placed) and counted in
-            ``stats().process.training_skipped``. A trainer slower than the adds so
-            learns from fewer of them, never holds them up. With an LLM teacher nothing
-            is skipped: every audit is worth its wait, and adds never wait either.
+        max_training_lag: inserts the background trainer of an in-process teacher
+            (``fast``) may be behind before an ``add`` waits for it, and then for
+            ``background.LAG_WAIT_S`` (0.5 s) at most: the student so learns within a few
+            inserts of its decisions where the trainer keeps up. Past that time the insert
+            is queued anyway; once four times this many wait (``LAG_SKIP_FACTOR``), the
+            oldest waiting insert is skipped (neither audited by the teacher nor learnt
+            from; its memory is stored as placed), counted in
+            ``stats().process.training_skipped``. ``add_many`` of several items (a bulk
+            import) waits as long as it takes and skips nothing. With an LLM teacher adds
+            never wait and nothing is skipped.
         operations: ``add``/``add_many`` without a key decide, for each item, ADD,
             UPDATE(old), DELETE(old) or IGNORE (operations.py; README, Memories that
             change): superseded and deleted facts are kept as history, ignored items in
@@ -236,7 +239,7 @@ class MemoryConfig:
     naming_interval: int = 50
     prior: bool = True
     max_loaded_namespaces: int = 1000
-    max_training_lag: int = 32
+    max_training_lag: int = 4
     operations: bool | str = True
     shadow_teacher: Any = None
     max_height: int | None = 4

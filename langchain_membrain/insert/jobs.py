@@ -1,12 +1,14 @@
-"""The background trainer's queue of jobs, which an add never waits on.
+"""The background trainer's queue of jobs, which an add waits on for a bounded time only.
 
-An insert is handed to the trainer with a bound: when that many inserts wait already, the
-oldest waiting insert is **skipped** (dropped from the queue: the trainer neither asks the
+An insert is handed to the trainer with two bounds. While ``wait_below`` inserts or more wait,
+the add waits for the trainer to take some, ``wait_s`` seconds at most: on a machine where the
+trainer keeps up, that keeps what the student learns from within a few inserts of what it
+decides. Past that time the insert is queued anyway, and when ``keep`` inserts wait already,
+the oldest waiting insert is **skipped** (dropped from the queue: the trainer neither asks the
 teacher about it nor trains on it) to make room. Its memory is placed, stored and searchable
-whatever happens here; only what the student would have learnt from it is lost. Other jobs
-(a batch question, the stop signal) are never dropped. So a starved or slow trainer learns
-later, or from fewer inserts, and never holds up the writer. A bulk import (``add_many``)
-waits instead: it is not a user waiting on one add, and every insert of it is learnt from.
+whatever happens here; only what the student would have learnt from it is lost. Other jobs (a
+batch question, the stop signal) are never dropped. So a starved trainer learns from fewer
+inserts, and never holds an add up for longer than ``wait_s``.
 """
 
 from __future__ import annotations
@@ -23,31 +25,38 @@ class JobQueue:
     the oldest droppable job to keep at most ``bound`` of them waiting."""
 
     def __init__(self) -> None:
-        self._jobs: deque[tuple[Any, bool]] = deque()  # (job, droppable)
+        self._jobs: deque[tuple[Any, bool, bool]] = deque()  # (job, an insert, droppable)
         self._changed = threading.Condition()
         self._unfinished = 0  # put and not yet done: waiting, or taken and running
 
-    def put(self, job: Any, *, bound: int | None = None, wait: bool = False) -> int:
-        """Queue ``job``; with ``bound``, it is droppable, and the oldest droppable jobs
-        are dropped until fewer than ``bound`` of them wait, or, with ``wait``, the call
-        waits until the trainer has taken enough of them. Returns how many were dropped."""
+    def put(self, job: Any, *, keep: int | None = None, wait_below: int | None = None,
+            wait_s: float | None = None) -> int:
+        """Queue ``job``; with either bound it is an insert. With ``wait_below``, first wait
+        while that many inserts or more wait, ``wait_s`` seconds at most (None: as long as it
+        takes). With ``keep``, the job is droppable, and the oldest droppable inserts are
+        dropped while ``keep`` inserts or more wait. Returns how many were dropped."""
         dropped = 0
         with self._changed:
-            if bound is not None and wait:
-                while self._droppable() >= max(bound, 1):
-                    self._changed.wait()
-            if bound is not None:
-                while self._droppable() >= max(bound, 1):
-                    oldest = next(i for i, (_, droppable) in enumerate(self._jobs) if droppable)
-                    del self._jobs[oldest]
+            if wait_below is not None:
+                end = None if wait_s is None else time.monotonic() + wait_s
+                while self._inserts() >= max(wait_below, 1):
+                    left = None if end is None else end - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    self._changed.wait(left)
+            if keep is not None:
+                droppable = [i for i, (_, _, can) in enumerate(self._jobs) if can]
+                excess = self._inserts() - max(keep, 1) + 1
+                for i in reversed(droppable[:max(excess, 0)]):
+                    del self._jobs[i]
                     dropped += 1
-            self._jobs.append((job, bound is not None))
+            self._jobs.append((job, wait_below is not None or keep is not None, keep is not None))
             self._unfinished += 1 - dropped
             self._changed.notify_all()
         return dropped
 
-    def _droppable(self) -> int:
-        return sum(droppable for _, droppable in self._jobs)
+    def _inserts(self) -> int:
+        return sum(insert for _, insert, _ in self._jobs)
 
     def get(self) -> Any:
         """The oldest job, waiting for one to be put."""

@@ -133,7 +133,7 @@ class MembrainMemory:
         naming_interval: int = 50,
         prior: bool = True,
         max_loaded_namespaces: int = 1000,
-        max_training_lag: int = 32,
+        max_training_lag: int = 4,
         operations: bool | str = True,
         shadow_teacher: Any = None,
         max_height: int | None = 4,
