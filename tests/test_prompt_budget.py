@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from langchain_membrain.insert.config import MAX_BATCH
-from langchain_membrain.teachers import prompts
-from langchain_membrain.teachers.prompts import PROMPT_BUDGET_TOKENS, place_messages, prompt_tokens
+from langchain_membrain.teachers import outline, prompts
+from langchain_membrain.teachers.outline import place_messages
+from langchain_membrain.teachers.prompts import PROMPT_BUDGET_TOKENS, prompt_tokens
 from langchain_membrain.tree.placement import stage1_candidates
 from langchain_membrain.tree.tree import MembrainTree
 
@@ -66,10 +67,10 @@ def questions(tree: MembrainTree, facts: list[str], crowded: str, wide: str) -> 
     return {
         "place": place_messages(LONG_NEW, tree, near=near)[0],
         "place, no embedding": place_messages(LONG_NEW, tree)[0],
-        "operation and placement": prompts.operation_place_messages(LONG_NEW, cands, tree, near=near)[0],
+        "operation and placement": outline.operation_place_messages(LONG_NEW, cands, tree, near=near)[0],
         "operation": prompts.operation_messages(LONG_NEW, cands),
-        "batch of 4": prompts.place_batch_messages([LONG_NEW] * 4, tree, near=near)[0],
-        "batch of 16 (the most)": prompts.place_batch_messages([LONG_NEW] * MAX_BATCH, tree, near=near)[0],
+        "batch of 4": outline.place_batch_messages([LONG_NEW] * 4, tree, near=near)[0],
+        "batch of 16 (the most)": outline.place_batch_messages([LONG_NEW] * MAX_BATCH, tree, near=near)[0],
         "stage 1 at the root": prompts.stage1_messages(LONG_NEW, tree, tree.root_id,
                                                        stage1_candidates(tree, tree.root_id, near), near=near),
         "stage 1 under 40 aspects": prompts.stage1_messages(LONG_NEW, tree, wide,
@@ -119,7 +120,7 @@ def test_a_large_tree_shows_the_branch_nearest_the_new_fact():
     data = prompts.parse_data_block(messages[1]["content"])
     assert data["outline_truncated"] is True
     tops = [e for e in data["outline"] if e.get("under") == 1 and e.get("kind") == "aspect"]
-    assert len(tops) == prompts.OUTLINE_TOP_ASPECTS and target in ids  # the nearest topic is shown
+    assert len(tops) == outline.OUTLINE_TOP_ASPECTS and target in ids  # the nearest topic is shown
     hidden = next(e for e in data["outline"] if e.get("kind") == "more aspects" and e["under"] == 1)
     assert hidden["count"] == 40 - len(tops)
     number = ids.index(target)

@@ -109,7 +109,7 @@ def r_precision(ranked: Sequence[str], relevant: set[str]) -> float:
 def prompt_tokens(mem: Any, namespace: Sequence[str], texts: Sequence[str]) -> int:
     """Characters / 4 of the question an LLM teacher would get now: the joint question about
     one text, the batch question about several."""
-    from ..teachers.prompts import place_batch_messages, place_messages
+    from ..teachers.outline import place_batch_messages, place_messages
 
     tree = mem.tree(namespace)
     messages = place_messages(texts[0], tree)[0] if len(texts) == 1 else place_batch_messages(texts, tree)[0]

@@ -40,7 +40,7 @@ from ..errors import MembrainError, TeacherError
 from ..tree.actions import Action, apply_action, validate_action
 from ..tree.placement import NEW_FACT, NewFact, Placement, descend, destination
 from ..tree.tree import MembrainTree
-from . import budget, prompts
+from . import budget, outline, prompts
 from .answers import AttachedView, RawAnswer, TeacherCallError, neighbourhood, resolve_actions
 from .base import BaseTeacher, LastResortTeacher, OperationTeacher, Teacher, capable, safe_actions, safe_choice
 from .core import Core
@@ -203,7 +203,7 @@ class GuardedTeacher(ElementaryQuestions, FormationQuestions, BaseTeacher):
             return self.line.run(self.line.ask("operation", msgs, prompts.OperationAnswer, operation))
         # One call for the whole insert: the operation and, for a fact to store, its
         # placement (Operation.placement), which the insert then follows without asking again.
-        msgs, ids = prompts.operation_place_messages(
+        msgs, ids = outline.operation_place_messages(
             question.text, shown, tree, max_aspects=self.outline_max_aspects,
             facts_per_node=self.outline_facts_per_node, near=getattr(question, "embedding", None),
             budget_chars=self._question_budget(prompts.OperationPlaceAnswer))
@@ -271,7 +271,7 @@ class GuardedTeacher(ElementaryQuestions, FormationQuestions, BaseTeacher):
 
     def _try_place_core(self, new_fact: NewFact, tree: MembrainTree) -> Core[Placement]:
         self._stats.add("place", decisions=1, inserts=1)
-        msgs, ids = prompts.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
+        msgs, ids = outline.place_messages(new_fact.text, tree, max_aspects=self.outline_max_aspects,
                                            facts_per_node=self.outline_facts_per_node, near=new_fact.embedding,
                                            budget_chars=self._question_budget(prompts.PlaceAnswer))
         return (yield from self.line.ask("place", msgs, prompts.PlaceAnswer, self._place_validator(tree, ids)))
@@ -304,7 +304,7 @@ class GuardedTeacher(ElementaryQuestions, FormationQuestions, BaseTeacher):
         self._stats.add("place", decisions=len(facts), inserts=len(facts))
         embs = [np.asarray(f.embedding, dtype=np.float32) for _, f in facts if f.embedding is not None]
         near = np.mean(embs, axis=0) if embs else None
-        msgs, ids, first = prompts.place_batch_messages(
+        msgs, ids, first = outline.place_batch_messages(
             [f.text for _, f in facts], tree, max_aspects=self.outline_max_aspects,
             facts_per_node=self.outline_facts_per_node, near=near,
             budget_chars=self._question_budget(prompts.PlaceBatchAnswer))

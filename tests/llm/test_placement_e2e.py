@@ -21,7 +21,8 @@ from langchain_membrain.teachers.answers import TeacherCallError
 from langchain_membrain.teachers.base import NewFact, Subtree
 from langchain_membrain.teachers.llm import LLMTeacher
 from langchain_membrain.teachers.openai_teacher import OpenAITeacher
-from langchain_membrain.teachers.prompts import parse_data_block, place_messages, stage1_messages, stage2_messages
+from langchain_membrain.teachers.outline import place_messages
+from langchain_membrain.teachers.prompts import parse_data_block, stage1_messages, stage2_messages
 from langchain_membrain.tree.actions import Promote, apply_action
 from langchain_membrain.tree.placement import NEW_FACT, Placement, stage1_candidates
 from langchain_membrain.tree.tree import MembrainTree
