@@ -203,6 +203,19 @@ def _numbered_outline(tree: MembrainTree, choice: _OutlineChoice, max_chars: int
     return entries, ids
 
 
+def _with_outline(system: str, payload: dict[str, Any], tree: MembrainTree, budget_chars: int,
+                  **outline: Any) -> tuple[list[Message], list[str]]:
+    """The question of ``system`` over ``payload`` and the outline of ``tree`` in what
+    ``budget_chars`` leaves after them (``outline``: :func:`tree_outline`'s arguments);
+    returns the messages and the outline's ids."""
+    room = budget_chars - len(system) - len(data_block({**payload, "outline_truncated": True})) - 8
+    entries, ids, truncated = tree_outline(tree, budget_chars=max(room, 0), **outline)
+    payload["outline"] = entries
+    if truncated:
+        payload["outline_truncated"] = True
+    return [{"role": "system", "content": system}, {"role": "user", "content": data_block(payload)}], ids
+
+
 def place_messages(new_text: str, tree: MembrainTree, *, max_aspects: int = 200, facts_per_node: int = 5,
                    max_chars: int = OUTLINE_FACT_CHARS, near: Any = None,
                    budget_chars: int = QUESTION_BUDGET_CHARS) -> tuple[list[Message], list[str]]:
@@ -212,14 +225,8 @@ def place_messages(new_text: str, tree: MembrainTree, *, max_aspects: int = 200,
     branches it shows."""
     payload: dict[str, Any] = {"subject": shorten(tree.subject, LABEL_CHARS),
                                "new_fact": shorten(new_text, NEW_TEXT_CHARS), "outline": []}
-    room = budget_chars - len(PLACE_SYSTEM) - len(data_block({**payload, "outline_truncated": True})) - 8
-    entries, ids, truncated = tree_outline(tree, max_aspects=max_aspects, facts_per_node=facts_per_node,
-                                           max_chars=max_chars, budget_chars=max(room, 0), near=near)
-    payload["outline"] = entries
-    if truncated:
-        payload["outline_truncated"] = True
-    return ([{"role": "system", "content": PLACE_SYSTEM},
-             {"role": "user", "content": data_block(payload)}], ids)
+    return _with_outline(PLACE_SYSTEM, payload, tree, budget_chars, max_aspects=max_aspects,
+                         facts_per_node=facts_per_node, max_chars=max_chars, near=near)
 
 
 PLACE_BATCH_SYSTEM = f"""You organise a long-term memory shaped like a tree. The root is the subject; \
@@ -293,11 +300,5 @@ def operation_place_messages(new_text: str, candidates: list[tuple[str, float]],
     payload: dict[str, Any] = {"subject": shorten(tree.subject, LABEL_CHARS), "new_item": shorten(new_text, 600),
                                "candidates": candidate_entries(candidates, min(max_chars, OUTLINE_FACT_CHARS)),
                                "outline": []}
-    room = budget_chars - len(OPERATION_PLACE_SYSTEM) - len(data_block({**payload, "outline_truncated": True})) - 8
-    entries, ids, truncated = tree_outline(tree, max_aspects=max_aspects, facts_per_node=facts_per_node,
-                                           max_chars=max_chars, budget_chars=max(room, 0), near=near)
-    payload["outline"] = entries
-    if truncated:
-        payload["outline_truncated"] = True
-    return ([{"role": "system", "content": OPERATION_PLACE_SYSTEM},
-             {"role": "user", "content": data_block(payload)}], ids)
+    return _with_outline(OPERATION_PLACE_SYSTEM, payload, tree, budget_chars, max_aspects=max_aspects,
+                         facts_per_node=facts_per_node, max_chars=max_chars, near=near)
