@@ -205,6 +205,34 @@ def test_add_and_search_load_no_torch_and_add_saves_what_it_learned(tmp_path):
     assert after.stdout.split() == [str(inserts + 1), str(supervised + 1)]  # the add, placed and supervised
 
 
+def test_the_first_add_of_a_new_memory_loads_no_torch_and_its_checkpoints_load_in_torch(tmp_path):
+    """``membrain add`` in a new directory starts from the shipped priors and saves its
+    checkpoints without torch (the optimisers, never built, saved as fresh ones); the next
+    process loads them, builds them in torch, and writes and reads them with torch."""
+    db = tmp_path / "m.db"
+    first = textwrap.dedent(f"""
+        from langchain_membrain.cli import main
+        assert main({["--db", str(db), "add", "I live in Lisbon"]!r}) == 0
+    """) + REPORT
+    proc = python(first, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [m for m in loaded_heavy(proc) if m == "torch"] == []
+    trained = textwrap.dedent(f"""
+        import io
+        from langchain_membrain import MembrainMemory
+        with MembrainMemory({str(db)!r}) as m:
+            m.add("I moved from Lisbon to Porto")
+            m.flush()
+            trainer = m._bg.current.trainer  # loaded from the first add's checkpoint, in numpy
+            assert not trainer.networks.built and m.stats()["checkpoint_error"] is None
+            trainer.networks.torch()  # the networks in torch, with fresh optimisers
+            trainer.load(io.BytesIO(trainer.state_bytes()))  # written by torch, read back
+            print(trainer.networks.built, m.stats()["supervised"])
+    """)
+    proc = python(trained, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-2:] == ["True", "1"]
+
 # ------------------------------------------------------------------------- exit
 @pytest.mark.parametrize("where", ["memory", "sqlite"])
 def test_exit_without_close_is_clean_and_saves(tmp_path, where):

@@ -345,8 +345,9 @@ class OperationStudent:
             if self.net is None:
                 return b""
             # Without torch while the network and the optimiser are still the loaded ones
-            # (nothing trained here): torchfile writes what torch.save would.
-            plain = not self.net.built and (not optimiser or (self._opt is None and self._opt_state is not None))
+            # (nothing trained here): torchfile writes what torch.save would. An optimiser
+            # never built (a prior's fresh one) is saved as None: fresh again when loaded.
+            plain = not self.net.built and self._opt is None
             state = {"format": self.STATE_FORMAT, "dim": self.net.dim, "k": self.k,
                      "modules": self.net.weights if plain else self.net.network.state_dict(),
                      "temperature": self.calibrator.temperature,

@@ -463,10 +463,12 @@ class OnlineTrainer:
         ``torch.save`` of :meth:`state_dict`."""
         with self.lock:
             loaded = self.networks.loaded()
-            if loaded is not None:
-                weights, opt_states = loaded
-                return torchfile.write_checkpoint(self._checkpoint((weights["stage1"], weights["stage2"]), opt_states),
-                                                  tensors=False)
+            if loaded is not None:  # untrained here: no torch (and no optimiser built for the checkpoint)
+                weights, opt_states, scale = loaded
+                state = self._checkpoint((weights["stage1"], weights["stage2"]), opt_states or (None, None))
+                if opt_states is None:
+                    state["lr_scale"] = scale
+                return torchfile.write_checkpoint(state, tensors=False)
             return torchfile.write_checkpoint(self.state_dict(), tensors=True)
 
     def load_bytes(self, data: bytes) -> None:
@@ -508,14 +510,18 @@ class OnlineTrainer:
             detail = ", ".join(f"{k}: checkpoint {a}, model {b}" for k, (a, b) in diffs.items())
             raise CheckpointError(f"checkpoint has other dimensions ({detail})")
         try:
+            # No optimiser state: saved before any training here (fresh optimisers at lr_scale).
+            fresh = state["opt1"] is None and state["opt2"] is None
+            scale = float(state.get("lr_scale", 1.0)) if fresh else 1.0
             if not self.networks.built:  # numpy until the first training
                 weights = {k: self.networks.checked(state[k], k) for k in ("stage1", "stage2")}
-                opt_states = (torchfile.as_numpy(state["opt1"]), torchfile.as_numpy(state["opt2"]))
-                for opt_state, stage in zip(opt_states, ("stage1", "stage2")):
+                opt_states = None if fresh else (torchfile.as_numpy(state["opt1"]), torchfile.as_numpy(state["opt2"]))
+                for opt_state, stage in zip(opt_states or (), ("stage1", "stage2")):
                     check_optimiser_state(opt_state, optimiser_groups(parameter_shapes(self.model_config, stage)))
                 nets = None
             else:
-                nets = self.networks.torch_copy(state["stage1"], state["stage2"], (state["opt1"], state["opt2"]))
+                nets = self.networks.torch_copy(state["stage1"], state["stage2"],
+                                                None if fresh else (state["opt1"], state["opt2"]), scale)
             known = StageCounters.__dataclass_fields__
             counters = {k: StageCounters(**{f: v for f, v in state["counters"][k].items() if f in known})
                         for k in ("stage1", "stage2")}
@@ -525,7 +531,7 @@ class OnlineTrainer:
             raise CheckpointError(f"checkpoint does not fit the model: {exc}") from None
         with self.lock, self.infer_lock:
             if nets is None:
-                self.networks.install_numpy(weights, opt_states, 1.0)
+                self.networks.install_numpy(weights, opt_states, scale)
             else:
                 self.networks.install_torch(nets)  # re-traced on the new networks at the next prediction
             self.counters = counters

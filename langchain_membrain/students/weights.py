@@ -129,11 +129,13 @@ class TrainerNetworks:
         weights = self._weights
         return weights[stage] if weights is not None and self._t is None else None
 
-    def loaded(self) -> tuple[dict[str, Any], tuple[Any, Any]] | None:
-        """(weights, optimiser states) as loaded, while torch is not built and both were
-        loaded (a checkpoint written back without torch), else None."""
-        if self._t is None and self._weights is not None and self._opt_states is not None:
-            return self._weights, self._opt_states
+    def loaded(self) -> tuple[dict[str, Any], tuple[Any, Any] | None, float] | None:
+        """(weights, optimiser states, learning-rate scale) as loaded, while torch is not
+        built and weights were loaded (a checkpoint written back without torch), else None.
+        The optimiser states are None where none were loaded (a prior): fresh optimisers at
+        that scale."""
+        if self._t is None and self._weights is not None:
+            return self._weights, self._opt_states, self._lr_scale
         return None
 
     def checked(self, weights: Any, stage: str) -> Any:
