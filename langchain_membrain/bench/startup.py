@@ -3,8 +3,9 @@
 Times ``python -c "import langchain_membrain"``, ``membrain --help``, ``membrain stats``,
 ``membrain show``, ``membrain search`` and ``membrain add`` on a SQLite store of ``--facts`` facts that it
 builds first in a temporary directory (``membrain X`` is run as ``python -m
-langchain_membrain.cli X``, which is what the console script does), plus ``import torch``
-alone for reference. ``--pythonpath DIR`` runs everything (the store's build included)
+langchain_membrain.cli X``, which is what the console script does), then ``membrain add``
+into a new database each run (a newcomer's first add), plus ``import torch`` alone for
+reference. ``--pythonpath DIR`` runs everything (the store's build included)
 against another checkout, e.g. a ``git worktree`` of an older commit, for a before/after.
 
     python -m langchain_membrain.bench startup [--runs 5] [--facts 1000] [--pythonpath DIR]
@@ -70,6 +71,12 @@ def _env(pythonpath: str | None) -> dict[str, str]:
     return env
 
 
+# ``membrain --db <a new directory>/m.db add ...``, as the console script runs it.
+_FIRST_ADD = ("import os, runpy, sys, tempfile; "
+              "sys.argv = ['membrain', '--db', os.path.join(tempfile.mkdtemp(), 'm.db'), 'add', 'I live in Lisbon']; "
+              "runpy.run_module('langchain_membrain.cli', run_name='__main__')")
+
+
 def _time(argv: list[str], env: dict[str, str], cwd: str, runs: int, warmup: int) -> list[float]:
     times = []
     for i in range(warmup + runs):
@@ -113,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
             ("membrain search", [*cli, "--db", db, "search", "who is allergic to peanuts?", "-k", "3"]),
             # One more fact per run (the store grows by warm-up + runs facts).
             ("membrain add", [*cli, "--db", db, "add", "Maya adopted a cat named Pixel", "--ns", "users/maya"]),
+            # The first add of a newcomer: a new database each run, started from the shipped priors.
+            ("membrain add, a new database", [py, "-c", _FIRST_ADD]),
         ]
         results = {}
         for label, argv in commands:
