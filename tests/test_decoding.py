@@ -148,3 +148,36 @@ def test_agglomerate_merges_by_mean_affinity():
     clusters = sorted(sorted(c) for c in agglomerate(w, [0, 1, 2, 3], 0.0))
     # {0,1} merge first (5); then {0,1} with 2 has mean (−1+1)/2 = 0, not > 0: stays apart
     assert clusters == [[0, 1], [2], [3]]
+
+
+def _agglomerate_by_definition(affinity, members, threshold):
+    """Average linkage as defined: at each step the mean of every pair of clusters, the first
+    best pair (in order) merged while its mean is above ``threshold``."""
+    clusters = [[m] for m in members]
+    while len(clusters) > 1:
+        best, pair = threshold, None
+        for a in range(len(clusters)):
+            for b in range(a + 1, len(clusters)):
+                score = float(affinity[np.ix_(clusters[a], clusters[b])].mean())
+                if score > best:
+                    best, pair = score, (a, b)
+        if pair is None:
+            return clusters
+        clusters[pair[0]] = clusters[pair[0]] + clusters[pair[1]]
+        del clusters[pair[1]]
+    return clusters
+
+
+def test_agglomerate_is_average_linkage_as_defined_ties_included():
+    rng = np.random.default_rng(7)
+    for _ in range(150):
+        n = int(rng.integers(1, 25))
+        w = rng.normal(size=(n, n)) + rng.uniform(-1, 1)
+        w = (w + w.T) / 2
+        members = sorted(rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False).tolist())
+        assert agglomerate(w, members, 0.2) == _agglomerate_by_definition(w, members, 0.2)
+    for _ in range(100):  # small integers: many equal means, the first pair in order wins
+        n = int(rng.integers(2, 12))
+        w = rng.integers(-2, 3, size=(n, n)).astype(float)
+        w = w + w.T
+        assert agglomerate(w, list(range(n)), 0.0) == _agglomerate_by_definition(w, list(range(n)), 0.0)

@@ -52,20 +52,30 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 def agglomerate(affinity: np.ndarray, members: list[int], threshold: float) -> list[list[int]]:
     """Greedy average-linkage clustering of ``members`` on a symmetric ``affinity`` matrix:
-    merge the pair of clusters with the highest mean affinity while it is > ``threshold``."""
+    merge the pair of clusters with the highest mean affinity while it is > ``threshold``
+    (the first such pair, clusters in order, among equals; a merged cluster takes the
+    first one's place). The sums of affinity between clusters are kept and merged, so each
+    merge costs one pass over the pairs, not a mean per pair."""
     clusters = [[m] for m in members]
+    if len(clusters) < 2:
+        return clusters
+    index = np.asarray(members)
+    sums = np.asarray(affinity, dtype=np.float64)[np.ix_(index, index)]
+    sizes = np.ones(len(clusters))
     while len(clusters) > 1:
-        best, pair = threshold, None
-        for a in range(len(clusters)):
-            for b in range(a + 1, len(clusters)):
-                score = float(affinity[np.ix_(clusters[a], clusters[b])].mean())
-                if score > best:
-                    best, pair = score, (a, b)
-        if pair is None:
+        k = len(clusters)
+        means = sums / np.outer(sizes, sizes)
+        means[np.tril_indices(k)] = -np.inf
+        a, b = divmod(int(np.argmax(means)), k)
+        if not means[a, b] > threshold:
             break
-        a, b = pair
         clusters[a] = clusters[a] + clusters[b]
         del clusters[b]
+        sums[a, :] += sums[b, :]
+        sums[:, a] += sums[:, b]
+        sums = np.delete(np.delete(sums, b, axis=0), b, axis=1)
+        sizes[a] += sizes[b]
+        sizes = np.delete(sizes, b)
     return clusters
 
 
