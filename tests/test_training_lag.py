@@ -8,7 +8,7 @@ import pytest
 from test_cli import WordHashEmbeddings
 
 from langchain_membrain import MembrainMemory
-from langchain_membrain.insert import background
+from langchain_membrain.insert import jobs
 from langchain_membrain.insert.config import MemoryConfig
 from langchain_membrain.insert.jobs import JobQueue
 
@@ -54,7 +54,7 @@ def test_a_blocked_trainer_holds_an_add_up_for_a_bounded_time_and_skipped_insert
     returns after ``LAG_WAIT_S`` at most, ``LAG_SKIP_FACTOR`` times the lag wait, the rest
     are skipped and counted; once the trainer is free it trains what waits, and every
     memory is stored."""
-    monkeypatch.setattr(background, "LAG_WAIT_S", 0.05)
+    monkeypatch.setattr(jobs, "LAG_WAIT_S", 0.05)
     texts = [f"fact number {i} about topic {i % 3}" for i in range(12)]
     with MembrainMemory(embeddings=WordHashEmbeddings(), max_training_lag=1) as mem:
         mem.add("warm up the learner", namespace=("u",))
@@ -68,7 +68,7 @@ def test_a_blocked_trainer_holds_an_add_up_for_a_bounded_time_and_skipped_insert
         mem._bg.supervise = held
         for text in texts:  # would wait forever if an add waited for the trainer
             mem.add(text, namespace=("u",))
-        kept = background.LAG_SKIP_FACTOR * 1
+        kept = jobs.LAG_SKIP_FACTOR * 1
         assert mem.stats()["pending_training"] <= 1 + kept  # the one held, and those waiting
         release.set()
         mem.flush()

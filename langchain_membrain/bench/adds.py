@@ -65,8 +65,8 @@ db, path, warmup, adds, seed, words, ns = sys.argv[1], sys.argv[2], int(sys.argv
 if path == "deep copies":
     MembrainTree.copy = MembrainTree.deep_copy
 if path == "waits for the trainer":
-    import langchain_membrain.insert.background as background
-    background.LAG_WAIT_S = None
+    import langchain_membrain.insert.jobs as jobs
+    jobs.LAG_WAIT_S = None
 rng = random.Random(seed)
 texts = [" ".join(rng.choice(words) for _ in range(6)) + f" (added {i})" for i in range(warmup + adds)]
 with MembrainMemory(db, embeddings=HashEmbeddings()) as memory:

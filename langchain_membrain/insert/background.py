@@ -8,9 +8,9 @@ owns what happens after:
   the first insert with the embedder's dimension, from the stored checkpoint, else from the
   shipped prior, under one lock (:attr:`Background.lock`);
 - supervision of each placement record (the deferred teacher question, the training and the
-  corrections it brings), in a daemon thread fed by a queue (jobs.py) that an add waits on
-  for :data:`LAG_WAIT_S` at most; a trainer that falls far behind skips the oldest waiting
-  inserts, and counts them; or inline without ``background``;
+  corrections it brings), in a daemon thread fed by a queue that an add waits on for a
+  bounded time (jobs.py: a trainer far behind skips the oldest waiting inserts, and counts
+  them); or inline without ``background``;
 - relabelling of aspects that have doubled since they were named;
 - the models' checkpoint: saved every ``checkpoint_every`` supervised inserts by the one
   process of a database that trains (its trainer lock), reloaded by the others, which take
@@ -30,7 +30,6 @@ the embedder and the learner through it. It knows nothing of memory.py.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import logging
 import threading
@@ -51,6 +50,7 @@ from ..teachers.seat import TeacherSeat
 from ..tree.inputs import Namespace
 from ..tree.labels import LABELLED_FACTS, offline_label, relabel_avoid, stale_aspects, typical_facts
 from ..tree.tree import MembrainTree
+from . import jobs
 from .batches import answer_batch, batch_view, carry_out
 from .config import DEFAULT_BATCH, LearnerConfig
 from .jobs import JobQueue
@@ -70,31 +70,6 @@ logger = logging.getLogger("langchain_membrain")
 #: those questions left (no teacher is asked by then): only an in-process teacher that is
 #: itself slow, or a very long queue, runs into it.
 DRAIN_MARGIN_S = 10.0
-
-#: The longest an ``add`` waits (seconds) for the trainer of an in-process teacher while it is
-#: ``max_training_lag`` inserts behind (jobs.py). Past it the insert is queued anyway, and once
-#: :data:`LAG_SKIP_FACTOR` times the lag wait, the oldest waiting insert is skipped. Longer
-#: than an ordinary training step, so that on a machine where the trainer keeps up the
-#: student learns within a few inserts of its decisions; a starved trainer never holds an
-#: add for longer. None: as long as it takes (and nothing is skipped).
-LAG_WAIT_S: float | None = 0.5
-LAG_SKIP_FACTOR = 4
-
-#: Whether this context is a bulk import (``add_many`` of several items): its inserts wait
-#: for the trainer as long as it takes, and none is skipped.
-_IMPORTING: contextvars.ContextVar[bool] = contextvars.ContextVar("membrain_importing", default=False)
-
-
-
-@contextlib.contextmanager
-def importing() -> Iterator[None]:
-    """Within it, inserts wait for the trainer rather than skip (a bulk import)."""
-    token = _IMPORTING.set(True)
-    try:
-        yield
-    finally:
-        _IMPORTING.reset(token)
-
 
 CHECKPOINT_NAME = "models"  # one pair of networks per database, shared by its namespaces
 OPERATIONS_CHECKPOINT = "operations"  # the operation student (operation_student.py), saved beside them
@@ -259,10 +234,7 @@ class Background:
 
     def _hand_to_trainer(self, ns: Namespace, record: PlaceRecord) -> None:
         self._start_worker()
-        lag, bulk = self.queue_bound, _IMPORTING.get()
-        self.counts["training_skipped"] += self.queue.put(
-            (ns, record), wait_below=lag, wait_s=None if bulk else LAG_WAIT_S,
-            keep=None if lag is None or bulk else lag * LAG_SKIP_FACTOR)
+        self.counts["training_skipped"] += jobs.put_insert(self.queue, (ns, record), self.queue_bound)
 
     def _start_worker(self) -> None:
         if self.worker is None or not self.worker.is_alive():

@@ -177,7 +177,7 @@ class MemoryConfig:
             every namespace stays (memory is its only copy).
         max_training_lag: inserts the background trainer of an in-process teacher
             (``fast``) may be behind before an ``add`` waits for it, and then for
-            ``background.LAG_WAIT_S`` (0.5 s) at most: the student so learns within a few
+            ``jobs.LAG_WAIT_S`` (0.5 s) at most: the student so learns within a few
             inserts of its decisions where the trainer keeps up. Past that time the insert
             is queued anyway; once four times this many wait (``LAG_SKIP_FACTOR``), the
             oldest waiting insert is skipped (neither audited by the teacher nor learnt

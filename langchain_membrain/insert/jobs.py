@@ -13,10 +13,35 @@ inserts, and never holds an add up for longer than ``wait_s``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Iterator
+
+#: The longest an ``add`` waits (seconds) for the trainer of an in-process teacher while it is
+#: ``max_training_lag`` inserts behind. Past it the insert is queued anyway, and once
+#: :data:`LAG_SKIP_FACTOR` times the lag wait, the oldest waiting insert is skipped. Longer
+#: than an ordinary training step, so that on a machine where the trainer keeps up the
+#: student learns within a few inserts of its decisions; a starved trainer never holds an
+#: add for longer. None: as long as it takes (and nothing is skipped).
+LAG_WAIT_S: float | None = 0.5
+LAG_SKIP_FACTOR = 4
+
+#: Whether this context is a bulk import (``add_many`` of several items): its inserts wait
+#: for the trainer as long as it takes, and none is skipped.
+_IMPORTING: contextvars.ContextVar[bool] = contextvars.ContextVar("membrain_importing", default=False)
+
+
+@contextlib.contextmanager
+def importing() -> Iterator[None]:
+    """Within it, inserts wait for the trainer rather than skip (a bulk import)."""
+    token = _IMPORTING.set(True)
+    try:
+        yield
+    finally:
+        _IMPORTING.reset(token)
 
 
 class JobQueue:
@@ -95,3 +120,14 @@ class JobQueue:
         """Jobs put and not yet taken."""
         with self._changed:
             return len(self._jobs)
+
+
+def put_insert(queue: JobQueue, job: Any, lag: int | None) -> int:
+    """Hand an insert to the trainer's ``queue`` as this module describes: with ``lag`` (an
+    in-process teacher), wait :data:`LAG_WAIT_S` at most while ``lag`` inserts wait, and skip
+    the oldest past :data:`LAG_SKIP_FACTOR` times it; in a bulk import (:func:`importing`),
+    wait as long as it takes and skip nothing; without ``lag`` (an LLM teacher), neither.
+    Returns how many inserts were skipped."""
+    bulk = _IMPORTING.get() or LAG_WAIT_S is None
+    return queue.put(job, wait_below=lag, wait_s=None if bulk else LAG_WAIT_S,
+                     keep=None if lag is None or bulk else lag * LAG_SKIP_FACTOR)

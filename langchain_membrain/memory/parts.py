@@ -24,11 +24,12 @@ import numpy as np
 from ..errors import InvalidOperationError, ReadOnlyError
 from ..index.embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
 from ..index.facts import FactIndex, RetrievalConfig, resolve_topic_weight
-from ..insert.background import Background, importing, own_config
+from ..insert.background import Background, own_config
 from ..insert.config import MemoryConfig
 from ..insert.formation import Candidate
 from ..insert.formation_writer import FormationWriter, Input, mark_formed
 from ..insert.graph import InsertGraph
+from ..insert.jobs import importing
 from ..insert.operations import OperationDecider
 from ..insert.writes import Writer, prepare
 from ..insert.writes import progress as progress_bar
