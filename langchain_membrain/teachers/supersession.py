@@ -36,6 +36,8 @@ rule (operation_rule.py) updates the one fact an item supersedes; a search
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from functools import lru_cache
 
 #: The change cues: a state replaced or ended. Each is a regular expression over the
 #: case-folded text; ``\b`` bounds words.
@@ -193,6 +195,7 @@ def carried_statement(sentence: str) -> str | None:
     return sentence[match.end():].strip().rstrip("?!. ") or None
 
 
+@lru_cache(maxsize=8192)
 def change_cue(text: str) -> bool:
     """Whether ``text`` holds a change cue (:data:`CHANGE_PATTERNS`)."""
     return CHANGE.search(_fold(text)) is not None
@@ -280,7 +283,7 @@ def slots(text: str) -> set[str]:
     word read with or without "s", "es", "ed" or "ing" ("rented" names the home); moving
     to a place, emigrating or relocating names the home too."""
     words = {_bare(w) for w in content_words(text, names=False)}
-    found = {name for name, named in SLOTS.items() if words & {_bare(n) for n in named}}
+    found = {name for name, named in _SLOTS_BARE.items() if words & named}
     if _HOME_MOVE.search(text):
         found.add("home")
     return found
@@ -296,12 +299,14 @@ def _bare(word: str) -> str:
     return word.removesuffix("e")
 
 
+#: :data:`SLOTS` with each word as :func:`_bare` leaves it.
+_SLOTS_BARE = {name: frozenset(_bare(w) for w in words) for name, words in SLOTS.items()}
 _HOME_MOVE = re.compile(r"\b[Mm]ov(?:ed|ing) (?:(?:back )?to [A-Z]|in\b|out\b|house\b)|\b[Ee]migrat|\b[Rr]elocat")
 
 
 def _names(old: str, value: str) -> bool:
     """Whether every word of ``value`` is a word of ``old`` (:func:`same_word`)."""
-    words = content_words(old)
+    words = _content_of(old, True)
     return all(any(same_word(w, o) for o in words) for w in value.split())
 
 
@@ -329,29 +334,75 @@ def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, nea
     read in ``new``'s :func:`change_sentence`. A line of a transcript, with a leading speaker
     label ("Kenji: ..."), neither supersedes nor is superseded: it records what was said
     (the facts a forming teacher draws from it are what change)."""
-    if _SPEAKER.match(new) or _SPEAKER.match(old):
+    if _SPEAKER.match(old):
         return False
-    sentence = change_sentence(new)
-    if sentence is None:
+    change = _change_in(new)
+    if change is None:
         return False
-    new = sentence
-    who = holder(new)
-    if who is not None and not any(same_word(h, w) for h in who.split() for w in _WORD.findall(_fold(old))):
+    if change.holder is not None and not any(same_word(h, w) for h in change.holder.split() for w in _words_of(old)):
         return False
-    named = named_old_values(new)
-    if any(not _names(old, value) for value in named):
+    if any(not _names(old, value) for value in change.named):
         return False
-    replacing = REPLACING.search(_fold(new)) is not None
     # A third party's name is in every fact about them; the names in the speaker's own change
     # that ends a state are the things it is about ("Someone stole my Brompton").
-    names = who is None and replacing
-    old_words = content_words(old, names=names)
-    sharing = bool(named) or any(same_word(w, o) for w in content_words(new, names=names) - {who} for o in old_words)
+    old_words = _content_of(old, change.names)
+    sharing = bool(change.named) or any(same_word(w, o) for w in change.words for o in old_words)
     if cosine >= near or sharing and cosine >= near_sharing:
         return True
-    if replacing and who is None and cosine >= near_slot and slots(new) & slots(old):
+    if change.replacing and change.holder is None and cosine >= near_slot and change.slots & _slots_of(old):
         return True
-    return replacing and cosine >= near_nearest and cosine - runner_up >= margin
+    return change.replacing and cosine >= near_nearest and cosine - runner_up >= margin
+
+
+@dataclass(frozen=True)
+class _Change:
+    """What :func:`supersedes` reads of a later statement, once per text: its change
+    sentence's holder, the old values it names, whether its cue is a replacing one, whether
+    names count among its words (the speaker's own change that ends a state), those words
+    (the holder aside) and the attributes it names."""
+
+    holder: str | None
+    named: tuple[str, ...]
+    replacing: bool
+    names: bool
+    words: frozenset[str]
+    slots: frozenset[str]
+
+
+# A search reads the same stored texts again and again: each text is read once per process
+# (up to this many texts).
+_READ_CACHE = 8192
+
+
+@lru_cache(maxsize=_READ_CACHE)
+def _change_in(new: str) -> _Change | None:
+    """The change ``new`` states (:class:`_Change`), None when it states none or is a line
+    of a transcript."""
+    if _SPEAKER.match(new):
+        return None
+    sentence = change_sentence(new)
+    if sentence is None:
+        return None
+    who = holder(sentence)
+    replacing = REPLACING.search(_fold(sentence)) is not None
+    names = who is None and replacing
+    return _Change(who, tuple(named_old_values(sentence)), replacing, names,
+                   frozenset(content_words(sentence, names=names) - {who}), frozenset(slots(sentence)))
+
+
+@lru_cache(maxsize=_READ_CACHE)
+def _words_of(text: str) -> tuple[str, ...]:
+    return tuple(_WORD.findall(_fold(text)))
+
+
+@lru_cache(maxsize=_READ_CACHE)
+def _content_of(text: str, names: bool) -> frozenset[str]:
+    return frozenset(content_words(text, names=names))
+
+
+@lru_cache(maxsize=_READ_CACHE)
+def _slots_of(text: str) -> frozenset[str]:
+    return frozenset(slots(text))
 
 
 def word_lists() -> frozenset[str]:
