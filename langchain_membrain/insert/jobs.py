@@ -46,8 +46,8 @@ def importing() -> Iterator[None]:
 
 class JobQueue:
     """A first-in, first-out queue of the trainer's jobs (``put``, ``get``, ``task_done``,
-    ``join``, as :class:`queue.Queue`), whose ``put`` never blocks: with a ``bound`` it drops
-    the oldest droppable job to keep at most ``bound`` of them waiting."""
+    ``join``, as :class:`queue.Queue`), whose ``put`` waits a bounded time at most and
+    makes room by dropping the oldest droppable insert (:meth:`put`)."""
 
     def __init__(self) -> None:
         self._jobs: deque[tuple[Any, bool, bool]] = deque()  # (job, an insert, droppable)

@@ -163,7 +163,8 @@ class MemoryParts:
         vecs = self.embed([text for _, _, text in prepared])
         if progress is None:
             progress = len(texts) >= 200 and sys.stderr.isatty()
-        # A bulk import waits for the trainer; one add (add() is add_many of one) never does.
+        # A bulk import waits for the trainer as long as it takes and skips nothing; one add
+        # (add() is add_many of one) waits a bounded time, then skips (jobs.py).
         bulk = importing() if len(texts) > 1 else contextlib.nullcontext()
         with progress_bar(progress, len(texts)) as advance, bulk:
             if kind is None:
