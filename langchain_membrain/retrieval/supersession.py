@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from ..teachers.supersession import change_cue, supersedes
+from ..teachers.supersession import may_supersede_as_nearest, supersedes
 from ..tree.records import MemoryRecord
 from ..tree.tree import MembrainTree
 
@@ -55,7 +55,7 @@ def superseder(tree: MembrainTree, nearest: Callable[[object, int], list], key: 
             continue
         newer = tree.node(other)
         if not supersedes(newer.text, node.text, cos):
-            if not change_cue(newer.text):
+            if not may_supersede_as_nearest(newer.text, cos):
                 continue
             # Else it may still supersede the fact it is nearest to of all it could: the
             # facts stated before it.

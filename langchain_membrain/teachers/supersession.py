@@ -354,6 +354,14 @@ def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, nea
     return change.replacing and cosine >= near_nearest and cosine - runner_up >= margin
 
 
+def may_supersede_as_nearest(new: str, cosine: float, *, near_nearest: float = NEAR_NEAREST) -> bool:
+    """Whether :func:`supersedes` could hold for ``new`` at ``cosine`` by the one rule that
+    reads the runner-up (a replacing change, and ``old`` nearer to it than anything else it
+    could supersede): when it cannot, the runner-up need not be looked up."""
+    change = _change_in(new)
+    return change is not None and change.replacing and cosine >= near_nearest
+
+
 @dataclass(frozen=True)
 class _Change:
     """What :func:`supersedes` reads of a later statement, once per text: its change
