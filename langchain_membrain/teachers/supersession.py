@@ -70,6 +70,9 @@ CHANGE_PATTERNS = (
     r"\bclosed\b", r"\bshut\b", r"\bwent back\b", r"\bexpired\b", r"\bdropped\b", r"(?:\bis|'s) off\b",
 )
 CHANGE = re.compile("|".join(CHANGE_PATTERNS))
+# A search reads the same stored texts again and again: each text is read once per process
+# (up to this many texts; lru_cache below).
+_READ_CACHE = 8192
 #: The cues that say by themselves that an old state is over ("now", "moved", "quit", "no
 #: longer", "passed away", "cancelled"...), not only that something began: the only ones
 #: that let a change statement supersede a fact it shares no word with.
@@ -195,7 +198,7 @@ def carried_statement(sentence: str) -> str | None:
     return sentence[match.end():].strip().rstrip("?!. ") or None
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=_READ_CACHE)
 def change_cue(text: str) -> bool:
     """Whether ``text`` holds a change cue (:data:`CHANGE_PATTERNS`)."""
     return CHANGE.search(_fold(text)) is not None
@@ -375,11 +378,6 @@ class _Change:
     names: bool
     words: frozenset[str]
     slots: frozenset[str]
-
-
-# A search reads the same stored texts again and again: each text is read once per process
-# (up to this many texts).
-_READ_CACHE = 8192
 
 
 @lru_cache(maxsize=_READ_CACHE)
