@@ -71,9 +71,10 @@ def _env(pythonpath: str | None) -> dict[str, str]:
     return env
 
 
-# ``membrain --db <a new directory>/m.db add ...``, as the console script runs it.
+# ``membrain --db <a new directory>/m.db add ...``, as the console script runs it; the new
+# directory lies in the working directory (the bench's temporary one, removed after).
 _FIRST_ADD = ("import os, runpy, sys, tempfile; "
-              "sys.argv = ['membrain', '--db', os.path.join(tempfile.mkdtemp(), 'm.db'), 'add', 'I live in Lisbon']; "
+              "sys.argv = ['membrain', '--db', os.path.join(tempfile.mkdtemp(dir='.'), 'm.db'), 'add', 'I live in Lisbon']; "
               "runpy.run_module('langchain_membrain.cli', run_name='__main__')")
 
 

@@ -354,7 +354,12 @@ def supersedes(new: str, old: str, cosine: float, runner_up: float = 1.0, *, nea
         return True
     if change.replacing and change.holder is None and cosine >= near_slot and change.slots & _slots_of(old):
         return True
-    return change.replacing and cosine >= near_nearest and cosine - runner_up >= margin
+    return _near_enough_if_nearest(change, cosine, near_nearest) and cosine - runner_up >= margin
+
+
+def _near_enough_if_nearest(change: _Change, cosine: float, near_nearest: float) -> bool:
+    """The runner-up rule's condition on the change itself: a replacing cue, near enough."""
+    return change.replacing and cosine >= near_nearest
 
 
 def may_supersede_as_nearest(new: str, cosine: float, *, near_nearest: float = NEAR_NEAREST) -> bool:
@@ -362,7 +367,7 @@ def may_supersede_as_nearest(new: str, cosine: float, *, near_nearest: float = N
     reads the runner-up (a replacing change, and ``old`` nearer to it than anything else it
     could supersede): when it cannot, the runner-up need not be looked up."""
     change = _change_in(new)
-    return change is not None and change.replacing and cosine >= near_nearest
+    return change is not None and _near_enough_if_nearest(change, cosine, near_nearest)
 
 
 @dataclass(frozen=True)
