@@ -6,7 +6,7 @@ import pytest
 from helpers import WordEmbeddings
 
 from langchain_membrain import MembrainMemory
-from langchain_membrain.bench.labels import offline_labeller, score_label, summarize, topic_labels, tree_labels
+from langchain_membrain.bench.labels import phrase_labeller, score_label, summarize, topic_labels, tree_labels
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -30,7 +30,7 @@ def test_a_label_equal_to_its_topic_scores_one_and_names_it():
 
 
 def test_each_topic_is_labelled_from_its_own_facts():
-    scores = topic_labels(PERSONAS, offline_labeller(embed), embed)
+    scores = topic_labels(PERSONAS, phrase_labeller(embed), embed)
     assert {(s.topic, s.label.casefold()) for s in scores} == {("garden", "garden"), ("cycling", "cycling")}
     assert summarize(scores) == {"labels": 2, "score": 1.0, "names_topic": 1.0, "majority_share": 1.0}
     assert summarize([]) == {"labels": 0}
@@ -44,7 +44,7 @@ def test_the_product_trees_aspects_are_scored_against_their_majority_topic():
     persona = {"hannah_goldberg": load_personas("heldout")["hannah_goldberg"]}
     topics = {r["topic"] for r in persona["hannah_goldberg"]}
     out = tree_labels(persona, minilm.embed_documents, lambda: MembrainMemory(embeddings=minilm, background=False),
-                      offline_labeller(minilm.embed_documents))
+                      phrase_labeller(minilm.embed_documents))
     assert len(out["current"]) >= 2, "the persona's tree has aspects"
     assert [s.majority_share for s in out["relabelled"]] == [s.majority_share for s in out["current"]]
     for cur in out["current"]:

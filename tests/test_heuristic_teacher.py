@@ -279,3 +279,30 @@ def test_stage2_looks_only_at_the_nearest_siblings_of_a_wide_parent():
     assert not any(set(far) & g for g in groups)  # tight, but outside f's neighbourhood
     every = HeuristicTeacher(max_neighbourhood=1000, crowd=4).choose_stage2(t, t.closure(f))
     assert any(set(far) <= set(a.node_ids) for a in every if isinstance(a, Group))
+
+
+def test_with_an_embedder_a_group_is_named_by_the_topic_its_facts_share():
+    from langchain_membrain.tree.vocabulary import TopicVocabulary
+
+    # Facts and topics on the same axes: the tight facts lie along "garden".
+    topics = {"garden": axis(0), "music": axis(3), "cycling": axis(4)}
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return np.asarray([topics.get(t, unit(1.0, 0.05)) for t in texts])
+
+    def groups(sibling: str | None) -> list[Group]:
+        t = MembrainTree("s")
+        if sibling:
+            t.add_aspect(t.root_id, sibling)
+        for i in range(3):
+            t.add_fact(t.root_id, f"roses {i}", embedding=unit(1.0, 0.05 * i))
+        t.add_fact(t.root_id, "lone1", embedding=axis(5))
+        f = t.add_fact(t.root_id, "lone2", embedding=axis(6))
+        teacher = HeuristicTeacher(crowd=4, embed=embed)
+        teacher.vocabulary = TopicVocabulary(embed, list(topics))  # a small vocabulary for the test
+        return [a for a in teacher.choose_stage2(t, t.closure(f)) if isinstance(a, Group)]
+
+    assert [g.label for g in groups(None)] == ["garden"]
+    named = groups("Garden")  # a sibling has that name already: the facts' own words name it
+    assert len(named) == 1 and named[0].label and named[0].label.casefold() != "garden"
+    assert HeuristicTeacher(crowd=4).vocabulary is None  # without an embedder, name_aspect names it later

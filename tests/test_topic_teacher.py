@@ -121,6 +121,7 @@ def test_the_topic_bench_streams_users_through_one_memory(tmp_path):
     assert questions == sum(per_insert) == sum(final["questions"].values())
     head = headline(thirds)
     assert head["purity"] == pytest.approx(1.0)  # the teacher decided while the student was warming up
+    assert head["label_agreement"] == pytest.approx(1.0)  # each topic's aspect is named by its topic
     assert 0.0 <= head["rprec_membrain"] <= 1.0 and 0.0 <= head["rprec_flat_questions"] <= 1.0
     assert head["max_prompt_tokens"] > 0
 

@@ -7,33 +7,24 @@ Definitions, with ``cos`` the cosine of two MiniLM embeddings:
 - The **score** of a label for a topic ``t`` among a persona's topics ``T`` is
   ``cos(label, t)``; the label **names its topic** when ``t`` is the topic of ``T``
   nearest the label.
-- **Topics**: the facts of each topic are labelled on their own by the offline labeller
-  (``labels.offline_label``, as the product calls it): what a labeller can do with a
-  clean cluster.
+- **Topics**: the facts of each topic are labelled on their own (``--labeller``: the
+  product's offline name, ``labels.aspect_label``, by default; ``phrase``: the phrase of
+  their own words alone, ``labels.offline_label``, as the product named aspects before it
+  had a topic vocabulary; ``vocabulary``: the best-fitting topic of
+  ``data/topic_vocabulary.txt`` alone): what a labeller can do with a clean cluster.
 - **Tree**: every aspect of each persona's tree, built through ``MembrainMemory().add``
   (one namespace per persona, the default settings), against the *majority topic* of the
-  facts below it, with the label the product gave it (``current``) and with the offline
-  labeller run again on its typical facts (``relabelled``, its relabel; ``--labeller
-  vocabulary``: the best-fitting topic of ``data/topic_vocabulary.txt`` instead). The aspects' mean
+  facts below it, with the label the product gave it (``current``) and with the labeller
+  run again on its typical facts (``relabelled``, as its relabel does). The aspects' mean
   majority share says how mixed they are: a label cannot name one topic for an aspect
-  that holds three.
+  that holds three. ``--without-set-topics`` drops the set's own topic names from the
+  vocabulary.
 
 Usage::
 
     python -m langchain_membrain.bench labels [--set tune,heldout] [--json OUT]
 
-Measured (2-core AMD EPYC VM, MiniLM, this release; the trees are built with the
-background trainer, so a rerun can differ by an aspect or two):
-
-| set | topics: score | topics: names its topic | tree: aspects (majority share) | tree: score, current / offline | tree: names its topic, current / offline |
-| --- | --- | --- | --- | --- | --- |
-| tune (8 personas) | 0.381 | 0.57 | 44 (0.72) | 0.365 / 0.386 | 0.57 / 0.61 |
-| held-out (6) | 0.506 | 0.73 | 28 (0.62) | 0.419 / 0.412 | 0.71 / 0.68 |
-
-Aspects are renamed when they have doubled (``labels.stale_aspects``); under the previous
-rule (grown fourfold, from 8 facts) the labels shown scored 0.324 / 0.59 and 0.399 / 0.57:
-an aspect kept the name of its first facts for longer. Many labels are a person's name
-("Giulia" over a partner's facts, "Frida" over a cat's).
+Measured: bench/RESULTS.md, labels.
 """
 
 from __future__ import annotations
@@ -49,8 +40,6 @@ import numpy as np
 Embed = Callable[[list[str]], Sequence[Sequence[float]] | np.ndarray]
 #: (texts, their mean embedding, avoid, the mean embedding of what surrounds them) -> label
 Labeller = Callable[[list[str], np.ndarray, list[str], np.ndarray], str]
-#: How much a topic's cosine to the surroundings counts against it (vocabulary_labeller).
-CONTEXT_WEIGHT = 0.5
 
 
 @dataclass
@@ -76,46 +65,42 @@ def score_label(label: str, topic: str, topics: Sequence[str], embed: Embed) -> 
     return sims[i], int(np.argmax(sims)) == i
 
 
-def offline_labeller(embed: Embed) -> Labeller:
-    """The product's offline labeller, as ``MembrainMemory`` calls it."""
+def phrase_labeller(embed: Embed) -> Labeller:
+    """The offline labeller's phrase of the facts' own words (``labels.offline_label``), as
+    the product named every aspect before it had a topic vocabulary."""
     from ..tree.labels import offline_label
 
     return lambda texts, mean, avoid, context: offline_label(texts, embed, mean=mean, avoid=avoid, max_candidates=32)
 
 
-def load_vocabulary(exclude: Sequence[str] = ()) -> list[str]:
-    """The topics of ``data/topic_vocabulary.txt``, without those of ``exclude``."""
-    from importlib import resources
+def product_labeller(embed: Embed, topics: Sequence[str] | None = None) -> Labeller:
+    """The product's offline name (``labels.aspect_label``): the topic of the vocabulary
+    that fits the group, where one reaches the bar, else its phrase. ``topics``: the
+    vocabulary (None: the shipped one)."""
+    from ..tree.labels import aspect_label
+    from ..tree.vocabulary import TopicVocabulary
 
-    text = resources.files("langchain_membrain.data").joinpath("topic_vocabulary.txt").read_text(encoding="utf-8")
+    vocabulary = TopicVocabulary(embed, topics)  # type: ignore[arg-type]
+    return lambda texts, mean, avoid, context: aspect_label(texts, embed, vocabulary=vocabulary, mean=mean,
+                                                            context=context, avoid=avoid)
+
+
+def load_vocabulary(exclude: Sequence[str] = ()) -> list[str]:
+    """The shipped topics (``data/topic_vocabulary.txt``), without those of ``exclude``."""
+    from ..tree.vocabulary import shipped_topics
+
     dropped = {t.casefold() for t in exclude}
-    return [t for t in (line.strip() for line in text.splitlines())
-            if t and not t.startswith("#") and t.casefold() not in dropped]
+    return [t for t in shipped_topics() if t.casefold() not in dropped]
 
 
 def vocabulary_labeller(embed: Embed, vocabulary: Sequence[str]) -> Labeller:
-    """The topic of ``vocabulary`` that fits a group best: the ``t`` maximising
-    ``cos(t, mean) - CONTEXT_WEIGHT * cos(t, context)``, ``mean`` the group's mean embedding
-    and ``context`` that of what surrounds it (a persona's facts, an aspect's parent), so
-    that a topic near everything ("daily schedule") does not name every group. The
-    candidates ``avoid`` names are skipped."""
-    vocab = list(vocabulary)
-    vecs = np.asarray(embed(vocab), np.float64)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    """The topic of ``vocabulary`` of best fit (vocabulary.py), however weak: what the
+    vocabulary alone says, without the bar or the phrase behind it. The topics ``avoid``
+    names are skipped."""
+    from ..tree.vocabulary import TopicVocabulary
 
-    def unit(v: np.ndarray) -> np.ndarray:
-        v = np.asarray(v, np.float64)
-        return v / (np.linalg.norm(v) or 1.0)
-
-    def label(texts: list[str], mean: np.ndarray, avoid: list[str], context: np.ndarray) -> str:
-        fit = vecs @ unit(mean) - CONTEXT_WEIGHT * (vecs @ unit(context))
-        avoided = {a.casefold() for a in avoid}
-        for i in np.argsort(-fit, kind="stable"):
-            if vocab[i].casefold() not in avoided:
-                return vocab[i]
-        return vocab[int(np.argmax(fit))]
-
-    return label
+    topics = TopicVocabulary(embed, vocabulary, bar=-1.0)  # type: ignore[arg-type]
+    return lambda texts, mean, avoid, context: topics.topic(mean, context=context, avoid=avoid) or topics.topics[0]
 
 
 def topic_labels(personas: dict[str, list[dict]], labeller: Labeller, embed: Embed) -> list[LabelScore]:
@@ -175,11 +160,11 @@ def summarize(scores: Sequence[LabelScore]) -> dict[str, Any]:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", default="tune,heldout", help="persona sets, comma-separated (tune, heldout)")
     parser.add_argument("--no-tree", action="store_true", help="only the topics measure (no product trees)")
-    parser.add_argument("--labeller", choices=("offline", "vocabulary"), default="offline",
-                        help="who relabels: the product's offline labeller, or the topic of data/topic_vocabulary.txt "
-                             "that fits best (vocabulary_labeller)")
+    parser.add_argument("--labeller", choices=("product", "phrase", "vocabulary"), default="product",
+                        help="who relabels: the product's offline name (a topic of data/topic_vocabulary.txt where one "
+                             "fits, else a phrase), the phrase alone, or the best-fitting topic alone")
     parser.add_argument("--without-set-topics", action="store_true",
-                        help="with --labeller vocabulary: drop the set's own topic names from the vocabulary")
+                        help="drop the set's own topic names from the vocabulary")
     parser.add_argument("--show", action="store_true", help="print every label")
     parser.add_argument("--json", help="write every label and the summaries here")
 
@@ -196,17 +181,16 @@ def run(args: argparse.Namespace) -> int:
     embedder = MiniLMEmbeddings()
     embed = EmbeddingCache(lambda texts: embed_texts(embedder, texts))  # topic names and labels recur
     console = Console()
-    offline = offline_labeller(embed)
     table = Table(title="aspect labels against the personas' topic names (cos by MiniLM)")
     for col in ("set", "measure", "labels", "score", "names its topic", "majority share"):
         table.add_column(col, justify="right")
     report: dict[str, Any] = {}
     for which in [s.strip() for s in args.set.split(",") if s.strip()]:
         personas = load_personas(which)
-        labeller = offline
-        if args.labeller == "vocabulary":
-            names = {r["topic"] for rows in personas.values() for r in rows} if args.without_set_topics else ()
-            labeller = vocabulary_labeller(embed, load_vocabulary(exclude=sorted(names)))
+        names = {r["topic"] for rows in personas.values() for r in rows} if args.without_set_topics else ()
+        vocabulary = load_vocabulary(exclude=sorted(names))
+        labeller = {"product": lambda: product_labeller(embed, vocabulary), "phrase": lambda: phrase_labeller(embed),
+                    "vocabulary": lambda: vocabulary_labeller(embed, vocabulary)}[args.labeller]()
         runs = {"topics": topic_labels(personas, labeller, embed)}
         if not args.no_tree:
             trees = tree_labels(personas, embed, lambda: MembrainMemory(embeddings=embedder), labeller)

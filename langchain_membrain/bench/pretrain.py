@@ -128,7 +128,8 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
     from ..students.prior import teacher_identity
     from ..students.training_config import Policy
     from ..teachers.heuristic import HeuristicTeacher
-    from ..tree.labels import offline_label
+    from ..tree.labels import aspect_label
+    from ..tree.vocabulary import TopicVocabulary
     from .persona_sets import load_personas
 
     say = console.print if console is not None else print
@@ -142,8 +143,10 @@ def build(out: Path, *, dagger: int = 2, seed: int = 0, console=None) -> dict:
     def embed(batch: list[str]):
         return embed_texts(embedder, batch)
 
-    def label(batch: list[str], avoid: list[str], mean=None) -> str:
-        return offline_label(batch, embed, mean=mean, avoid=avoid, max_candidates=32)
+    vocabulary = TopicVocabulary(embed)
+
+    def label(batch: list[str], avoid: list[str], mean=None) -> str:  # as Background.label_aspect names
+        return aspect_label(batch, embed, vocabulary=vocabulary, mean=mean, avoid=avoid)
 
     teacher = HeuristicTeacher(embed=embed)  # names aspects as the product's teacher does
     learner = Learner(teacher, LearnerConfig(seed=seed), label_aspect=label)

@@ -20,6 +20,9 @@ third its last fact fell in):
 - **shadow agreement**: the share of those the shadow teacher would have taken too
   (stage 1 per level and stage 2 per action series, pooled);
 - **purity**: dendrogram purity of each persona's final tree against its topics;
+- **labels**: the share of top-level aspects whose label names their topic: of the file's
+  topic names, the one nearest the label (MiniLM cosine) is the topic most facts below the
+  aspect were written about;
 - **R-precision** of topic queries: for each of a persona's topics with R current facts,
   the share of the topic's facts among the first R hits of ``mem.search`` (membrain) and of
   plain cosine over the same facts (flat), asked as ``"my <topic>"`` and as the file's own
@@ -31,7 +34,8 @@ held-out set ``data/topics_heldout.jsonl`` (``data/TOPICS.md``).
 
 Usage::
 
-    python -m langchain_membrain.bench topics [--data FILE.jsonl] [--teacher topics|default] [--json OUT]
+    python -m langchain_membrain.bench topics [--data FILE.jsonl] [--teacher topics|default]
+        [--topic-match auto|on|off] [--json OUT]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -128,6 +133,7 @@ class Third:
     shadow: list[int] = field(default_factory=lambda: [0, 0])  # agreed, checked
     purity: list[float] = field(default_factory=list)
     rprec: dict[str, list[float]] = field(default_factory=dict)  # "membrain my", "flat my", ...
+    labels: list[float] = field(default_factory=list)  # per top-level aspect: its label names its topic
 
     def summary(self) -> dict[str, Any]:
         def mean(v: Sequence[float]) -> float | None:
@@ -140,7 +146,7 @@ class Third:
                 "max_prompt_tokens": max(self.prompts, default=0), "mean_prompt_tokens": mean(self.prompts),
                 "student_share": round(self.alone / self.decisions, 3) if self.decisions else None,
                 "shadow_agreement": round(self.shadow[0] / self.shadow[1], 3) if self.shadow[1] else None,
-                "shadow_checked": self.shadow[1], "purity": mean(self.purity),
+                "shadow_checked": self.shadow[1], "purity": mean(self.purity), "label_agreement": mean(self.labels),
                 **{f"rprec_{k}": mean(v) for k, v in sorted(self.rprec.items())}}
 
 
@@ -157,8 +163,10 @@ def _snapshot(stats: Mapping[str, Any]) -> tuple[dict[str, int], int, int, tuple
 
 
 def score_persona(mem: Any, ns: Sequence[str], topic_of: Mapping[str, str], embed: Any,
-                  questions: Mapping[str, str]) -> tuple[float, dict[str, list[float]]]:
-    """Purity of the persona's tree and the R-precision of its topic queries."""
+                  questions: Mapping[str, str], topics: Sequence[str] = ()) -> tuple[float, dict[str, list[float]], list[float]]:
+    """Purity of the persona's tree, the R-precision of its topic queries and, per top-level
+    aspect, whether its label names its topic: the name of ``topics`` (the file's) nearest
+    the label (MiniLM cosine) is the topic most of the facts below it were written about."""
     from ..tree.evaluation import dendrogram_purity
 
     tree = mem.tree(ns).copy()
@@ -178,7 +186,19 @@ def score_persona(mem: Any, ns: Sequence[str], topic_of: Mapping[str, str], embe
             q = np.asarray(embed([query]), dtype=np.float32)[0]
             flat = [texts[i] for i in np.argsort(-(vecs @ q), kind="stable")]
             out.setdefault(f"flat_{how}", []).append(r_precision(flat, relevant))
-    return purity, out
+    labels = []
+    names = [t.replace("_", " ") for t in topics]
+    if names:
+        name_vecs = np.asarray(embed(names), dtype=np.float64)
+        name_vecs /= np.linalg.norm(name_vecs, axis=1, keepdims=True)
+        for a in tree.child_aspects(tree.root_id):
+            below = [topic_of[tree.node(f).text] for f in tree.facts_below(a) if tree.node(f).text in topic_of]
+            if not below:
+                continue
+            majority = Counter(below).most_common(1)[0][0]
+            label = np.asarray(embed([tree.node(a).text]), dtype=np.float64)[0]
+            labels.append(float(list(topics)[int(np.argmax(name_vecs @ label))] == majority))
+    return purity, out, labels
 
 
 def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool = True, batch: int = 1,
@@ -187,6 +207,7 @@ def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool =
     the questions counted at each insert (a persona's flush counts at its last insert)."""
     total = sum(len(rows) for rows in data.facts.values())
     thirds = [Third() for _ in range(3)]
+    topics = sorted({r["topic"] for rows in data.facts.values() for r in rows})
     per_insert: list[int] = []
     done = 0
     with make_memory() as mem:
@@ -218,8 +239,9 @@ def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool =
                 third.questions[k] = third.questions.get(k, 0) + v - prev[0].get(k, 0)
                 per_insert[-1] += v - prev[0].get(k, 0)
             prev = now
-            purity, rprec = score_persona(mem, ns, topic_of, embed, data.queries.get(persona, {}))
+            purity, rprec, labels = score_persona(mem, ns, topic_of, embed, data.queries.get(persona, {}), topics)
             third.purity.append(purity)
+            third.labels += labels
             for k, sims in rprec.items():
                 third.rprec.setdefault(k, []).extend(sims)
             if log is not None:
@@ -236,6 +258,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--personas", type=int, default=None, help="only the first N personas")
     parser.add_argument("--last", type=int, default=200, help="also report questions per insert over the last N")
     parser.add_argument("--json", help="write the per-third report and the headline keys here")
+    parser.add_argument("--topic-match", choices=("auto", "on", "off"), default="auto",
+                        help="search through the tree's aspect labels (RetrievalConfig.tree_topic_weight): as the "
+                             "memory decides (on when its teacher names topics), at weight 1.0, or off")
     parser.add_argument("--background", action=argparse.BooleanOptionalAction, default=True,
                         help="train behind add() (the default), or inside it (--no-background: deterministic)")
 
@@ -245,13 +270,14 @@ def headline(thirds: Sequence[Third]) -> dict[str, Any]:
     every = Third()
     for t in thirds:
         every.purity += t.purity
+        every.labels += t.labels
         every.shadow = [every.shadow[0] + t.shadow[0], every.shadow[1] + t.shadow[1]]
         every.prompts += t.prompts
         for k, v in t.rprec.items():
             every.rprec.setdefault(k, []).extend(v)
     s = every.summary()
     return {"questions_per_insert_last_third": thirds[-1].summary()["questions_per_insert"],
-            "shadow_agreement": s["shadow_agreement"], "purity": s["purity"],
+            "shadow_agreement": s["shadow_agreement"], "purity": s["purity"], "label_agreement": s["label_agreement"],
             "rprec_membrain": s.get("rprec_membrain_my"), "rprec_flat": s.get("rprec_flat_my"),
             "rprec_membrain_questions": s.get("rprec_membrain_questions"),
             "rprec_flat_questions": s.get("rprec_flat_questions"),
@@ -263,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from ..index.embeddings import MiniLMEmbeddings, embed_texts
+    from ..index.facts import TOPIC_WEIGHT, RetrievalConfig
     from ..insert.config import DEFAULT_BATCH
     from ..memory import MembrainMemory
     from . import machine_description
@@ -285,8 +312,9 @@ def run(args: argparse.Namespace) -> int:
     def make_memory() -> Any:
         from ..teachers.heuristic import HeuristicTeacher
 
+        weight = {"auto": None, "on": TOPIC_WEIGHT, "off": 0.0}[args.topic_match]
         return MembrainMemory(embeddings=served, teacher=teacher(), shadow_teacher=teacher() or HeuristicTeacher(),
-                              background=args.background)
+                              background=args.background, retrieval=RetrievalConfig(tree_topic_weight=weight))
 
     console = Console(width=max(Console().width, 120))
     t0 = time.perf_counter()
@@ -297,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [t.summary() for t in thirds]
     table = Table(title=f"{len(data.facts)} personas through one memory, teacher: {args.teacher}")
     cols = ["third", "inserts", "q/insert", "by kind", "prompt tok max/mean", "student share", "shadow agr",
-            "purity", "R-prec my: membrain / flat", "R-prec question: membrain / flat"]
+            "purity", "labels", "R-prec my: membrain / flat", "R-prec question: membrain / flat"]
     for c in cols:
         table.add_column(c, justify="right")
 
@@ -308,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
         kinds = " ".join(f"{k} {v:.2f}" for k, v in r["by_kind"].items())
         table.add_row(str(i), str(r["inserts"]), f(r["questions_per_insert"]), kinds,
                       f"{r['max_prompt_tokens']} / {f(r['mean_prompt_tokens'])}", f(r["student_share"]),
-                      f(r["shadow_agreement"]), f(r["purity"]),
+                      f(r["shadow_agreement"]), f(r["purity"]), f(r["label_agreement"]),
                       f"{f(r.get('rprec_membrain_my'))} / {f(r.get('rprec_flat_my'))}",
                       f"{f(r.get('rprec_membrain_questions'))} / {f(r.get('rprec_flat_questions'))}")
     console.print(table)

@@ -48,8 +48,9 @@ from ..teachers import budget
 from ..teachers.base import RemoteTeacher, Teacher, capable, is_fast, names_topics
 from ..teachers.seat import TeacherSeat
 from ..tree.inputs import Namespace
-from ..tree.labels import LABELLED_FACTS, offline_label, relabel_avoid, stale_aspects, typical_facts
+from ..tree.labels import LABELLED_FACTS, aspect_label, parent_of, relabel_avoid, stale_aspects, typical_facts
 from ..tree.tree import MembrainTree
+from ..tree.vocabulary import TopicVocabulary
 from . import jobs
 from .batches import answer_batch, batch_view, carry_out
 from .config import DEFAULT_BATCH, LearnerConfig
@@ -144,6 +145,7 @@ class Background:
         self.learner_config = learner_config
         self._embed = embed
         self.embed_label = embed_label
+        self.vocabulary = TopicVocabulary(embed_label)
         self.max_training_lag = settings.max_training_lag
         self.prior = settings.prior
         self.configure(settings)
@@ -397,11 +399,14 @@ class Background:
         if self.storage is not None and self.counts["supervised"] % max(self.checkpoint_every, 1) == 0:
             self.save_checkpoint()
 
-    def label_aspect(self, texts: list[str], avoid: list[str], mean: np.ndarray | None = None) -> str:
-        """The offline labeller (labels.py): the phrase of ``texts`` nearest their mean
-        embedding, different from ``avoid``. Names the aspects the models create, and
-        renamed aspects between the teacher's naming questions."""
-        return offline_label(texts, self.embed_label, mean=mean, avoid=avoid, max_candidates=32)
+    def label_aspect(self, texts: list[str], avoid: list[str], mean: np.ndarray | None = None,
+                     context: np.ndarray | None = None) -> str:
+        """The offline name of ``texts`` (labels.aspect_label): the topic of the shipped
+        vocabulary that fits them within surroundings of mean ``context``, else their own
+        phrase nearest their mean embedding; never one of ``avoid``. Names the aspects the
+        models create, and renamed aspects between the teacher's naming questions."""
+        return aspect_label(texts, self.embed_label, vocabulary=self.vocabulary, mean=mean, context=context,
+                            avoid=avoid)
 
     def relabel_above(self, ns: Namespace, fact_id: str) -> None:
         """Rename the aspects above ``fact_id`` that have doubled since they were
@@ -411,14 +416,15 @@ class Background:
             tree = self.forest.tree(ns, create=False)
             if tree is None or fact_id not in tree:
                 return
-            todo = {a: (typical_facts(tree, a), relabel_avoid(tree, a), tree.mean_embedding(a))
+            todo = {a: (typical_facts(tree, a), relabel_avoid(tree, a), tree.mean_embedding(a),
+                        tree.mean_embedding(parent_of(tree, a)))
                     for a in stale_aspects(tree, fact_id)}
         if not todo:
             return
         learner = self.current
         assert learner is not None, "aspects are relabelled after an insert made the learner"
         names = {}
-        for a, (texts, avoid, mean) in todo.items():
+        for a, (texts, avoid, mean, context) in todo.items():
             # The teacher is asked to rename one aspect per ``naming_interval`` inserts at
             # most (a counted question). The others get the offline labeller's name when the
             # offline rule is the teacher; a teacher that names topics (an LLM) keeps its
@@ -432,7 +438,7 @@ class Background:
                     label = None  # an ancestor's, sibling's or child's label: not a name for this one
             elif not self.offline_names:
                 continue
-            names[a] = label or self.label_aspect(texts, avoid, mean)
+            names[a] = label or self.label_aspect(texts, avoid, mean, context)
         if not names:
             return
         vecs = dict(zip(names, self.embed_label(list(names.values()))))

@@ -89,12 +89,15 @@ siblings under G):
   is demoted under the larger. This is the average-linkage merge step, stopped at the
   container's own coherence.
 
-Aspect labels (:meth:`HeuristicTeacher.name_aspect`): with an ``embed`` function (what
-``MembrainMemory`` gives its default teacher), the offline labeller's phrase
-(``labels.offline_label``: the 1 to 4 word phrase of the texts nearest their mean
-embedding); without one, the 1 to 4 words of the grouped texts with the highest tf-idf,
-where document frequencies are counted over every fact text the teacher has seen (state
-kept inside the teacher).
+Aspect labels: with an ``embed`` function (what ``MembrainMemory`` gives its default teacher),
+each Group carries its name (labels.aspect_label): the topic of the shipped vocabulary that
+fits its facts within the parent's facts (vocabulary.py: "food", "relatives", "travel"),
+where one fits, else the offline labeller's phrase of their own words (the 1 to 4 word
+phrase nearest their mean embedding); never an ancestor's or a sibling's label.
+:meth:`HeuristicTeacher.name_aspect` names the same way from texts alone. Without
+``embed``: the 1 to 4 words of the grouped texts with the highest tf-idf, where document
+frequencies are counted over every fact text the teacher has seen (state kept inside the
+teacher).
 """
 
 from __future__ import annotations
@@ -110,8 +113,10 @@ import numpy as np
 
 from ..errors import InvalidOperationError
 from ..tree.actions import Action, Demote, Group, Promote
+from ..tree.labels import aspect_label, nearby_labels
 from ..tree.placement import NewFact, Subtree, stage1_candidates
 from ..tree.tree import Closure, MembrainTree
+from ..tree.vocabulary import TopicVocabulary
 from .base import BaseTeacher
 
 __all__ = ["HeuristicConfig", "HeuristicTeacher", "STOPWORDS"]
@@ -134,14 +139,20 @@ class HeuristicConfig:
     (how much tighter than its parent a group must be), ``min_group`` (its smallest size);
     ``max_neighbourhood`` (the most sibling facts, nearest first, that stage 2 looks at);
     ``aspect_actions`` and ``aspect_margin`` for moving whole aspects; ``stage2=False`` turns
-    stage 2 off (stage-1 only baselines). Naming: ``max_label_words`` (1 to 4).
+    stage 2 off (stage-1 only baselines). Naming: ``max_label_words`` (1 to 4), ``topic_names``
+    (with an ``embed`` function, a Group is named by the topic of the shipped vocabulary that
+    fits its facts, vocabulary.py, where one does).
 
     The defaults were chosen on three kinds of data at once, never on one file: the mean
     dendrogram purity over the eleven 500-fact WordNet samples of ``bench hierarchy``, the
     shape of the trees of the five LoCoMo dev conversations (largest top-level share,
     height; one fact per turn) and a 50-fact persona check (five topics); see the module
     docstring for what each rule is for and ``bench/hierarchy.py`` for how to reproduce the
-    WordNet numbers.
+    WordNet numbers. ``crowd``, ``split_min`` and ``group_margin`` were then lowered (6, 20,
+    0.15 before) so that an aspect of six facts or more splits into the groups it holds: a
+    person's few dozen facts get sub-topics, which raised dendrogram purity on the tuning
+    personas, the tuning topic file and the WordNet animals alike (bench/RESULTS.md, topic
+    trees).
     """
 
     theta0: float = 0.1
@@ -164,6 +175,7 @@ class HeuristicConfig:
     max_neighbourhood: int = 64
     stage2: bool = True
     max_label_words: int = 4
+    topic_names: bool = True
 
     def __post_init__(self) -> None:
         if self.depth_scale <= 0:
@@ -237,6 +249,7 @@ class HeuristicTeacher(BaseTeacher):
             base = HeuristicConfig(**{**base.__dict__, **overrides})
         self.config = base
         self.embed = embed  # texts -> vectors: names aspects with the offline labeller (labels.py)
+        self.vocabulary = TopicVocabulary(embed) if embed is not None and base.topic_names else None
         self._df: Counter[str] = Counter()  # documents (fact texts) containing each word
         self._n_docs = 0
         self._seen: set[int] = set()  # hashes of texts already counted
@@ -380,14 +393,29 @@ class HeuristicTeacher(BaseTeacher):
             overfull = grand is not None and (p_facts > cfg.overfull * tree.fact_count(grand) or not room)
             n_children = len([c for c in tree.children(parent) if c not in moved])
             floor = cfg.young_threshold if young else -1.0
+            made: list[str] = []
             for members in self._clusters(tree, facts, tree.depth(parent), floor):
                 if len(members) < cfg.min_group or len(members) >= n_children:
                     continue
                 if not overfull:
-                    actions.append(Group(tuple(members)))
+                    label = self._group_label(tree, members, parent, made)
+                    actions.append(Group(tuple(members), label))
+                    made += [label] if label else []
                 elif fid not in members:
                     actions.extend(Promote(m) for m in members)
         return actions
+
+    def _group_label(self, tree: MembrainTree, members: list[str], parent: str, made: list[str]) -> str | None:
+        """The name of a group of ``members`` under ``parent``, with ``topic_names``: the
+        topic of the vocabulary that fits them within the parent's facts, else their own
+        words (labels.aspect_label), never an ancestor's, a sibling's or one of ``made``;
+        None without a vocabulary (:meth:`name_aspect` names it then)."""
+        if self.vocabulary is None:
+            return None
+        mean = np.mean([e for m in members if (e := tree.node(m).embedding) is not None], axis=0)
+        return aspect_label([tree.node(m).text for m in members], self.embed, vocabulary=self.vocabulary,
+                            mean=mean, context=tree.node(parent).mean_embedding,
+                            avoid=nearby_labels(tree, parent) + made, max_words=self.config.max_label_words)
 
     def _neighbourhood(self, tree: MembrainTree, fid: str, parent: str) -> list[str]:
         """``fid`` and its sibling facts; beyond ``max_neighbourhood`` of them, ``fid`` and the
@@ -527,9 +555,9 @@ class HeuristicTeacher(BaseTeacher):
 
     # ----------------------------------------------------------------- naming
     def name_aspect(self, fact_texts: list[str]) -> str:
-        """A 1 to ``max_label_words`` word label for ``fact_texts``. With ``embed``: the
-        offline labeller's phrase (``labels.offline_label``: the phrase of the texts nearest
-        their mean embedding). Without: the most distinctive words, as follows.
+        """A 1 to ``max_label_words`` word label for ``fact_texts``. With ``embed``: the topic
+        of the vocabulary that fits them, else the offline labeller's phrase
+        (labels.aspect_label). Without: the most distinctive words, as follows.
 
         Each word is scored by tf-idf: the number of the texts that contain it times
         ``log((1 + N) / (1 + df))``, with N and df counted over every fact text this teacher
@@ -539,9 +567,7 @@ class HeuristicTeacher(BaseTeacher):
         """
         texts = [t for t in fact_texts if isinstance(t, str)]
         if self.embed is not None and texts:
-            from ..tree.labels import offline_label
-
-            return offline_label(texts, self.embed, max_words=self.config.max_label_words, max_candidates=32)
+            return aspect_label(texts, self.embed, vocabulary=self.vocabulary, max_words=self.config.max_label_words)
         self._observe(texts)
         tf: Counter[str] = Counter()
         first_seen: dict[str, int] = {}

@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import NodeNotFoundError
 from .actions import Action, Group
 from .tree import MembrainTree
+from .vocabulary import TopicVocabulary
 
 LABELLED_FACTS = "labelled_facts"
 CREATED_SIZE = 2  # a Group makes an aspect from two or more facts
@@ -329,6 +330,23 @@ def offline_label(
     if keys:
         return _best_candidate(c, keys, embed, mean, avoided_words)
     return _fallback_label(c, avoided, avoided_content)
+
+
+def aspect_label(texts: list[str], embed: Embed | None, *, vocabulary: TopicVocabulary | None = None,
+                 mean: np.ndarray | None = None, context: np.ndarray | None = None, avoid: Iterable[str] = (),
+                 max_words: int = 4, max_candidates: int = 32) -> str:
+    """The name of an aspect holding ``texts``: the topic of ``vocabulary`` that fits them
+    (vocabulary.py: its cosine to their mean embedding reaches the bar, within surroundings
+    of mean ``context``), else their :func:`offline_label`; never a label of ``avoid``.
+    ``mean``: their mean embedding (None: that of the texts without their speaker prefix)."""
+    avoid = list(avoid)
+    if vocabulary is not None and embed is not None and texts:
+        if mean is None:
+            mean = np.asarray(embed([_speaker(t)[1] for t in texts]), dtype=np.float64).mean(axis=0)
+        topic = vocabulary.topic(mean, context=context, avoid=avoid)
+        if topic is not None:
+            return topic
+    return offline_label(texts, embed, mean=mean, avoid=avoid, max_words=max_words, max_candidates=max_candidates)
 
 
 def _best_candidate(c: _Candidates, keys: list[str], embed: Embed | None, mean: np.ndarray | None,
