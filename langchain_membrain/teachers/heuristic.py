@@ -148,11 +148,9 @@ class HeuristicConfig:
     shape of the trees of the five LoCoMo dev conversations (largest top-level share,
     height; one fact per turn) and a 50-fact persona check (five topics); see the module
     docstring for what each rule is for and ``bench/hierarchy.py`` for how to reproduce the
-    WordNet numbers. ``crowd``, ``split_min`` and ``group_margin`` were then lowered (6, 20,
-    0.15 before) so that an aspect of six facts or more splits into the groups it holds: a
-    person's few dozen facts get sub-topics, which raised dendrogram purity on the tuning
-    personas, the tuning topic file and the WordNet animals alike (bench/RESULTS.md, topic
-    trees).
+    WordNet numbers. Lower ``crowd``, ``split_min`` and ``group_margin`` give a person's few
+    dozen facts sub-topics and a higher dendrogram purity, at two to three times the teacher
+    questions on chat (bench/RESULTS.md, topic trees).
     """
 
     theta0: float = 0.1
