@@ -150,7 +150,7 @@ class HeuristicConfig:
     docstring for what each rule is for and ``bench/hierarchy.py`` for how to reproduce the
     WordNet numbers. Lower ``crowd``, ``split_min`` and ``group_margin`` give a person's few
     dozen facts sub-topics and a higher dendrogram purity, at two to three times the teacher
-    questions on chat (bench/RESULTS.md, topic trees).
+    questions on chat (``bench personas``, ``bench economy``).
     """
 
     theta0: float = 0.1
