@@ -75,3 +75,24 @@ def test_minilm_names_the_readmes_food_and_travel_facts_by_their_topic():
     # Each label is nearer its own topic's plain name than the other's.
     food_v, travel_v, fl, tl = (np.asarray(v) for v in minilm.embed_documents(["food", "travel", food_label, trips_label]))
     assert fl @ food_v > fl @ travel_v and tl @ travel_v > tl @ food_v
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_readmes_quickstart_tree_is_named_by_topics():
+    from langchain_membrain import MembrainMemory
+
+    facts = ["I'm allergic to peanuts", "I've been vegetarian since 2019", "I love miso ramen",
+             "Sam bakes sourdough every Sunday", "I can't stand coriander", "Our favourite restaurant is a tasca in Mouraria",
+             "My son Tom plays football", "Tom turns eight in March", "My sister Ines lives in Manchester",
+             "My parents visit every Christmas", "Tom wants a dinosaur cake", "Ines has two daughters",
+             "We went to Kyoto in April", "Next trip: the Azores in September", "We took the night train to Porto",
+             "I want to see the fjords in Norway", "We stayed in a ryokan near Gion", "Flights to the Azores are booked",
+             "I run 5k three times a week", "My left knee hurts after long runs", "Physio every Tuesday at 8am",
+             "I started bouldering at a gym in Marvila", "I sleep badly before deadlines", "I stretch every morning"]
+    with MembrainMemory(background=False) as memory:
+        memory.add_many(facts, namespace="users/maya")
+        tree = memory.tree("users/maya")
+        labels = [tree.node(a).text for a in tree.child_aspects(tree.root_id)]
+    assert len(labels) >= 3
+    topical = [label for label in labels if label in shipped_topics()]
+    assert len(topical) >= len(labels) / 2, labels  # the others: a group's own words, where no topic fits
