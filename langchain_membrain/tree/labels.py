@@ -23,6 +23,9 @@ and the label can stop describing them ("knee" over a subtree about running). De
   embedding, with a bonus for the share of texts it occurs in and a mild preference for
   short phrases, never one of the labels to avoid (:func:`offline_label`). It costs one
   ``embed`` call, and no LLM.
+- The **aspect label** of some texts (:func:`aspect_label`, what the offline default names
+  aspects with) is the topic of a vocabulary that fits them (vocabulary.py), where one does,
+  else their offline label.
 """
 
 from __future__ import annotations
