@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -77,18 +80,19 @@ def test_minilm_names_the_readmes_food_and_travel_facts_by_their_topic():
     assert fl @ food_v > fl @ travel_v and tl @ travel_v > tl @ food_v
 
 
+def quickstart_facts() -> list[str]:
+    """The facts ``examples/quickstart.py`` (the README's quickstart) adds."""
+    source = (Path(__file__).parents[1] / "examples" / "quickstart.py").read_text(encoding="utf-8")
+    call = next(node for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_many")
+    return ast.literal_eval(call.args[0])
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_readmes_quickstart_tree_is_named_by_topics():
     from langchain_membrain import MembrainMemory
 
-    facts = ["I'm allergic to peanuts", "I've been vegetarian since 2019", "I love miso ramen",
-             "Sam bakes sourdough every Sunday", "I can't stand coriander", "Our favourite restaurant is a tasca in Mouraria",
-             "My son Tom plays football", "Tom turns eight in March", "My sister Ines lives in Manchester",
-             "My parents visit every Christmas", "Tom wants a dinosaur cake", "Ines has two daughters",
-             "We went to Kyoto in April", "Next trip: the Azores in September", "We took the night train to Porto",
-             "I want to see the fjords in Norway", "We stayed in a ryokan near Gion", "Flights to the Azores are booked",
-             "I run 5k three times a week", "My left knee hurts after long runs", "Physio every Tuesday at 8am",
-             "I started bouldering at a gym in Marvila", "I sleep badly before deadlines", "I stretch every morning"]
+    facts = quickstart_facts()
     with MembrainMemory(background=False) as memory:
         memory.add_many(facts, namespace="users/maya")
         tree = memory.tree("users/maya")

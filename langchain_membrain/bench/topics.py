@@ -186,18 +186,15 @@ def score_persona(mem: Any, ns: Sequence[str], topic_of: Mapping[str, str], embe
             q = np.asarray(embed([query]), dtype=np.float32)[0]
             flat = [texts[i] for i in np.argsort(-(vecs @ q), kind="stable")]
             out.setdefault(f"flat_{how}", []).append(r_precision(flat, relevant))
-    labels = []
+    from .labels import score_label
+
     names = [t.replace("_", " ") for t in topics]
-    if names:
-        name_vecs = np.asarray(embed(names), dtype=np.float64)
-        name_vecs /= np.linalg.norm(name_vecs, axis=1, keepdims=True)
-        for a in tree.child_aspects(tree.root_id):
-            below = [topic_of[tree.node(f).text] for f in tree.facts_below(a) if tree.node(f).text in topic_of]
-            if not below:
-                continue
-            majority = Counter(below).most_common(1)[0][0]
-            label = np.asarray(embed([tree.node(a).text]), dtype=np.float64)[0]
-            labels.append(float(list(topics)[int(np.argmax(name_vecs @ label))] == majority))
+    labels = []
+    for a in tree.child_aspects(tree.root_id) if names else ():
+        below = [topic_of[tree.node(f).text] for f in tree.facts_below(a) if tree.node(f).text in topic_of]
+        if below:
+            majority = Counter(below).most_common(1)[0][0].replace("_", " ")
+            labels.append(float(score_label(tree.node(a).text, majority, names, embed)[1]))
     return purity, out, labels
 
 
@@ -206,6 +203,9 @@ def run_topics(data: TopicData, make_memory: Any, embed: Any, *, prompts: bool =
     """Stream every persona through one memory: the per-third counters, the final stats and
     the questions counted at each insert (a persona's flush counts at its last insert)."""
     total = sum(len(rows) for rows in data.facts.values())
+    from ..index.embeddings import EmbeddingCache
+
+    embed = EmbeddingCache(embed)  # topic names and labels are embedded again for every persona
     thirds = [Third() for _ in range(3)]
     topics = sorted({r["topic"] for rows in data.facts.values() for r in rows})
     per_insert: list[int] = []

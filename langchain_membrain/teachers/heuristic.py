@@ -113,7 +113,7 @@ import numpy as np
 
 from ..errors import InvalidOperationError
 from ..tree.actions import Action, Demote, Group, Promote
-from ..tree.labels import aspect_label, nearby_labels
+from ..tree.labels import aspect_label, name_groups
 from ..tree.placement import NewFact, Subtree, stage1_candidates
 from ..tree.tree import Closure, MembrainTree
 from ..tree.vocabulary import TopicVocabulary
@@ -391,29 +391,27 @@ class HeuristicTeacher(BaseTeacher):
             overfull = grand is not None and (p_facts > cfg.overfull * tree.fact_count(grand) or not room)
             n_children = len([c for c in tree.children(parent) if c not in moved])
             floor = cfg.young_threshold if young else -1.0
-            made: list[str] = []
             for members in self._clusters(tree, facts, tree.depth(parent), floor):
                 if len(members) < cfg.min_group or len(members) >= n_children:
                     continue
                 if not overfull:
-                    label = self._group_label(tree, members, parent, made)
-                    actions.append(Group(tuple(members), label))
-                    made += [label] if label else []
+                    actions.append(Group(tuple(members)))
                 elif fid not in members:
                     actions.extend(Promote(m) for m in members)
-        return actions
+        return self._named(tree, actions, parent)
 
-    def _group_label(self, tree: MembrainTree, members: list[str], parent: str, made: list[str]) -> str | None:
-        """The name of a group of ``members`` under ``parent``, with ``topic_names``: the
-        topic of the vocabulary that fits them within the parent's facts, else their own
-        words (labels.aspect_label), never an ancestor's, a sibling's or one of ``made``;
-        None without a vocabulary (:meth:`name_aspect` names it then)."""
+    def _named(self, tree: MembrainTree, actions: list[Action], parent: str) -> list[Action]:
+        """``actions`` with each Group (all under ``parent``) named, with ``topic_names``, by
+        the topic of the vocabulary that fits its facts within the parent's facts, else by
+        their own words (labels.aspect_label), never an ancestor's or a sibling's label
+        (labels.name_groups); unchanged without a vocabulary (:meth:`name_aspect` names them
+        then)."""
         if self.vocabulary is None:
-            return None
-        mean = np.mean([e for m in members if (e := tree.node(m).embedding) is not None], axis=0)
-        return aspect_label([tree.node(m).text for m in members], self.embed, vocabulary=self.vocabulary,
-                            mean=mean, context=tree.node(parent).mean_embedding,
-                            avoid=nearby_labels(tree, parent) + made, max_words=self.config.max_label_words)
+            return actions
+        context = tree.node(parent).mean_embedding
+        return name_groups(tree, actions, lambda texts, avoid, mean: aspect_label(
+            texts, self.embed, vocabulary=self.vocabulary, mean=mean, context=context, avoid=avoid,
+            max_words=self.config.max_label_words))
 
     def _neighbourhood(self, tree: MembrainTree, fid: str, parent: str) -> list[str]:
         """``fid`` and its sibling facts; beyond ``max_neighbourhood`` of them, ``fid`` and the
