@@ -12,8 +12,16 @@ from langchain_membrain import MembrainMemory
 from langchain_membrain.integrations.store import MembrainStore
 from langchain_membrain.integrations.tools import memory_tools
 from langchain_membrain.retrieval.scores import DEFAULT_MIN_SCORE
+from langchain_membrain.retrieval.supersession import restates
 from langchain_membrain.teachers.operation_rule import conservative_operation, states_something
-from langchain_membrain.teachers.supersession import change_cue, holder, named_old_values, slots, supersedes
+from langchain_membrain.teachers.supersession import (
+    change_cue,
+    holder,
+    named_old_values,
+    slots,
+    speakers_own,
+    supersedes,
+)
 from langchain_membrain.tree.operation_types import Candidate, OperationQuestion
 
 
@@ -163,3 +171,29 @@ def test_the_agent_tool_marks_what_is_out_of_date(two_adds):
     found = json.loads(tool.invoke({"query": "Which company employs me at Google?", "limit": 1}))
     assert [h["content"] for h in found[:2]] == ["I quit Google and joined Microsoft", "I work at Google"]
     assert found[0]["replaces"] == "I work at Google" and found[1]["replaced_by"] == found[0]["id"]
+
+
+def test_a_restatement_is_the_speakers_own_near_the_older_and_answers_as_well():
+    assert speakers_own("I get the bus to the office now") and speakers_own("My GP is Dr Kapoor")
+    assert speakers_own("Got promoted to team lead!")
+    assert not speakers_own("My sister gets the bus") and not speakers_own("Kenji: I get the bus")
+    assert not speakers_own("note 3 about things")
+    new, old = "I get the bus to the office, the hill is too steep", "I cycle to the office every day"
+    assert restates(new, old, 0.57, 0.26, 0.35)
+    assert not restates(new, old, 0.40, 0.26, 0.35)  # not near enough to each other
+    assert not restates(new, old, 0.57, 0.20, 0.35)  # answers the query much worse
+    assert not restates("My sister gets the bus to the office", old, 0.57, 0.35, 0.35)
+
+
+def test_a_newer_restatement_comes_first_unmarked():
+    """Two statements of the speaker's own state, told apart with no change cue: the newer
+    one first, the older kept, neither marked as replaced (the newer may only add to it)."""
+    with MembrainMemory(background=False, operations=False) as mem:
+        for text in ["I cycle to the office every day", "My sister plays the cello", "I like green tea",
+                     "I get the bus to the office, the hill is too steep to cycle"]:
+            mem.add(text, namespace="u")
+        hits = mem.search("how do I get to work?", namespace="u", limit=2)
+        assert [h.text for h in hits[:2]] == ["I get the bus to the office, the hill is too steep to cycle",
+                                              "I cycle to the office every day"]
+        assert all(h.probably_superseded_by is None and h.supersedes is None for h in hits)
+        assert hits[0].score == hits[1].score

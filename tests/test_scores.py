@@ -16,7 +16,7 @@ import pytest
 from helpers import WordEmbeddings
 
 from langchain_membrain import MembrainMemory, MembrainRetriever, MembrainStore
-from langchain_membrain.index.facts import FactIndex, relevance
+from langchain_membrain.index.facts import FactIndex, RetrievalConfig, relevance
 from langchain_membrain.retrieval.scores import calibrated, non_increasing
 
 NS_A, NS_B = ("u", "a"), ("u", "b")
@@ -32,7 +32,10 @@ QUERIES = ["dog", "where does my sister live", "red van", "what food do I like"]
 
 @pytest.fixture(scope="module")
 def mem():
-    with MembrainMemory(embeddings=WordEmbeddings(), background=False, prior=False, relabel=False) as memory:
+    # The index's order, as calibrated: no newer statement placed before an older one
+    # (supersession is test_corrections.py's).
+    with MembrainMemory(embeddings=WordEmbeddings(), background=False, prior=False, relabel=False,
+                        retrieval=RetrievalConfig(supersession=False)) as memory:
         for ns, facts in FACTS.items():
             for key, text in facts.items():
                 memory.put(ns, key, {"content": text})

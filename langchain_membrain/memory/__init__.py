@@ -376,10 +376,9 @@ class MembrainMemory:
         score is instead the cosine with the query, clipped to ``[0, 1]`` (archived versions
         are in no index). Unembedded facts come last, with None.
 
-        A current fact that supersedes a hit (a newer statement of a change about the same
-        thing, stored beside it: retrieval/supersession.py) is placed just before it, with
-        the hit's score and ``supersedes`` set, whatever its own score; the hit stays, with
-        ``probably_superseded_by`` set. The list may so hold more than ``limit`` hits.
+        A newer current fact that supersedes a hit, or restates it (retrieval/supersession.py),
+        is placed just before it with the hit's score, whatever its own; a superseded hit stays,
+        marked (``probably_superseded_by``, ``supersedes``). A list may exceed ``limit``.
 
         A query that names a subject, one of the searched namespaces' labels below
         ``namespace`` as a word ("what does Maya eat?" under ``("users",)``), searches the

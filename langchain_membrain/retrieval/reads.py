@@ -330,7 +330,7 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
     hits: list[MemoryRecord] = []
     vectors: dict[tuple[Namespace, str], Any] = {}  # embeddings, for cosines (history, merge ties)
     probs: dict[tuple[Namespace, str], tuple[float, int]] = {}  # calibrated score, rank in its namespace
-    newer: dict[tuple, MemoryRecord] = {}  # (namespace, key) -> the current fact that supersedes it
+    newer: dict[tuple, tuple[MemoryRecord, bool]] = {}  # (namespace, key) -> a newer current fact before it
     for ns in spaces:
         with forest.lock(ns):
             tree = forest.tree(ns, create=False)
@@ -351,7 +351,10 @@ def search(forest: Forest, spaces: Sequence[Namespace], query: str | None, *, fi
                 if score is not None:
                     vectors[ns, key] = entry_of(tree, key).embedding
             if query is not None and not include_history:
-                newer.update(_superseders(forest, ns, tree, [k for k, s in ranked if s is not None], filter, kinds))
+                index = forest.index(ns)
+                qvec = None if index is None else embedded.get(index.dense_query_text(query))
+                newer.update(_superseders(forest, ns, tree, [k for k, s in ranked if s is not None], filter, kinds,
+                                          qvec))
             if include_history:
                 for entry in tree.archived("history"):
                     if filter and not matches(entry.metadata.get("value", {}), filter):
@@ -381,9 +384,10 @@ def _versions(index: Any, tree: MembrainTree, key: str, entry: Node, raw: bool) 
 
 
 def _superseders(forest: Forest, ns: Namespace, tree: MembrainTree, keys: list[str], filter: dict[str, Any] | None,
-                 kinds: Sequence[MemoryKind]) -> dict[tuple, MemoryRecord]:
-    """{(ns, key): the record of the current fact that supersedes it} for the current facts
-    among ``keys`` that have one (supersession.superseder); call under the namespace's lock."""
+                 kinds: Sequence[MemoryKind], query: Any) -> dict[tuple, tuple[MemoryRecord, bool]]:
+    """{(ns, key): (the record of the newer current fact that comes before it, whether it
+    supersedes it)} for the current facts among ``keys`` that have one (supersession.superseder,
+    ``query`` the query's embedding); call under the namespace's lock."""
     index = forest.index(ns)
     if index is None or not index.config.supersession:
         return {}
@@ -392,11 +396,11 @@ def _superseders(forest: Forest, ns: Namespace, tree: MembrainTree, keys: list[s
     def eligible(key: str) -> bool:
         return kind_of(tree, key) in kinds and passes(key)
 
-    out: dict[tuple, MemoryRecord] = {}
+    out: dict[tuple, tuple[MemoryRecord, bool]] = {}
     for key in keys:
-        found = superseder(tree, index.nearest, key, eligible)
+        found = superseder(tree, index.nearest, key, eligible, query)
         if found is not None:
-            out[ns, key] = record_of(ns, tree, found)
+            out[ns, key] = (record_of(ns, tree, found.key), found.supersedes)
     return out
 
 

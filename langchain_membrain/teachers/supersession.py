@@ -263,6 +263,21 @@ def holder(text: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=_READ_CACHE)
+def speakers_own(text: str) -> bool:
+    """Whether ``text`` is the speaker's own statement about themself: no line of a transcript
+    ("Kenji: ..."); its :func:`holder` (read in its change sentence, else its first sentence)
+    is the speaker; and it says so, with "I", "my", "we"... or a verb without its subject
+    ("Got promoted!"). "Note 3 about things" is no one's."""
+    if _SPEAKER.match(text):
+        return False
+    sentence = change_sentence(text) or text
+    words = [w.removesuffix("'s") for w in _words_of(sentence)]
+    first = words[0] if words else ""
+    said = bool((_SELF | _POSSESSIVE) & set(words)) or first in _DROPPED_SUBJECT or first.endswith("ed")
+    return said and holder(sentence) is None
+
+
 def _thing_or_speaker(holder: str | None, words: list[str]) -> str | None:
     """``holder``, unless the sentence (``words``) acts on the speaker ("The cardiologist has
     me on a low-salt diet", "My boss moved me to sales"): then the speaker (None)."""
