@@ -15,6 +15,7 @@ from langchain_membrain.retrieval.scores import DEFAULT_MIN_SCORE
 from langchain_membrain.retrieval.supersession import restates
 from langchain_membrain.teachers.operation_rule import conservative_operation, states_something
 from langchain_membrain.teachers.supersession import (
+    carried_statement,
     change_cue,
     holder,
     named_old_values,
@@ -107,6 +108,7 @@ def memory():
     ("I work at Google", "I quit Google and joined Microsoft", "where do I work?"),
     ("I live in Leeds.", "I live in York now.", "where do I live?"),
     ("I have a cat named Tom", "Tom the cat passed away last week", "do I have a cat?"),
+    ("I'm vegetarian", "I started eating fish again", "what's my diet?"),  # a state resumed
 ])
 def test_a_correction_is_an_update_and_the_agent_finds_it(memory, old, new, question):
     ns = ("users", str(abs(hash(new))))
@@ -197,3 +199,23 @@ def test_a_newer_restatement_comes_first_unmarked():
                                               "I cycle to the office every day"]
         assert all(h.probably_superseded_by is None and h.supersedes is None for h in hits)
         assert hits[0].score == hits[1].score
+
+
+@pytest.mark.parametrize("text, carried", [
+    ("Did I tell you I moved to Porto?", "I moved to Porto"), ("Did I say we split up?", "we split up"),
+    ("Can you believe I sold the car?", "I sold the car"), ("Have you heard that Ines quit?", "Ines quit"),
+    ("You'll never guess where I live now?", "where I live now"), ("did i tell u i got a new job", "i got a new job"),
+    ("Did you see the match?", None), ("Have you seen my keys?", None), ("Can you believe it?", None)])
+def test_a_telling_question_carries_its_statement_and_a_real_question_carries_none(text, carried):
+    assert carried_statement(text) == carried
+
+
+def test_texting_is_read_as_the_words_it_shortens():
+    """"im at initech rn" states the change "I'm at Initech right now" does."""
+    texted, written = "im at initech rn, the old place was awful", "I'm at Initech right now, the old place was awful"
+    old = "I work at Globex"
+    assert supersedes(texted, old, 0.35, runner_up=0.1) and supersedes(written, old, 0.35, runner_up=0.1)
+    assert not supersedes(texted, old, 0.2) and not supersedes(written, old, 0.2)
+    assert slots("living w/ my gf now") == {"home", "partner"}
+    assert speakers_own("im seeing someone new rn")
+    assert not change_cue("I have 2 cats")  # a number is no short form

@@ -7,7 +7,8 @@ Definitions (words are matched case-folded, a typographic apostrophe read as a p
   joined", "switched from", "... now", "got promoted", "changed my number", "pushed back to",
   "started ... again") or that it ended ("passed away", "we divorced", "cancelled", "not ...
   after all", "no longer", "sold"). The :data:`REPLACING` cues say by themselves that the old
-  state is over; the others ("started", "joined", "again") may only say that something began.
+  state is over ("again": a state resumed ends the one since); the others ("started",
+  "joined") may only say that something began.
 - The **change sentence** of a text (:func:`change_sentence`) is its first sentence that holds
   a cue and is no question, or the statement a telling question carries ("Did I tell you I
   moved to Porto?"). In a text of several sentences only a replacing cue counts.
@@ -84,7 +85,7 @@ REPLACING = re.compile(r"(?<!\bfor )\bnow\b|\bthese days\b|\bnowadays\b|\binstea
                        r"|\bpostponed\b|\bresched\w*|\bbrought\b.{0,24}\bforward\b|\bwent from\b|\bactually\b"
                        r"|\bgot rid of\b|\bgave up\b|\bback on\b|\b(?:went|gone) (?:vegan|vegetarian|veggie|teetotal|sober)\b|\bstol(?:e|en)\b"
                        r"|\breplac\w*|\btransferring\b|\btraded\b|\bsomeone new\b|\bclosed down\b|\bfor good\b|\bdropped out\b"
-                       r"|(?:\bis|'s) off\b|\bchange of plans?\b")
+                       r"|(?:\bis|'s) off\b|\bchange of plans?\b|(?<!\bnever )\bagain\b")
 
 #: Cosines (all-MiniLM-L6-v2) at which a change statement is near enough to supersede a fact:
 #: :data:`NEAR` whatever their words and whatever else is near; :data:`NEAR_SHARING` where
@@ -177,25 +178,48 @@ _NAMED_OLD = (re.compile(r"\b(?:mov|switch|chang|went|gone|transferr|swapp|upgra
                          r"([a-z0-9][\w'-]*(?:\s+[a-z0-9][\w'-]*)?)"))
 
 
+#: How people shorten words when they text, read as the words themselves ("im w/ my bf rn"
+#: is "i'm with my boyfriend right now").
+TEXTING = {
+    "im": "i'm", "ive": "i've", "dont": "don't", "didnt": "didn't", "doesnt": "doesn't",
+    "isnt": "isn't", "wasnt": "wasn't", "cant": "can't", "havent": "haven't", "arent": "aren't", "u": "you",
+    "ur": "your", "rn": "right now", "atm": "at the moment", "b4": "before", "2day": "today",
+    "tmrw": "tomorrow", "tmr": "tomorrow", "tmw": "tomorrow", "2moro": "tomorrow", "2nite": "tonight",
+    "tonite": "tonight", "w/": "with", "w/o": "without", "bf": "boyfriend", "gf": "girlfriend",
+    "hubby": "husband", "abt": "about", "bc": "because", "cuz": "because", "coz": "because", "bday": "birthday",
+    "nxt": "next", "wk": "week", "wks": "weeks", "yr": "year", "yrs": "years", "ppl": "people",
+    "pls": "please", "thru": "through", "tho": "though", "nomore": "no more",
+    "ngl": "not gonna lie", "tbh": "to be honest", "fyi": "for your information",
+}
+_TEXTED = re.compile(r"(?<![\w'/])(?:" + "|".join(re.escape(w) for w in sorted(TEXTING, key=len, reverse=True))
+                     + r")(?![\w'/])")
+
+
 def _fold(text: str) -> str:
-    return text.casefold().replace("’", "'")
+    """``text`` case-folded, a typographic apostrophe read as a plain one and :data:`TEXTING`'s
+    short forms as the words they stand for."""
+    return _TEXTED.sub(lambda m: TEXTING[m.group(0)], text.casefold().replace("’", "'"))
 
 
 #: Openers that turn a statement into a question without asking anything: "Did I tell you I
-#: moved to Porto?", "Guess who got a job at Spotify?", "You know what? ...".
-TELLING = re.compile(r"^\s*(?:(?:did|have|had)\s+(?:i|we)\s+(?:ever\s+|already\s+)?(?:tell|told|mention|mentioned)"
-                      r"(?:\s+(?:you|u))?(?:\s+(?:that|about))?|did\s+(?:you|u)\s+(?:know|hear)(?:\s+that)?"
-                      r"|(?:you\s+)?(?:guess|know)\s+what[?!,:]*|guess(?=\s+(?:who|where)))\s+", re.IGNORECASE)
+#: moved to Porto?", "Did I say we split up?", "Can you believe I sold the car?", "Guess who
+#: got a job at Spotify?", "You'll never guess where I live now?", "You know what? ...".
+TELLING = re.compile(r"^\s*(?:(?:did|have|had)\s+(?:i|we)\s+(?:ever\s+|already\s+)?(?:tell|told|mention|mentioned|say|said)"
+                      r"(?:\s+(?:to\s+)?(?:you|u))?(?:\s+(?:that|about))?"
+                      r"|did\s+(?:you|u)\s+(?:know|hear)(?:\s+that)?|have\s+(?:you|u)\s+heard(?:\s+that)?"
+                      r"|(?:can|could|would)\s+(?:you|u)\s+believe(?:\s+that)?"
+                      r"|(?:you(?:'ll|\s+will|\s+wont|'d)?\s+never\s+)?guess(?=\s+(?:who|where|what|how))"
+                      r"|(?:you\s+)?(?:guess|know)\s+what[?!,:]*)\s+", re.IGNORECASE)
 
 
 def carried_statement(sentence: str) -> str | None:
     """The statement a telling question carries ("Did I tell you I moved to Porto?" -> "I
     moved to Porto"; "Guess who got a new job?" -> "who got a new job", the speaker); None
-    for a sentence that does not open so."""
+    for a sentence that does not open so, or that carries a single word ("Can you believe
+    it?")."""
     match = TELLING.match(sentence)
-    if match is None or not sentence[match.end():].strip(" ?!."):
-        return None
-    return sentence[match.end():].strip().rstrip("?!. ") or None
+    carried = None if match is None else sentence[match.end():].strip().rstrip("?!. ")
+    return carried if carried and len(carried.split()) > 1 else None
 
 
 @lru_cache(maxsize=_READ_CACHE)
@@ -332,8 +356,8 @@ def change_sentence(text: str) -> str | None:
     """The first sentence of ``text`` that states a change: it holds a change cue and is no
     question, or it is the statement a telling question carries (:func:`carried_statement`);
     None if none does. "How was your move?" states none. In a text of several sentences
-    only a cue of :data:`REPLACING` counts: "I started", "I joined", "again" in a paragraph
-    of chat are more often news than a correction."""
+    only a cue of :data:`REPLACING` counts: "I started", "I joined" in a paragraph of chat
+    are more often news than a correction."""
     pieces = [p for p in _SENTENCE.split(text.strip()) if p.strip()]
     cue = CHANGE if len(pieces) == 1 else REPLACING
     for piece in pieces:
@@ -433,4 +457,4 @@ def _slots_of(text: str) -> frozenset[str]:
 
 def word_lists() -> frozenset[str]:
     """Every pattern and word list :func:`supersedes` reads, for a digest of the rule."""
-    return frozenset(CHANGE_PATTERNS) | {REPLACING.pattern} | PEOPLE | _SELF | _FILLER | _OPENERS | _NOT_A_NOUN | {p.pattern for p in _NAMED_OLD} | {_HOME_MOVE.pattern} | {f"{k}:{' '.join(sorted(v))}" for k, v in SLOTS.items()} | {_SENTENCE.pattern, _SPEAKER.pattern, TELLING.pattern} | _DROPPED_SUBJECT
+    return frozenset(CHANGE_PATTERNS) | {REPLACING.pattern} | PEOPLE | _SELF | _FILLER | _OPENERS | _NOT_A_NOUN | {p.pattern for p in _NAMED_OLD} | {_HOME_MOVE.pattern} | {f"{k}:{' '.join(sorted(v))}" for k, v in SLOTS.items()} | {_SENTENCE.pattern, _SPEAKER.pattern, TELLING.pattern} | _DROPPED_SUBJECT | {f"{k}={v}" for k, v in TEXTING.items()}
