@@ -1,6 +1,6 @@
 """Corrections as people write them in chat, through ``MembrainMemory`` as a user calls it.
 
-``python -m langchain_membrain.bench corrections`` reads ``data/corrections.jsonl`` (the
+``python -m langchain_membrain.bench corrections`` reads ``data/corrections_tune.jsonl`` (the
 tuning part) and ``data/corrections_heldout.jsonl`` (held out: written before any rule, whole
 kinds of fact and phrasing styles of its own; data/CORRECTIONS.md). Each case gets a
 namespace of its own holding ``size`` unrelated facts (10 of its file's fillers, or 200
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-TUNE, HELDOUT = "corrections.jsonl", "corrections_heldout.jsonl"
+TUNE, HELDOUT = "corrections_tune.jsonl", "corrections_heldout.jsonl"
 TOPICS = {TUNE: "topics.jsonl", HELDOUT: "topics_heldout.jsonl"}
 CORRECTING = ("correction", "retraction")
 CONFIGS = ("default", "no operations")

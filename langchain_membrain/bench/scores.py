@@ -3,7 +3,7 @@
 ``python -m langchain_membrain.bench scores`` builds namespaces of 1 to 500 facts through
 ``MembrainMemory.add`` (MiniLM, operations off so every fact stays): the facts of
 ``data/relevance.json`` (written for this project: groups of facts with the queries they
-answer, and queries nothing answers) and of the tuning part of ``data/corrections.jsonl``
+answer, and queries nothing answers) and of the tuning part of ``data/corrections_tune.jsonl``
 (a correction's old and new statements answer its question) among facts of the tuning personas (``personas.jsonl``,
 ``topics.jsonl``). Each namespace is searched (``limit=10``) with the queries of its groups
 (answerable), with other groups' queries and with the unanswerable ones. The groups and
@@ -53,7 +53,7 @@ class Case:
 
 
 def _data() -> tuple[dict[str, Any], list[str]]:
-    """relevance.json with the tuning corrections (corrections.jsonl) as groups of their own:
+    """relevance.json with the tuning corrections (corrections_tune.jsonl) as groups of their own:
     a correction's old and new statements both answer its question; a look-alike's new
     statement is stored beside the old one (``others``) and answers nothing. Then the pool of
     other facts."""
@@ -228,8 +228,8 @@ def run(args: argparse.Namespace) -> int:
         path = resources.files("langchain_membrain.data").joinpath(scores.MODEL_FILE)
         with open(str(path), "w") as fh:
             json.dump({"features": list(scores.FEATURES), "weights": [round(float(w), 6) for w in model[0]],
-                       "bias": round(model[1], 6), "command": "python -m langchain_membrain.bench scores --write",
-                       "data": "data/relevance.json and the tuning corrections (corrections.jsonl); "
+                       "bias": round(model[1], 6), "command": "membrain bench scores --write",
+                       "data": "data/relevance.json and the tuning corrections (corrections_tune.jsonl); "
                                "personas.jsonl and topics.jsonl as the other facts",
                        "cross_fitted": {k: out["calibrated"][k] for k in ("auroc", "unanswerable_empty",
                                                                           "answerable_kept")}}, fh, indent=1)
