@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time see __getattr_
         StorageError,
         TeacherError,
     )
-    from .index.facts import RetrievalConfig
+    from .index.config import RetrievalConfig
     from .insert.config import LearnerConfig
     from .insert.learner import Learner
     from .integrations.store import MembrainStore

@@ -106,7 +106,7 @@ def test_configs_are_frozen_and_a_memory_keeps_the_one_it_was_made_with():
     different devices, and comes back as it was."""
     from helpers import WordEmbeddings
 
-    from langchain_membrain.index.facts import RetrievalConfig
+    from langchain_membrain.index.config import RetrievalConfig
     from langchain_membrain.insert.config import LearnerConfig
     from langchain_membrain.teachers.heuristic import HeuristicConfig
 

@@ -13,7 +13,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langchain_membrain import InvalidOperationError, MembrainError
-from langchain_membrain.index.facts import RetrievalConfig
+from langchain_membrain.index.config import RetrievalConfig
 from langchain_membrain.insert.config import LearnerConfig
 from langchain_membrain.insert.decisions import stage1_feats
 from langchain_membrain.memory import MembrainMemory

@@ -261,7 +261,7 @@ def test_a_raw_item_is_found_by_its_facts_words():
 
 
 def test_the_second_step_searches_again_with_the_best_facts():
-    from langchain_membrain.index.facts import RetrievalConfig
+    from langchain_membrain.index.config import RetrievalConfig
 
     said = {"Gina: my trip is booked!": {"facts": ["Gina booked a trip to Rome"]},
             "Rome was so hot in June": {"facts": []}}
@@ -333,7 +333,7 @@ def test_a_batch_never_mixes_sessions():
 
 
 def test_a_reopened_formed_memory_searches_as_the_live_one(tmp_path):
-    from langchain_membrain.index.facts import RetrievalConfig
+    from langchain_membrain.index.config import RetrievalConfig
 
     topics = ["cellos and music", "a trip to Rome", "baking bread", "moving to Porto", "green tea", "the dog Rex",
               "a new bike", "the garden", "jazz records", "a broken phone"]

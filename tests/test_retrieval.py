@@ -11,7 +11,8 @@ import pytest
 from langchain_membrain.bench.locomo import normalize_evidence
 from langchain_membrain.errors import InvalidOperationError
 from langchain_membrain.index.chat import DateTerms, SessionContext, SpeakerBoost, date_tokens
-from langchain_membrain.index.facts import FactIndex, RetrievalConfig
+from langchain_membrain.index.config import RetrievalConfig
+from langchain_membrain.index.facts import FactIndex
 from langchain_membrain.index.lexical import tokenize
 
 DIM = 16

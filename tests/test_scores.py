@@ -16,7 +16,8 @@ import pytest
 from helpers import WordEmbeddings
 
 from langchain_membrain import MembrainMemory, MembrainRetriever, MembrainStore
-from langchain_membrain.index.facts import FactIndex, RetrievalConfig, relevance
+from langchain_membrain.index.config import RetrievalConfig
+from langchain_membrain.index.facts import FactIndex, relevance
 from langchain_membrain.retrieval.scores import calibrated, non_increasing
 
 NS_A, NS_B = ("u", "a"), ("u", "b")

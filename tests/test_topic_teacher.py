@@ -145,7 +145,7 @@ def test_the_tree_joins_search_when_the_teacher_names_topics():
     """"health" is no word of the health facts: flat cosine finds the dentist's facts and
     not the sleep ones; the aspect the topic teacher named "health" holds both
     (RetrievalConfig.tree_topic_weight "auto")."""
-    from langchain_membrain.index.facts import RetrievalConfig
+    from langchain_membrain.index.config import RetrievalConfig
 
     health = {text for topic, _, text in FACTS if topic == "health"}
 

@@ -47,8 +47,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from ..index.config import RetrievalConfig
 from ..index.embeddings import embed_texts
-from ..index.facts import FactIndex, Mode, RetrievalConfig
+from ..index.facts import FactIndex, Mode
 from ..insert.formation import FormationInput
 from ..teachers.forming import formation_batch_messages, formation_messages
 from ..teachers.heuristic import HeuristicTeacher

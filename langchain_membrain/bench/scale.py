@@ -40,7 +40,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..index.chat import SessionContext
-from ..index.facts import FactIndex, RetrievalConfig
+from ..index.config import RetrievalConfig
+from ..index.facts import FactIndex
 from ..storage.index_cache import IndexCache
 
 

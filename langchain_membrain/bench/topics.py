@@ -288,8 +288,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from ..index.config import TOPIC_WEIGHT, RetrievalConfig
     from ..index.embeddings import MiniLMEmbeddings, embed_texts
-    from ..index.facts import TOPIC_WEIGHT, RetrievalConfig
     from ..insert.config import DEFAULT_BATCH
     from ..memory import MembrainMemory
     from . import machine_description

@@ -47,7 +47,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.print(f"Maya told her assistant {len(turns)} things over {len(sessions)} sessions. "
                   f"membrain files each one into a tree for [bold]{escape(namespace_str(ns))}[/].")
     args.offline = True  # the demo never calls an LLM: it shows the offline models learning
-    from ..index.facts import RetrievalConfig
+    from ..index.config import RetrievalConfig
 
     # The sample is a chat: its turns' speaker, session and date are for the chat scorers.
     with open_memory(args, default_db=None, retrieval=RetrievalConfig.for_chat()) as memory:

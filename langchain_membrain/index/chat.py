@@ -3,7 +3,7 @@
 A chat turn often carries who said it, in which session and when (``metadata["speaker"]``,
 ``metadata["session"]``, ``metadata["date"]``). Three scorers read them; none is on by
 default (``RetrievalConfig()``), each is turned on by naming it in ``RetrievalConfig.chat``,
-and :meth:`RetrievalConfig.for_chat <langchain_membrain.index.facts.RetrievalConfig.for_chat>`
+and :meth:`RetrievalConfig.for_chat <langchain_membrain.index.config.RetrievalConfig.for_chat>`
 turns on all three with the weights tuned on LoCoMo:
 
 - :class:`SpeakerBoost`: a query that names exactly one of the speakers seen (any word of

@@ -23,7 +23,7 @@ from ..tree.tree import check_max_height
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
-    from ..index.facts import RetrievalConfig
+    from ..index.config import RetrievalConfig
     from ..storage.base import Storage
 
 

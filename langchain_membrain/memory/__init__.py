@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, ParamSp
 from langchain_core.embeddings import Embeddings
 
 from ..errors import InvalidOperationError, NodeNotFoundError
-from ..index.facts import RetrievalConfig
+from ..index.config import RetrievalConfig
 from ..insert import shutdown
 from ..insert.config import CHANGEABLE, LearnerConfig, MemoryConfig
 from ..insert.formation import extractive_summary

@@ -22,8 +22,9 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from ..errors import InvalidOperationError, ReadOnlyError
+from ..index.config import RetrievalConfig, resolve_topic_weight
 from ..index.embeddings import EmbeddingCache, MiniLMEmbeddings, embed_texts
-from ..index.facts import FactIndex, RetrievalConfig, resolve_topic_weight
+from ..index.facts import FactIndex
 from ..insert.background import Background, own_config
 from ..insert.config import MemoryConfig
 from ..insert.formation import Candidate
