@@ -61,7 +61,7 @@ _LAZY: dict[str, str] = {
     "MemoryRecord": ".tree.records",
     "Learner": ".insert.learner",
     "LearnerConfig": ".insert.config",
-    "RetrievalConfig": ".index.facts",
+    "RetrievalConfig": ".index.config",
     "MembrainRetriever": ".retrieval.retriever",
     "MembrainStore": ".integrations.store",
     "HeuristicTeacher": ".teachers",
