@@ -12,11 +12,9 @@ writes); every write transaction starts with ``BEGIN IMMEDIATE``, which takes SQ
 single writer lock at once (waiting up to ``busy_timeout`` seconds), so writers of one file
 are serialised across threads and processes and never hit a snapshot conflict. SQLite has
 one writer lock per file, so :meth:`namespace_lock` serialises writers of *all*
-namespaces of the file, which is what SQLite does anyway. The trainer lock is an
-``flock`` on a side file ``<database>.trainer-<hash>.lock``, released by the OS when the
-holding process dies; the holder removes the file when it releases the lock (on close), so
-no empty lock files stay beside the database. A ``:memory:`` database lives in this object only: one connection
-guarded by a re-entrant lock.
+namespaces of the file, which is what SQLite does anyway. The trainer lock is a
+:mod:`~.file_lock` on ``<database>.trainer-<hash>.lock``. A ``:memory:`` database lives in
+this object only: one connection guarded by a re-entrant lock.
 """
 
 from __future__ import annotations
@@ -50,21 +48,8 @@ from .base import (
     lock_key,
     merge_log_rows,
 )
-
-try:  # POSIX only; elsewhere the trainer lock is held within this process only
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
-
-def _same_file(fd: int, path: str) -> bool:
-    """Whether the open file ``fd`` is still the file at ``path`` (not removed or replaced)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    own = os.fstat(fd)
-    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
+from .file_lock import AVAILABLE as FLOCK
+from .file_lock import try_lock, unlock
 
 
 def _check_location(path: str) -> None:
@@ -595,27 +580,14 @@ class SQLiteStorage(Storage):
                 return True
             if self.read_only:
                 return False  # nothing to train for: no checkpoint can be written
-            if self._memory or fcntl is None:
-                # A private in-memory database has no other process to exclude.
+            if self._memory or not FLOCK:
+                # A private in-memory database has no other process to exclude; elsewhere
+                # than POSIX the lock is held within this process only.
                 self._trainers[name] = None
                 return True
-            path = self._trainer_path(name)
-            while True:
-                try:
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-                except OSError as exc:
-                    raise StorageUnavailableError(f"cannot create the trainer lock file {path!r}: {exc}") from None
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    os.close(fd)
-                    return False
-                # The holder we waited for may have removed the file as it released it (see
-                # release_trainer): a lock on a file that is no longer at ``path`` excludes
-                # nobody, so take the lock again on the file that is there now.
-                if _same_file(fd, path):
-                    break
-                os.close(fd)
+            fd = try_lock(self._trainer_path(name))
+            if fd is None:
+                return False
             self._trainers[name] = fd
             return True
 
@@ -626,17 +598,7 @@ class SQLiteStorage(Storage):
         with self._trainers_lock:
             fd = self._trainers.pop(name, None)
         if fd is not None:
-            # Remove the lock file while still holding its lock: no other process holds it
-            # (the lock is exclusive), and one that opened it meanwhile finds, once it gets
-            # the lock, that the file is gone and locks a new one (try_acquire_trainer).
-            path = self._trainer_path(name)
-            try:
-                if _same_file(fd, path):
-                    os.unlink(path)
-            except OSError:
-                pass  # left in place: harmless, reused by the next trainer
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            unlock(fd, self._trainer_path(name))
 
     # ----------------------------------------------------------------- lifetime
     def close(self) -> None:
