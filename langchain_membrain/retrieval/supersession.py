@@ -84,14 +84,19 @@ def superseder(tree: MembrainTree, nearest: Callable[[object, int], list], key: 
         return isinstance(k, str) and k in tree and tree.node(k).kind == "fact" and eligible(k)
 
     best: dict[bool, tuple[tuple[float, float], str]] = {}  # supersedes? -> (stated, key)
+    old_to_query: float | None = None
     for other, cos in nearest(node.embedding, NEIGHBOURS + 1):
-        if other == key or not current(other) or stated(other) <= when:
+        if other == key or not current(other) or stated(other) <= when or \
+                (True in best and stated(other) <= best[True][0]):
             continue
         newer = tree.node(other)
         if _supersedes(tree, nearest, node.text, newer, other, cos, key, current, stated):
             found = True
-        elif query is not None and restates(newer.text, node.text, cos, cosine(newer.embedding, query),
-                                            cosine(node.embedding, query)):
+        elif query is not None and cos >= RESTATE_NEAR:  # the query's cosines only where it can hold
+            if old_to_query is None:
+                old_to_query = cosine(node.embedding, query)
+            if not restates(newer.text, node.text, cos, cosine(newer.embedding, query), old_to_query):
+                continue
             found = False
         else:
             continue
