@@ -90,7 +90,7 @@ def superseder(tree: MembrainTree, nearest: Callable[[object, int], list], key: 
                 (True in best and stated(other) <= best[True][0]):
             continue
         newer = tree.node(other)
-        if _supersedes(tree, nearest, node.text, newer, other, cos, key, current, stated):
+        if _supersedes(nearest, node.text, newer, other, cos, key, current, stated):
             found = True
         elif query is not None and cos >= RESTATE_NEAR:  # the query's cosines only where it can hold
             if old_to_query is None:
@@ -108,9 +108,8 @@ def superseder(tree: MembrainTree, nearest: Callable[[object, int], list], key: 
     return None
 
 
-def _supersedes(tree: MembrainTree, nearest: Callable[[object, int], list], old: str, newer: Any, other: str,
-                cos: float, key: str, current: Callable[[object], bool],
-                stated: Callable[[str], tuple[float, float]]) -> bool:
+def _supersedes(nearest: Callable[[object, int], list], old: str, newer: Any, other: str, cos: float, key: str,
+                current: Callable[[object], bool], stated: Callable[[str], tuple[float, float]]) -> bool:
     """Whether fact ``other`` (node ``newer``) supersedes the fact ``key`` (text ``old``) at
     their cosine ``cos``, the runner-up read from ``other``'s nearest facts stated before it
     where only the rule that reads it could hold."""
