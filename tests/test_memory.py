@@ -590,3 +590,16 @@ def test_max_height_is_checked():
         memory(max_height=0)
     with memory() as mem:
         assert mem.max_height == 4
+
+
+def test_add_many_reports_its_progress_to_a_function():
+    """``progress`` may be a function: called as (done, total) after each input is stored;
+    anything else that is not a bool is refused before anything is stored."""
+    seen: list[tuple[int, int]] = []
+    with MembrainMemory(embeddings=WordEmbeddings(), background=False) as mem:
+        keys = mem.add_many(["I like tea", "I run on Sundays", "My sister plays the cello"], namespace="u",
+                            progress=lambda done, total: seen.append((done, total)))
+        assert seen == [(1, 3), (2, 3), (3, 3)] and len(keys) == 3
+        with pytest.raises(InvalidOperationError, match="progress"):
+            mem.add_many(["I like coffee"], namespace="v", progress="yes")  # type: ignore[arg-type]
+        assert mem.namespaces() == [("u",)]

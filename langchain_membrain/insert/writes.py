@@ -37,8 +37,19 @@ def normalised(text: str) -> str:
 
 
 @contextlib.contextmanager
-def progress(enabled: bool, total: int) -> Iterator[Callable[[], None]]:
-    """A rich progress bar (rate and ETA) when enabled; yields the function that advances it."""
+def progress(enabled: bool | Callable[[int, int], None], total: int) -> Iterator[Callable[[], None]]:
+    """A rich progress bar (rate and ETA) when enabled, or ``enabled(done, total)`` called
+    after each item when it is a function; yields the function that advances it."""
+    if callable(enabled):
+        report, done = enabled, 0
+
+        def count() -> None:
+            nonlocal done
+            done += 1
+            report(done, total)
+
+        yield count
+        return
     if not enabled:
         yield lambda: None
         return

@@ -230,7 +230,8 @@ class MembrainMemory:
 
     def add_many(self, texts: Sequence[str], *, namespace: str | Sequence[str] | None = None,
                  metadatas: Sequence[dict[str, Any] | None] | None = None,
-                 keys: Sequence[str | None] | None = None, progress: bool | None = None,
+                 keys: Sequence[str | None] | None = None,
+                 progress: bool | Callable[[int, int], None] | None = None,
                  kind: str | None = None, session: str | None = None) -> list[str]:
         """Store many memories (embedded in one batch) and return their keys.
 
@@ -246,7 +247,8 @@ class MembrainMemory:
         ``session="a"`` is ``metadata={"session": "a"}`` (and wins over a metadata's
         ``"session"``). Default: each metadata's ``"session"``, else none.
 
-        ``progress``: show a progress bar (default: on a terminal, for 200 memories or more).
+        ``progress``: show a progress bar (default: on a terminal, for 200 memories or more),
+        or a function called as ``progress(done, total)`` after each input is stored.
         Every input is validated before anything is stored; the error for a bad item of
         several names it by its index ("item 3 of 10: memory text is empty").
         """

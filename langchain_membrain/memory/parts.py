@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -145,7 +145,8 @@ class MemoryParts:
 
     def add_many(self, namespace: str | Sequence[str] | None, texts: Sequence[str],
                  metadatas: Sequence[dict[str, Any] | None] | None, keys: Sequence[str | None] | None,
-                 progress: bool | None, kind: str | None, session: str | None) -> list[str]:
+                 progress: bool | Callable[[int, int], None] | None, kind: str | None,
+                 session: str | None) -> list[str]:
         """``MembrainMemory.add_many``: validate every input, embed them in one batch, store."""
         if isinstance(texts, str):
             raise InvalidOperationError("add_many takes a list of texts; use add() for one")
@@ -153,6 +154,8 @@ class MemoryParts:
             check_kinds(kind)
         if session is not None and not isinstance(session, str):
             raise InvalidOperationError(f"a session is a str, got {type(session).__name__}")
+        if not (progress is None or isinstance(progress, bool) or callable(progress)):
+            raise InvalidOperationError(f"progress is a bool or a function (done, total), got {type(progress).__name__}")
         self.check_writable()
         texts = list(texts)
         metadatas = list(metadatas) if metadatas is not None else [None] * len(texts)
