@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ..tree.operation_types import ADD, IGNORE, Operation, OperationQuestion
 from . import supersession
-from .supersession import TELLING, carried_statement, change_cue, supersedes
+from .supersession import TELLING, carried_statement, change_cue, content_words, same_word, supersedes
 
 _SMALL_TALK = frozenset("""
 hi hello hey hiya yo howdy morning evening afternoon night good great nice cool awesome ok okay
@@ -122,7 +122,8 @@ def conservative_operation(question: OperationQuestion, config: RuleConfig = Rul
       an IGNORE of a fact loses it from search;
     - UPDATE(c) when the item supersedes a candidate (:func:`.supersession.supersedes`: it
       states a change, about the same holder, away from nothing ``c`` does not say, and is
-      near ``c``, nearer than the other candidates): ``c`` is the nearest such candidate. A retraction ("Rex passed away", "the
+      near ``c``, nearer than the other candidates): of several such candidates, ``c`` is the
+      one sharing the most content words with the item, then the nearest. A retraction ("Rex passed away", "the
       trip is cancelled") is an UPDATE too: the statement of the end takes the fact's key, and
       the fact's history keeps what it said;
     - ADD otherwise. It never answers DELETE: a statement that ends something is itself
@@ -132,12 +133,20 @@ def conservative_operation(question: OperationQuestion, config: RuleConfig = Rul
     if not states_something(text):
         return IGNORE
     cands = question.candidates
+    superseded = []
     for i, cand in enumerate(cands):  # nearest first
         runner_up = max((c.similarity for j, c in enumerate(cands) if j != i), default=-1.0)
         if supersedes(text, cand.text, cand.similarity, runner_up, near=config.near, near_sharing=config.near_sharing,
                       near_nearest=config.near_nearest, margin=config.margin, near_slot=config.near_slot):
-            return Operation("UPDATE", cand.key)
-    return ADD
+            superseded.append(cand)
+    if not superseded:
+        return ADD
+    # Of the facts it supersedes, the one that says most of what it changes ("I'm no longer
+    # strictly vegan" changes "I'm vegan, strictly", not "my vegan restaurant"), then the nearest.
+    words = content_words(text)
+    best = max(superseded, key=lambda c: (sum(any(same_word(w, o) for o in content_words(c.text)) for w in words),
+                                          c.similarity))
+    return Operation("UPDATE", best.key)
 
 
 def rule_identity(config: RuleConfig = RuleConfig()) -> str:
