@@ -12,7 +12,7 @@ from langchain_membrain import MembrainMemory
 from langchain_membrain.integrations.store import MembrainStore
 from langchain_membrain.integrations.tools import memory_tools
 from langchain_membrain.retrieval.scores import DEFAULT_MIN_SCORE
-from langchain_membrain.retrieval.supersession import Newer, restates, superseder
+from langchain_membrain.retrieval.supersession import restates
 from langchain_membrain.teachers.operation_rule import conservative_operation, states_something
 from langchain_membrain.teachers.supersession import (
     carried_statement,
@@ -231,18 +231,3 @@ def test_a_correction_updates_the_fact_it_changes_not_the_nearest_one():
          Candidate("diet", "I'm vegan, strictly, no honey either.", 0.55))))
     assert op.kind == "UPDATE" and op.target == "diet"
 
-
-def test_a_restatement_among_the_querys_hits_counts_beyond_the_neighbours():
-    """Where many alike facts crowd a hit's nearest neighbours, the newer statement is still
-    found among the query's other hits."""
-    with MembrainMemory(background=False, operations=False) as mem:
-        old = mem.add("I cycle to the office every day", namespace="u")
-        new = mem.add("I get the bus to the office, the hill is too steep to cycle", namespace="u")
-        tree = mem.tree("u")
-        query = tree.node(old).embedding + tree.node(new).embedding  # answered as well by both
-
-        def none_near(vec, k):
-            return []
-
-        assert superseder(tree, none_near, old, lambda k: True, query) is None
-        assert superseder(tree, none_near, old, lambda k: True, query, hits=[old, new]) == Newer(new, False)

@@ -398,7 +398,7 @@ def _superseders(forest: Forest, ns: Namespace, tree: MembrainTree, keys: list[s
 
     out: dict[tuple, tuple[MemoryRecord, bool]] = {}
     for key in keys:
-        found = superseder(tree, index.nearest, key, eligible, query, keys)
+        found = superseder(tree, index.nearest, key, eligible, query)
         if found is not None:
             out[ns, key] = (record_of(ns, tree, found.key), found.supersedes)
     return out

@@ -29,7 +29,7 @@ Nothing here needs a migration: both relations are read from the stored texts at
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from ..teachers.supersession import may_supersede_as_nearest, speakers_own, supersedes
 from ..tree.placement import cosine
@@ -63,13 +63,13 @@ def restates(new: str, old: str, cos: float, new_to_query: float, old_to_query: 
 
 
 def superseder(tree: MembrainTree, nearest: Callable[[object, int], list], key: str,
-               eligible: Callable[[str], bool], query: Any = None, hits: Sequence[str] = ()) -> Newer | None:
+               eligible: Callable[[str], bool], query: Any = None) -> Newer | None:
     """The newest current fact of ``tree`` stated after fact ``key`` that supersedes it, else
     the newest that restates it for the query embedding ``query`` (None: none restates),
     among its :data:`NEIGHBOURS` nearest facts (``nearest(embedding, k)``: (key, cosine)
-    pairs, the index's) and the query's other ``hits``; None if none. What else a candidate
-    could supersede is read from its own nearest facts stated before it. ``eligible``:
-    whether a key may be returned (the searched kinds, the filter)."""
+    pairs, the index's); None if none. What else a candidate could supersede is read from
+    its own nearest facts stated before it. ``eligible``: whether a key may be returned (the
+    searched kinds, the filter)."""
     if key not in tree:
         return None
     node = tree.node(key)
@@ -85,12 +85,7 @@ def superseder(tree: MembrainTree, nearest: Callable[[object, int], list], key: 
 
     best: dict[bool, tuple[tuple[float, float], str]] = {}  # supersedes? -> (stated, key)
     old_to_query: float | None = None
-    near = nearest(node.embedding, NEIGHBOURS + 1)
-    # A hit of the same query may lie beyond the neighbours where many facts are alike.
-    seen = {k for k, _ in near}
-    near += [(k, cosine(node.embedding, tree.node(k).embedding)) for k in hits
-             if k not in seen and k in tree and tree.node(k).embedding is not None]
-    for other, cos in near:
+    for other, cos in nearest(node.embedding, NEIGHBOURS + 1):
         if other == key or not current(other) or stated(other) <= when or \
                 (True in best and stated(other) <= best[True][0]):
             continue
