@@ -16,18 +16,17 @@ training (``insert``), reads (``retrieval.reads``) and the exit (``insert.shutdo
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, ParamSpec, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from langchain_core.embeddings import Embeddings
 
 from ..errors import InvalidOperationError, NodeNotFoundError
 from ..index.config import RetrievalConfig
 from ..insert import shutdown
-from ..insert.config import CHANGEABLE, LearnerConfig, MemoryConfig
+from ..insert.config import LearnerConfig, MemoryConfig
 from ..insert.formation import extractive_summary
 from ..insert.operations import OperationDecision
 from ..insert.stats import ForestStats, MemoryStats
@@ -40,47 +39,10 @@ from ..tree.kinds import check_kinds
 from ..tree.records import MemoryRecord
 from ..tree.tree import MembrainTree
 from .parts import MemoryParts
+from .surface import Forward, in_thread
 
 if TYPE_CHECKING:  # multistep imports LangChain's chat models: not on every start
     from ..retrieval.multistep import Retrieved
-
-
-class _Forward:
-    """A memory's read-only attribute that is its part's ``attr`` (default: the same name).
-    ``memory.config`` is the settings' one source: a setting changes through
-    :meth:`MembrainMemory.reconfigure`, which reaches every part, or not at all."""
-
-    def __init__(self, part: str, attr: str | None = None, *, doc: str | None = None):
-        self.part, self.attr, self.__doc__ = part, attr, doc
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-        self.attr = self.attr or name
-
-    def __get__(self, memory: MembrainMemory | None, owner: type | None = None) -> Any:
-        return self if memory is None else getattr(getattr(memory, self.part), cast(str, self.attr))
-
-    def __set__(self, memory: MembrainMemory, value: Any) -> None:
-        how = (f"change it with memory.reconfigure({self.name}=...)" if self.name in CHANGEABLE
-               else "it is fixed when the memory opens")
-        raise AttributeError(f"{self.name} is read-only: {how}")
-
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _in_thread(method: Callable[Concatenate[MembrainMemory, _P], _R]
-               ) -> Callable[Concatenate[MembrainMemory, _P], Coroutine[Any, Any, _R]]:
-    """The async twin of a memory's method: the method, run in a worker thread."""
-    name = method.__name__
-
-    async def twin(memory: MembrainMemory, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        return await asyncio.to_thread(getattr(memory, name), *args, **kwargs)
-
-    twin.__name__ = twin.__qualname__ = f"a{name}"
-    twin.__doc__ = f":meth:`{name}` in a worker thread (``asyncio.to_thread``)."
-    return twin
 
 
 class MembrainMemory:
@@ -89,27 +51,27 @@ class MembrainMemory:
     everything in memory."""
 
     # The settings as the parts hold them (read-only; see reconfigure).
-    background = _Forward("_bg")
-    checkpoint_every = _Forward("_bg")
-    relabel = _Forward("_bg")
-    naming_interval = _Forward("_bg")
-    prior = _Forward("_bg")
-    prior_used = _Forward("_bg")  # "trusted", "weights only" or None (stats())
-    _learner = _Forward("_bg", "current")  # None before the first insert (tests, benchmarks)
-    embeddings = _Forward("_parts")
-    index_fields = _Forward("_parts")
-    retrieval = _Forward("_parts")
-    search_mode = _Forward("_parts")
-    dedupe = _Forward("_parts")
-    operations = _Forward("_parts")
-    teacher_budget = _Forward("_parts")
+    background = Forward("_bg")
+    checkpoint_every = Forward("_bg")
+    relabel = Forward("_bg")
+    naming_interval = Forward("_bg")
+    prior = Forward("_bg")
+    prior_used = Forward("_bg")  # "trusted", "weights only" or None (stats())
+    _learner = Forward("_bg", "current")  # None before the first insert (tests, benchmarks)
+    embeddings = Forward("_parts")
+    index_fields = Forward("_parts")
+    retrieval = Forward("_parts")
+    search_mode = Forward("_parts")
+    dedupe = Forward("_parts")
+    operations = Forward("_parts")
+    teacher_budget = Forward("_parts")
     # The namespaces' settings (forest.py).
-    refresh_interval = _Forward("_forest", doc="Seconds between two checks for other processes' "
+    refresh_interval = Forward("_forest", doc="Seconds between two checks for other processes' "
                                 "writes (to a namespace when it is read, and to the trainer's checkpoint).")
-    max_height = _Forward("_forest", doc="How many levels below the subject a fact may lie (None: unbounded).")
-    max_loaded_namespaces = _Forward("_forest", "max_loaded", doc=(
+    max_height = Forward("_forest", doc="How many levels below the subject a fact may lie (None: unbounded).")
+    max_loaded_namespaces = Forward("_forest", "max_loaded", doc=(
         "With storage, namespaces kept loaded at once (least recently used unloaded first)."))
-    refresh_counts = _Forward("_forest", "counts", doc=(
+    refresh_counts = Forward("_forest", "counts", doc=(
         "This process's live counts of namespaces brought up to date after other processes' writes "
         "(by their change log or by a reload), and the seconds spent."))
 
@@ -491,11 +453,11 @@ class MembrainMemory:
         return MembrainRetriever(memory=self, namespace=as_namespace(namespace), k=k, filter=filter)
 
     # -------------------------------------------------------------------- async
-    aadd = _in_thread(add)
-    aadd_many = _in_thread(add_many)
-    asearch = _in_thread(search)
-    aget = _in_thread(get)
-    adelete = _in_thread(delete)
+    aadd = in_thread(add)
+    aadd_many = in_thread(add_many)
+    asearch = in_thread(search)
+    aget = in_thread(get)
+    adelete = in_thread(delete)
 
     # -------------------------------------------------------------- lifecycle
     def flush(self, timeout: float | None = None) -> None:
